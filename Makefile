@@ -1,0 +1,87 @@
+# One entry point for every task. `make help` lists them.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+TF_KERAS_VERSION := 2.21.0
+# Built Kubernetes binaries and Go caches live outside git (see hack/cluster/README.md).
+export KERASJOB_CACHE ?= $(HOME)/.cache/kerasjob
+# Runtime state (certificates, etcd data, logs, kubeconfig) of the local cluster.
+export KERASJOB_RUN ?= $(CURDIR)/.run
+PYTEST_ARGS ?=
+
+.PHONY: help venv lint fmt test test-unit test-trainer test-integration test-e2e \
+        binaries cluster-up cluster-down cluster-env crds demo bench images \
+        helm-lint kind-e2e clean
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+
+venv: $(VENV)/.installed ## Create the Python environment (operator, trainer, dev tools)
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[trainer,dev]'
+	# tf-keras declares a dependency on the full `tensorflow` wheel; we use tensorflow-cpu.
+	$(BIN)/pip install -q --no-deps tf-keras==$(TF_KERAS_VERSION)
+	touch $@
+
+lint: venv ## ruff
+	$(BIN)/ruff check .
+
+fmt: venv ## ruff format + autofix
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+binaries: ## Build etcd, kube-*, kubectl, helm, kwok from the Go module proxy (cached)
+	hack/cluster/build.sh
+
+test: venv binaries lint ## Everything CI runs: lint, unit, trainer, integration and e2e tests
+	$(BIN)/pytest $(PYTEST_ARGS) tests
+
+test-unit: venv ## Unit tests (no cluster, no TensorFlow processes)
+	$(BIN)/pytest $(PYTEST_ARGS) tests/unit
+
+test-trainer: venv ## Trainer tests with real TensorFlow in several processes
+	$(BIN)/pytest $(PYTEST_ARGS) tests/trainer
+
+test-integration: venv binaries ## Operator tests against a real API server
+	$(BIN)/pytest $(PYTEST_ARGS) tests/integration
+
+test-e2e: venv binaries ## Real training under the real operator on the local node
+	$(BIN)/pytest $(PYTEST_ARGS) tests/e2e
+
+cluster-up: binaries ## Start the local control plane (etcd, apiserver, controller-manager, scheduler, kwok)
+	hack/cluster/up.sh
+
+cluster-down: ## Stop the local control plane and remove its state
+	hack/cluster/down.sh
+
+cluster-env: ## Print exports for kubectl/helm against the local cluster: eval "$$(make -s cluster-env)"
+	@hack/cluster/env.sh
+
+crds: venv ## Regenerate crds/ from the pydantic models
+	$(BIN)/python -m kerasjob.crdgen --out crds
+
+demo: venv ## Train MNIST on 2 workers under the real operator, evict one, resume (CLUSTER=current to use KUBECONFIG)
+	$(BIN)/python -m kerasjob.demo $(if $(filter current,$(CLUSTER)),--cluster current,)
+
+bench: venv binaries ## Benchmarks: print figures, write JSON to bench/results/
+	$(BIN)/python bench/trainer.py
+	$(BIN)/python bench/operator.py
+
+images: ## Build the operator and trainer images (needs docker)
+	docker build -t kerasjob/operator:dev -f Dockerfile .
+	docker build -t kerasjob/trainer:dev-cpu -f trainer_image/Dockerfile --build-arg VARIANT=cpu .
+	docker build -t kerasjob/trainer:dev-gpu -f trainer_image/Dockerfile --build-arg VARIANT=gpu .
+
+helm-lint: binaries ## helm lint the chart
+	$$(hack/cluster/env.sh --bin-dir)/helm lint charts/kerasjob-operator
+
+kind-e2e: ## Create a kind cluster, load images, install the chart, run the e2e suite (needs docker)
+	hack/kind/e2e.sh
+
+clean: cluster-down ## Remove local state (keeps the binary cache)
+	rm -rf $(KERASJOB_RUN)

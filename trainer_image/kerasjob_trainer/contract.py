@@ -1,0 +1,87 @@
+"""The contract between the operator and the trainer: exit codes and environment variables.
+
+This module is the single place where both sides learn what a trainer's exit code means and
+which variables the operator sets. It imports nothing beyond the standard library, because
+the operator image has no TensorFlow.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ExitCode(enum.IntEnum):
+    """What a trainer process's exit status tells the operator."""
+
+    SUCCESS = 0
+    """Training finished; the chief wrote the final model."""
+
+    FAILURE = 1
+    """An error in the program. Counts against the job's backoffLimit."""
+
+    PREEMPTED_SAVED = 42
+    """SIGTERM received; the state at the current step was saved. A disruption: restart,
+    never counted against backoffLimit. 42 is what tf_keras's own preemption handler uses."""
+
+    PEER_LOST = 43
+    """A peer worker vanished (UnavailableError or collective/heartbeat timeout). This worker
+    exited at once so the whole group can restart from the last backup. A disruption."""
+
+    INVALID_CONFIG = 78
+    """The configuration cannot work (unknown model, missing data, malformed TF_CONFIG, batch
+    size 0 ...). Detected before the backup was touched. Permanent: retrying cannot help.
+    78 is EX_CONFIG from sysexits.h."""
+
+
+#: Exit codes that say "not the job's fault": restart without using the retry budget.
+DISRUPTION_EXIT_CODES: frozenset[int] = frozenset(
+    {ExitCode.PREEMPTED_SAVED, ExitCode.PEER_LOST}
+)
+
+#: Exit codes that say "retrying cannot help": fail the job at once.
+PERMANENT_EXIT_CODES: frozenset[int] = frozenset({ExitCode.INVALID_CONFIG})
+
+
+class Env(str, enum.Enum):
+    """Environment variables the operator sets in every trainer container."""
+
+    TF_CONFIG = "TF_CONFIG"
+    """JSON: {"cluster": {role: [host:port, ...]}, "task": {"type": role, "index": i}}."""
+
+    JOB_NAME = "KERASJOB_NAME"
+    NAMESPACE = "KERASJOB_NAMESPACE"
+    ROLE = "KERASJOB_ROLE"
+    """worker | chief | evaluator"""
+
+    INDEX = "KERASJOB_INDEX"
+    CHECKPOINT_DIR = "KERASJOB_CHECKPOINT_DIR"
+    """A directory on the shared volume; BackupAndRestore state lives in <dir>/backup."""
+
+    OUTPUT_DIR = "KERASJOB_OUTPUT_DIR"
+    """Where the chief writes the final model, TensorBoard logs and progress.json.
+    Defaults to <CHECKPOINT_DIR>/output."""
+
+    RESTART_ATTEMPT = "KERASJOB_RESTART_ATTEMPT"
+    """How many times the job has restarted (disruptions + failures) so far."""
+
+    TRAINER_CONFIG = "KERASJOB_TRAINER_CONFIG"
+    """JSON of the KerasJob's spec.trainer plus "saveFreq" from spec.checkpoint, camelCase:
+    {"model", "dataset": {"source", "path"?}, "epochs", "stepsPerEpoch",
+     "batchSizePerReplica", "saveFreq", ...}."""
+
+    METRICS_PORT = "KERASJOB_METRICS_PORT"
+    """Port on which the chief serves progress in Prometheus text format at /metrics."""
+
+
+DEFAULT_METRICS_PORT = 9464
+DEFAULT_TF_PORT = 2222
+
+#: Prometheus metric names the chief serves and the operator reads into status.progress.
+METRIC_EPOCH = "kerasjob_epoch"
+METRIC_STEP = "kerasjob_step"
+METRIC_LOSS = "kerasjob_loss"
+METRIC_SAMPLES_PER_SECOND = "kerasjob_samples_per_second"
+METRIC_TRAINING_METRIC = "kerasjob_metric"
+"""Labelled by name, e.g. kerasjob_metric{name="accuracy"} 0.93"""
+
+PROGRESS_FILE = "progress.json"
