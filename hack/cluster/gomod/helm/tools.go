@@ -1,0 +1,8 @@
+//go:build tools
+
+// Package tools pins the commands build.sh compiles; it is never built itself.
+package tools
+
+import (
+	_ "helm.sh/helm/v3/cmd/helm"
+)

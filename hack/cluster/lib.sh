@@ -1,0 +1,68 @@
+# Shared settings for hack/cluster/*.sh. Source it; it defines variables and functions only.
+#
+# Environment overrides (all optional):
+#   KERASJOB_CACHE   binary cache root            (default ~/.cache/kerasjob)
+#   KERASJOB_RUN     runtime state root           (default <repo>/.run)
+#   KERASJOB_BIN_DIR use prebuilt binaries from this directory instead of the pinned build
+#   ETCD_PORT ETCD_PEER_PORT APISERVER_PORT KCM_PORT SCHEDULER_PORT KWOK_PORT   (see below)
+#   KWOK_NODES       number of fake KWOK nodes    (default 4)
+#   CLUSTER_READY_TIMEOUT  seconds up.sh waits for readiness (default 90)
+
+CLUSTER_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_ROOT="$(cd "$CLUSTER_DIR/../.." && pwd)"
+GOMOD_DIR="$CLUSTER_DIR/gomod"
+
+KERASJOB_CACHE="${KERASJOB_CACHE:-$HOME/.cache/kerasjob}"
+KERASJOB_RUN="${KERASJOB_RUN:-$REPO_ROOT/.run}"
+STATE_DIR="$KERASJOB_RUN/cluster"
+
+# Fixed default ports on 127.0.0.1, chosen away from the usual ones (2379, 6443, 10257...)
+# so the local cluster can run next to another one. Override any of them from the environment.
+ETCD_PORT="${ETCD_PORT:-23790}"
+ETCD_PEER_PORT="${ETCD_PEER_PORT:-23800}"
+APISERVER_PORT="${APISERVER_PORT:-16443}"
+KCM_PORT="${KCM_PORT:-20257}"
+SCHEDULER_PORT="${SCHEDULER_PORT:-20259}"
+KWOK_PORT="${KWOK_PORT:-20247}"
+KWOK_NODES="${KWOK_NODES:-4}"
+
+# The components up.sh starts, in start order (down.sh stops them in reverse).
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
+# Binaries build.sh produces.
+BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl helm kwok kwokctl)
+
+die() { echo "$(basename "$0"): $*" >&2; exit 1; }
+log() { echo "$(basename "$0"): $*" >&2; }
+
+# Version of module $2 required by wrapper module $1 (read from the committed go.mod).
+pinned_version() {
+  awk -v m="$2" '($1 == m || ($1 == "require" && $2 == m)) && $0 !~ /=>/ {print $NF; exit}' \
+    "$GOMOD_DIR/$1/go.mod"
+}
+
+KUBE_VERSION="$(pinned_version kube k8s.io/kubernetes)"
+ETCD_VERSION="$(pinned_version etcd go.etcd.io/etcd/server/v3)"
+HELM_VERSION="$(pinned_version helm helm.sh/helm/v3)"
+KWOK_VERSION="$(pinned_version kwok sigs.k8s.io/kwok)"
+
+# The binary directory is keyed by the Kubernetes version and a hash of every pin
+# (go.mod + go.sum of the wrapper modules) and of the build recipe revision, so changing
+# any pin builds into a fresh directory and old ones stay usable until removed.
+BUILD_RECIPE_REV=1
+pin_hash() {
+  { echo "recipe=$BUILD_RECIPE_REV"; cat "$GOMOD_DIR"/*/go.mod "$GOMOD_DIR"/*/go.sum; } \
+    | sha256sum | cut -c1-12
+}
+bin_dir() {
+  if [ -n "${KERASJOB_BIN_DIR:-}" ]; then echo "$KERASJOB_BIN_DIR"; return; fi
+  echo "$KERASJOB_CACHE/bin/$KUBE_VERSION-$(pin_hash)"
+}
+
+# 0 when something listens on 127.0.0.1:$1 (TCP).
+port_in_use() {
+  if command -v ss >/dev/null 2>&1; then
+    ss -Htln "sport = :$1" 2>/dev/null | grep -q .
+  else
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+  fi
+}
