@@ -1,0 +1,103 @@
+"""`python -m kerasjob_trainer`: configuration from the environment (contract.Env) or flags.
+
+Everything that can be wrong with the configuration is checked here, before TensorFlow
+starts and before the backup directory is touched; a bad configuration exits 78 with one
+line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+# Keras 3's fit fails under MultiWorkerMirroredStrategy: every `tf.keras` must be tf_keras.
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+
+from kerasjob_trainer.cluster import parse_tf_config
+from kerasjob_trainer.config import (
+    BUILTIN_MODELS,
+    ConfigError,
+    parse_config,
+    validate_dataset_files,
+)
+from kerasjob_trainer.contract import Env, ExitCode
+
+DEFAULT_CHECKPOINT_DIR = "kerasjob-checkpoints"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="kerasjob-trainer",
+        description="MultiWorkerMirroredStrategy training that survives preemption. "
+        "Flags override the KERASJOB_* / TF_CONFIG environment variables.",
+    )
+    p.add_argument("--config", help=f"trainer config JSON (default: ${Env.TRAINER_CONFIG.value})")
+    p.add_argument("--tf-config", help="TF_CONFIG JSON (default: $TF_CONFIG)")
+    p.add_argument("--checkpoint-dir",
+                   help=f"shared checkpoint dir (default: ${Env.CHECKPOINT_DIR.value} or "
+                   f"./{DEFAULT_CHECKPOINT_DIR})")
+    p.add_argument("--output-dir",
+                   help=f"model/logs/progress dir (default: ${Env.OUTPUT_DIR.value} or "
+                   "<checkpoint-dir>/output)")
+    p.add_argument("--metrics-port", help=f"serve /metrics here; 0 = off "
+                   f"(default: ${Env.METRICS_PORT.value} or off)")
+    return p
+
+
+def _port(text: str | None) -> int | None:
+    if text is None or text.strip() in ("", "0"):
+        return None
+    if not text.strip().isdigit() or not 0 < int(text) < 65536:
+        raise ConfigError(f"metrics port must be 0..65535, got {text!r}")
+    return int(text)
+
+
+def build_context(argv: list[str] | None = None) -> object:
+    from kerasjob_trainer.train import RunContext
+
+    args = _parser().parse_args(argv)
+    env = os.environ
+    config_text = args.config if args.config is not None else env.get(Env.TRAINER_CONFIG.value)
+    config = parse_config(config_text)
+    raw = json.loads(config_text) if config_text and config_text.strip() else {}
+    cluster = parse_tf_config(
+        args.tf_config if args.tf_config is not None else env.get(Env.TF_CONFIG.value)
+    )
+    checkpoint_dir = (args.checkpoint_dir or env.get(Env.CHECKPOINT_DIR.value)
+                      or DEFAULT_CHECKPOINT_DIR)
+    output_dir = (args.output_dir or env.get(Env.OUTPUT_DIR.value)
+                  or os.path.join(checkpoint_dir, "output"))
+    port = _port(args.metrics_port if args.metrics_port is not None
+                 else env.get(Env.METRICS_PORT.value))
+    validate_dataset_files(config.dataset)
+    if config.model not in BUILTIN_MODELS:
+        from kerasjob_trainer.models import load_user_function
+
+        load_user_function(config.model)  # a missing module is a config error, not a crash
+    return RunContext(config=config, raw_config=raw, cluster=cluster,
+                      checkpoint_dir=os.path.abspath(checkpoint_dir),
+                      output_dir=os.path.abspath(output_dir), metrics_port=port)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from kerasjob_trainer import train
+
+    train.install_early_sigterm_handler()
+    try:
+        ctx = build_context(argv)
+        assert isinstance(ctx, train.RunContext)
+        if ctx.cluster.is_evaluator:
+            from kerasjob_trainer import evaluator
+
+            return evaluator.run(ctx)
+        return train.run(ctx)
+    except ConfigError as e:
+        print(f"kerasjob: invalid configuration: {e}", file=sys.stderr, flush=True)
+        return int(ExitCode.INVALID_CONFIG)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

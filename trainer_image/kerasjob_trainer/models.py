@@ -1,0 +1,127 @@
+"""Built-in models and user code ("package.module:function").
+
+User code contract (see trainer_image/README.md):
+
+    def build(config: dict) -> Model | (Model, Dataset) | (Model, Dataset, Dataset)
+
+`build` is called inside `strategy.scope()` with the trainer config (camelCase JSON as the
+operator passed it) and must return a *compiled* tf_keras model. It may also return an
+unbatched training `tf.data.Dataset` of (x, y) (and an unbatched test dataset); otherwise,
+if the module has a function `dataset(config) -> train | (train, test)`, that is used;
+otherwise the configured dataset source is. A zero-argument `build()` is accepted too.
+The trainer batches, shuffles (seeded), repeats and shards whatever dataset it gets.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from kerasjob_trainer.config import BUILTIN_MODELS, ConfigError
+
+
+@dataclasses.dataclass
+class BuiltModel:
+    model: Any  # tf_keras.Model
+    train_dataset: Any | None = None  # unbatched tf.data.Dataset of (x, y), user code only
+    test_dataset: Any | None = None
+
+
+def load_user_function(spec: str) -> Callable[..., Any]:
+    """Import 'package.module:function'. Raises ConfigError: a missing module is permanent."""
+    module_name, _, func_name = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ConfigError(f"model {spec!r}: cannot import {module_name!r}: {e}") from None
+    func = getattr(module, func_name, None)
+    if not callable(func):
+        raise ConfigError(f"model {spec!r}: {module_name} has no function {func_name!r}")
+    return func
+
+
+def _call_with_config(func: Callable[..., Any], config: dict[str, Any]) -> Any:
+    try:
+        takes_args = bool(inspect.signature(func).parameters)
+    except (TypeError, ValueError):
+        takes_args = True
+    return func(config) if takes_args else func()
+
+
+def _split_datasets(result: Any) -> tuple[Any, Any | None]:
+    if isinstance(result, tuple):
+        if len(result) != 2:
+            raise ConfigError("a dataset function must return train or (train, test)")
+        return result[0], result[1]
+    return result, None
+
+
+def build_model(name: str, config: dict[str, Any], learning_rate: float) -> BuiltModel:
+    """Call inside strategy.scope(): variables must be created there."""
+    if name in BUILTIN_MODELS:
+        return BuiltModel(model=_builtin(name, learning_rate))
+    func = load_user_function(name)
+    result = _call_with_config(func, config)
+    built = BuiltModel(model=result)
+    if isinstance(result, tuple):
+        if len(result) not in (2, 3):
+            raise ConfigError(f"model {name!r} must return model, (model, train) or "
+                              "(model, train, test)")
+        built = BuiltModel(*result)
+    else:
+        dataset_fn = getattr(importlib.import_module(name.partition(":")[0]), "dataset", None)
+        if callable(dataset_fn):
+            built.train_dataset, built.test_dataset = _split_datasets(
+                _call_with_config(dataset_fn, config)
+            )
+    if getattr(built.model, "optimizer", None) is None:
+        raise ConfigError(f"model {name!r} returned a model that is not compiled")
+    return built
+
+
+def _builtin(name: str, learning_rate: float) -> Any:
+    import tf_keras as keras
+    from tf_keras import layers
+
+    if name == "mnist-mlp":
+        model = keras.Sequential([
+            keras.Input(shape=(784,)),
+            layers.Dense(256, activation="relu"),
+            layers.Dense(256, activation="relu"),
+            layers.Dense(10),
+        ], name="mnist_mlp")
+    elif name == "mnist-cnn":
+        model = keras.Sequential([
+            keras.Input(shape=(28, 28, 1)),
+            layers.Conv2D(16, 3, activation="relu"),
+            layers.MaxPooling2D(),
+            layers.Conv2D(32, 3, activation="relu"),
+            layers.MaxPooling2D(),
+            layers.Flatten(),
+            layers.Dense(64, activation="relu"),
+            layers.Dense(10),
+        ], name="mnist_cnn")
+    elif name == "cifar10-cnn":
+        model = keras.Sequential([
+            keras.Input(shape=(32, 32, 3)),
+            layers.Conv2D(32, 3, padding="same", activation="relu"),
+            layers.Conv2D(32, 3, activation="relu"),
+            layers.MaxPooling2D(),
+            layers.Conv2D(64, 3, padding="same", activation="relu"),
+            layers.Conv2D(64, 3, activation="relu"),
+            layers.MaxPooling2D(),
+            layers.Flatten(),
+            layers.Dense(128, activation="relu"),
+            layers.Dense(10),
+        ], name="cifar10_cnn")
+    else:  # parse_config rejects other names first
+        raise ConfigError(f"unknown model {name!r}")
+    model.compile(
+        optimizer=keras.optimizers.Adam(learning_rate),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
+    return model

@@ -1,0 +1,141 @@
+"""Save-on-SIGTERM outside GCP: the ONE place that touches private TensorFlow/tf_keras API.
+
+Why: tf_keras's BackupAndRestore(save_before_preemption=True) drives TensorFlow's
+PreemptionCheckpointHandler, which makes every MWMS worker agree (through the coordination
+service) on the step at which to save when any of them receives SIGTERM, then saves and
+exits. tf_keras enables it only when a GCE metadata server answers
+(`distributed_file_utils.support_on_demand_checkpoint_callback`), and TensorFlow tunes it per
+platform (`failure_handling_util.detect_platform`, a 5 s HTTP probe; on a GCE *CPU* VM the
+handler refuses to initialise). Kubernetes sends SIGTERM everywhere, so we:
+
+1. make tf_keras's gate say yes for MultiWorkerMirroredStrategy,
+2. make platform detection skip the GCE probe (INTERNAL_GPU/INTERNAL_CPU: SIGTERM watcher,
+   no grace period), identical behaviour on every cloud,
+3. fix two gaps in tf_keras's wiring (see `PreemptibleBackupAndRestore`).
+
+All of this is pinned to the versions below and verified before patching; any mismatch
+disables the override loudly and the trainer falls back to "SIGTERM = exit 43 without a
+save" (the last periodic backup stays valid). tests/trainer/test_preemption.py checks it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+#: Versions whose private internals this module was written against.
+PINNED_TF_PREFIX = "2.21."
+PINNED_TF_KERAS_PREFIX = "2.21."
+
+log = logging.getLogger("kerasjob")
+
+_enabled: bool | None = None
+
+
+class UnsupportedVersion(RuntimeError):
+    pass
+
+
+def check_versions() -> None:
+    import tensorflow as tf
+    import tf_keras
+
+    if not tf.__version__.startswith(PINNED_TF_PREFIX) or not tf_keras.__version__.startswith(
+        PINNED_TF_KERAS_PREFIX
+    ):
+        raise UnsupportedVersion(
+            f"save-before-preemption override is pinned to tensorflow {PINNED_TF_PREFIX}x / "
+            f"tf_keras {PINNED_TF_KERAS_PREFIX}x, found {tf.__version__} / "
+            f"{tf_keras.__version__}; re-check kerasjob_trainer/preemption.py"
+        )
+
+
+def enable_save_before_preemption() -> bool:
+    """Patch the GCP gating. Returns False (and logs an error) when it cannot be done."""
+    global _enabled
+    if _enabled is not None:
+        return _enabled
+    try:
+        check_versions()
+        import tensorflow as tf
+        from tensorflow.python.distribute.failure_handling import failure_handling_util
+        from tf_keras.src.distribute import worker_training_state
+
+        platform = failure_handling_util.PlatformDevice
+        for owner, attr in (
+            (worker_training_state, "support_on_demand_checkpoint_callback"),
+            (failure_handling_util, "detect_platform"),
+            (platform, "INTERNAL_GPU"),
+            (platform, "INTERNAL_CPU"),
+        ):
+            if not hasattr(owner, attr):
+                raise UnsupportedVersion(f"{owner.__name__}.{attr} is gone")
+
+        def supported(strategy: Any) -> bool:
+            return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+
+        def detect_platform() -> Any:
+            if tf.config.list_logical_devices("GPU"):
+                return platform.INTERNAL_GPU
+            return platform.INTERNAL_CPU
+
+        worker_training_state.support_on_demand_checkpoint_callback = supported
+        failure_handling_util.detect_platform = detect_platform
+        _enabled = True
+    except (UnsupportedVersion, ImportError) as e:
+        log.error("kerasjob: save-before-preemption DISABLED: %s", e)
+        _enabled = False
+    return _enabled
+
+
+def backup_and_restore(backup_dir: str, save_freq: int,
+                       on_saved: Callable[[], None]) -> Any:
+    """A BackupAndRestore callback; with the override, SIGTERM saves and calls on_saved()."""
+    import tf_keras
+
+    enabled = enable_save_before_preemption()
+
+    class PreemptibleBackupAndRestore(tf_keras.callbacks.BackupAndRestore):
+        """Fixes two gaps in tf_keras 2.21's save_before_preemption wiring.
+
+        - tf_keras builds PreemptionCheckpointHandler with the *write* manager, whose
+          constructor restores from it; on a non-chief that is the worker's temp dir, not
+          the chief's backup, and tf_keras then skips its own restore. So a resumed
+          non-chief would start from scratch: restore from the chief's backup here.
+        - The handler's exit function is `sys.exit(42)`, which unwinds through fit and the
+          MWMS teardown (seconds, sometimes a hang); call `on_saved` (a hard exit) instead.
+        """
+
+        def on_train_begin(self, logs: Any = None) -> None:
+            super().on_train_begin(logs)
+            handler = getattr(self.model, "_preemption_handler", None)
+            if handler is None:
+                return
+            state = self._training_state
+            state.read_checkpoint_manager.restore_or_initialize()
+            # Every worker starts counting at 0 together, so the step they agree to save
+            # at is the same step everywhere.
+            handler._run_counter = 0
+            write_dir = state.write_checkpoint_manager.directory
+            strategy = self.model.distribute_strategy
+
+            def exit_fn() -> None:
+                from tf_keras.src.distribute import distributed_file_utils
+
+                distributed_file_utils.remove_temp_dirpath(write_dir, strategy)
+                on_saved()
+
+            handler._exit_fn = exit_fn
+
+    return PreemptibleBackupAndRestore(
+        backup_dir, save_freq=save_freq, delete_checkpoint=True,
+        save_before_preemption=enabled,
+    )
+
+
+def preemption_active(model: Any) -> bool:
+    """Whether the model's running fit() has a PreemptionCheckpointHandler installed."""
+    return getattr(model, "_preemption_handler", None) is not None
+
+

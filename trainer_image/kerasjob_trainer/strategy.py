@@ -1,0 +1,42 @@
+"""Build the distribution strategy from the parsed TF_CONFIG."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kerasjob_trainer.cluster import ClusterInfo
+
+
+def build_strategy(cluster: ClusterInfo, collective_timeout: float) -> Any:
+    """MultiWorkerMirroredStrategy: NCCL on GPUs, RING on CPU, with a collective timeout.
+
+    Single-process runs get a 1-worker MWMS in local mode too, so SIGTERM handling and
+    BackupAndRestore behave the same with one worker as with many. Must run before any
+    other TensorFlow op: it configures the eager context.
+    """
+    import tensorflow as tf
+
+    impl = (tf.distribute.experimental.CommunicationImplementation.NCCL
+            if tf.config.list_physical_devices("GPU")
+            else tf.distribute.experimental.CommunicationImplementation.RING)
+    options = tf.distribute.experimental.CommunicationOptions(
+        implementation=impl, timeout_seconds=collective_timeout
+    )
+    if not cluster.multi_worker:
+        # An empty resolver, so a stray TF_CONFIG cannot turn this into multi-worker.
+        resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+            tf.train.ClusterSpec({}), task_type="worker", task_id=0
+        )
+        return tf.distribute.MultiWorkerMirroredStrategy(
+            cluster_resolver=resolver, communication_options=options
+        )
+    # The evaluator is left out of the cluster: it never joins the collectives.
+    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+        tf.train.ClusterSpec(cluster.training_cluster),
+        task_type=cluster.role,
+        task_id=cluster.index,
+        rpc_layer="grpc",
+    )
+    return tf.distribute.MultiWorkerMirroredStrategy(
+        cluster_resolver=resolver, communication_options=options
+    )
