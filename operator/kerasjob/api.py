@@ -627,6 +627,21 @@ class Progress(_StatusModel):
     updated_at: Timestamp | None = Field(None, description="When this was last observed.")
 
 
+class TrackedPod(_StatusModel):
+    """What the operator already counted for one Pod (bookkeeping, see status.trackedPods)."""
+
+    uid: str = Field("", max_length=64, description="UID of the incarnation last seen.")
+    restart_count: int = Field(
+        0, ge=0, description="Container restarts of that incarnation already counted."
+    )
+    counted: bool = Field(
+        False, description="Its exit or loss has been counted (or it was deleted on purpose)."
+    )
+    succeeded: bool = Field(
+        False, description="This task exited 0: it is never re-created. Survives re-creation."
+    )
+
+
 class KerasJobStatus(_StatusModel):
     """The observed state of a KerasJob, written by the operator."""
 
@@ -659,12 +674,12 @@ class KerasJobStatus(_StatusModel):
     observed_generation: int | None = Field(
         None, ge=0, description="The .metadata.generation this status reflects."
     )
-    pod_restart_counts: dict[str, int] | None = Field(
+    tracked_pods: dict[str, TrackedPod] | None = Field(
         None,
         description=(
-            "Bookkeeping, keyed by Pod UID: the container restartCount already counted for "
-            "that Pod. A re-created Pod has a new UID, so counts survive Pod re-creation "
-            "without being counted twice. Entries of deleted Pods are dropped."
+            "Operator bookkeeping, keyed by Pod name: which incarnation (UID) of each Pod was "
+            "seen and what of it was already counted, so every restart is counted exactly "
+            "once across Pod re-creations and operator restarts."
         ),
     )
 
