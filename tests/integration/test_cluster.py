@@ -1,0 +1,194 @@
+"""The test cluster itself works: CRDs, scheduling onto KWOK nodes, garbage collection,
+our kubectl/helm binaries, and (locally) the pinned Kubernetes version."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+from support.cluster import Cluster, wait_for
+
+pytestmark = pytest.mark.cluster
+
+KUBE_GO_MOD = Path(__file__).resolve().parents[2] / "hack" / "cluster" / "gomod" / "kube" / "go.mod"
+
+
+def pinned_kube_version() -> str:
+    match = re.search(r"^require k8s\.io/kubernetes (v\S+)$", KUBE_GO_MOD.read_text(), re.M)
+    assert match, f"no k8s.io/kubernetes pin in {KUBE_GO_MOD}"
+    return match.group(1)
+
+
+def crd_manifest(group: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"widgets.{group}"},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "properties": {
+                                "spec": {
+                                    "type": "object",
+                                    "properties": {"size": {"type": "integer", "minimum": 1}},
+                                }
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def test_crd_and_custom_object_roundtrip(kube: Any, namespace: str) -> None:
+    group = f"{namespace}.test.kerasjob.dev"  # unique per test run: no clash with leftovers
+    ext = client.ApiextensionsV1Api(kube)
+    custom = client.CustomObjectsApi(kube)
+    ext.create_custom_resource_definition(crd_manifest(group))
+    try:
+        wait_for(
+            lambda: any(
+                c.type == "Established" and c.status == "True"
+                for c in (
+                    ext.read_custom_resource_definition(f"widgets.{group}").status.conditions or []
+                )
+            ),
+            timeout=30,
+            what="the CRD to be Established",
+        )
+        body = {
+            "apiVersion": f"{group}/v1",
+            "kind": "Widget",
+            "metadata": {"name": "w1"},
+            "spec": {"size": 3},
+        }
+        # The API server may need a moment after Established before it serves the new type.
+        wait_for(
+            lambda: custom.create_namespaced_custom_object(group, "v1", namespace, "widgets", body),
+            timeout=30,
+            what="the custom object to be created",
+        )
+        got = custom.get_namespaced_custom_object(group, "v1", namespace, "widgets", "w1")
+        assert got["spec"] == {"size": 3}
+        # The schema is enforced.
+        bad = {**body, "metadata": {"name": "w2"}, "spec": {"size": 0}}
+        with pytest.raises(ApiException) as err:
+            custom.create_namespaced_custom_object(group, "v1", namespace, "widgets", bad)
+        assert err.value.status == 422
+    finally:
+        ext.delete_custom_resource_definition(f"widgets.{group}")
+
+
+def test_pod_on_kwok_node_runs(kube: Any, namespace: str, kwok_placement: dict[str, Any]) -> None:
+    core = client.CoreV1Api(kube)
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "fake"},
+        "spec": {
+            "containers": [{"name": "c", "image": "example.invalid/none:1"}],
+            **kwok_placement,
+        },
+    }
+    core.create_namespaced_pod(namespace, pod)
+    running = wait_for(
+        lambda: (p := core.read_namespaced_pod("fake", namespace)).status.phase == "Running" and p,
+        timeout=30,
+        what="the Pod on a KWOK node to be Running",
+    )
+    node = core.read_node(running.spec.node_name)
+    assert node.metadata.labels.get("type") == "kwok"
+    assert running.status.pod_ip
+
+
+def test_untargeted_pod_avoids_kwok_nodes(cluster: Cluster, kube: Any, namespace: str) -> None:
+    if not cluster.local:
+        pytest.skip("only the local cluster's node set is known")
+    core = client.CoreV1Api(kube)
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "plain"},
+        "spec": {"containers": [{"name": "c", "image": "example.invalid/none:1"}]},
+    }
+    core.create_namespaced_pod(namespace, pod)
+
+    def scheduling_decided() -> Any:
+        p = core.read_namespaced_pod("plain", namespace)
+        cond = {c.type: c for c in p.status.conditions or []}.get("PodScheduled")
+        return p if p.spec.node_name or cond is not None else None
+
+    p = wait_for(scheduling_decided, timeout=30, what="the scheduler to consider the Pod")
+    if p.spec.node_name:  # a real node (the local node agent) may exist; never a KWOK one
+        assert core.read_node(p.spec.node_name).metadata.labels.get("type") != "kwok"
+
+
+def test_garbage_collection_deletes_dependents(kube: Any, namespace: str) -> None:
+    core = client.CoreV1Api(kube)
+    owner = core.create_namespaced_config_map(
+        namespace, {"metadata": {"name": "owner"}, "data": {"k": "v"}}
+    )
+    ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner.metadata.uid}
+    core.create_namespaced_config_map(
+        namespace, {"metadata": {"name": "child", "ownerReferences": [ref]}, "data": {}}
+    )
+    core.delete_namespaced_config_map("owner", namespace, propagation_policy="Background")
+
+    def child_gone() -> bool:
+        try:
+            core.read_namespaced_config_map("child", namespace)
+        except ApiException as exc:
+            return exc.status == 404
+        return False
+
+    wait_for(child_gone, timeout=30, what="the garbage collector to delete the dependent")
+
+
+def test_service_account_token(kube: Any, namespace: str) -> None:
+    core = client.CoreV1Api(kube)
+    req = core.create_namespaced_service_account_token(
+        "default", namespace, {"spec": {"audiences": [], "expirationSeconds": 600}}
+    )
+    assert req.status.token.count(".") == 2  # a signed JWT
+    review = client.AuthenticationV1Api(kube).create_token_review(
+        {"spec": {"token": req.status.token}}
+    )
+    assert review.status.authenticated
+    assert review.status.user.username == f"system:serviceaccount:{namespace}:default"
+
+
+def test_kubectl_and_helm_work(cluster: Cluster, namespace: str) -> None:
+    version = json.loads(cluster.kubectl("version", "-o", "json").stdout)
+    assert version["serverVersion"]["gitVersion"].startswith("v1.")
+    assert version["clientVersion"]["gitVersion"].startswith("v1.")
+    out = cluster.kubectl("get", "serviceaccount", "default", "-n", namespace, "-o", "name").stdout
+    assert out.strip() == "serviceaccount/default"
+    assert cluster.helm("version", "--short").stdout.startswith("v3.")
+    assert cluster.helm("list", "-n", namespace, "-q").stdout.strip() == ""
+    if cluster.local:
+        assert cluster.tool("kubectl").startswith(str(cluster.bin_dir))
+        assert cluster.tool("helm").startswith(str(cluster.bin_dir))
+
+
+def test_pinned_kubernetes_version(cluster: Cluster, kube: Any) -> None:
+    if not cluster.local:
+        pytest.skip("the pin applies to the local control plane only")
+    pinned = pinned_kube_version()
+    assert client.VersionApi(kube).get_code().git_version == pinned
+    client_version = json.loads(cluster.kubectl("version", "--client", "-o", "json").stdout)
+    assert client_version["clientVersion"]["gitVersion"] == pinned

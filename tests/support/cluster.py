@@ -1,0 +1,343 @@
+"""The Kubernetes cluster the tests run against, and helpers to use it.
+
+Two modes, chosen by the environment:
+
+* default: the local control plane of ``hack/cluster`` (etcd, kube-apiserver,
+  kube-controller-manager, kube-scheduler and KWOK, run as processes). :func:`acquire_local`
+  starts it with ``hack/cluster/up.sh`` (idempotent) and :func:`release_local` stops it with
+  ``hack/cluster/down.sh`` once no other test session on this checkout uses it. A cluster
+  started by hand (``make cluster-up``) is reused and left running.
+* ``KERASJOB_TEST_CLUSTER=current``: the cluster named by ``KUBECONFIG`` (e.g. kind on a
+  laptop), used as is; nothing is started or stopped, ``kubectl``/``helm`` come from PATH.
+
+``KERASJOB_SKIP_CLUSTER=1`` skips the tests that need a cluster (see ``tests/conftest.py``).
+
+Stable API (other test modules import these; keep them compatible):
+
+* :class:`Cluster` -- ``kubeconfig``, ``bin_dir``, ``local``; ``kubectl(...)``, ``helm(...)``,
+  ``env()``, ``api_client()``.
+* :data:`KWOK_POD_PLACEMENT` -- Pod spec fields that put a Pod on a fake KWOK node.
+* :func:`wait_for` -- poll a condition with a bounded timeout.
+* :func:`create_namespace` / :func:`delete_namespace`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import fcntl
+import os
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CLUSTER_SCRIPTS = REPO_ROOT / "hack" / "cluster"
+
+#: Pod spec fields (merge them into ``spec``) that schedule a Pod onto a fake KWOK node,
+#: where KWOK marks it Running without running anything. Pods without them never land there.
+KWOK_POD_PLACEMENT: dict[str, Any] = {
+    "nodeSelector": {"type": "kwok"},
+    "tolerations": [
+        {"key": "kwok.x-k8s.io/node", "operator": "Equal", "value": "fake", "effect": "NoSchedule"}
+    ],
+}
+
+#: Label and annotation every fake KWOK node carries.
+KWOK_NODE_LABEL = ("type", "kwok")
+KWOK_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
+
+T = TypeVar("T")
+
+
+class CommandError(subprocess.CalledProcessError):
+    """A kubectl/helm/script call failed; ``str()`` includes its stderr."""
+
+    def __str__(self) -> str:
+        cmd = " ".join(map(str, self.cmd)) if isinstance(self.cmd, list) else str(self.cmd)
+        err = (self.stderr or "").strip() or (self.output or "").strip()
+        return f"`{cmd}` exited with {self.returncode}: {err[-4000:]}"
+
+
+def _run(
+    argv: Sequence[str | os.PathLike[str]],
+    *,
+    check: bool = True,
+    input: str | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 120,
+) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        [str(a) for a in argv],
+        input=input,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        check=False,
+    )
+    if check and proc.returncode != 0:
+        raise CommandError(proc.returncode, proc.args, proc.stdout, proc.stderr)
+    return proc
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A cluster to test against.
+
+    ``kubeconfig``: admin kubeconfig file. ``bin_dir``: directory of our pinned binaries
+    (kubectl, helm, kwokctl, ...) for the local cluster, ``None`` when using the current
+    cluster (binaries then come from PATH). ``local``: True for the hack/cluster control plane
+    (fake KWOK nodes available), False for ``KERASJOB_TEST_CLUSTER=current``.
+    """
+
+    kubeconfig: Path
+    bin_dir: Path | None
+    local: bool
+    _client: list[Any] = field(default_factory=list, repr=False, compare=False)
+
+    def tool(self, name: str) -> str:
+        """Path of a binary (``kubectl``, ``helm``...): ours when local, else from PATH."""
+        if self.bin_dir is not None and (self.bin_dir / name).exists():
+            return str(self.bin_dir / name)
+        found = shutil.which(name)
+        if found is None:
+            raise FileNotFoundError(f"{name} not found on PATH")
+        return found
+
+    def env(self, base: dict[str, str] | None = None) -> dict[str, str]:
+        """Environment for subprocesses: ``KUBECONFIG`` set, our binaries first on PATH."""
+        env = dict(os.environ if base is None else base)
+        env["KUBECONFIG"] = str(self.kubeconfig)
+        if self.bin_dir is not None:
+            env["PATH"] = f"{self.bin_dir}{os.pathsep}{env.get('PATH', '')}"
+        return env
+
+    def kubectl(
+        self, *args: str, check: bool = True, input: str | None = None, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        """Run ``kubectl --kubeconfig <kubeconfig> *args``; text output captured.
+
+        Raises :class:`CommandError` (with stderr) on a non-zero exit when ``check``.
+        """
+        argv = [self.tool("kubectl"), "--kubeconfig", str(self.kubeconfig), *args]
+        return _run(argv, check=check, input=input, env=self.env(), timeout=timeout)
+
+    def helm(
+        self, *args: str, check: bool = True, input: str | None = None, timeout: float = 300
+    ) -> subprocess.CompletedProcess[str]:
+        """Run ``helm --kubeconfig <kubeconfig> *args``; like :meth:`kubectl`."""
+        argv = [self.tool("helm"), "--kubeconfig", str(self.kubeconfig), *args]
+        return _run(argv, check=check, input=input, env=self.env(), timeout=timeout)
+
+    def api_client(self) -> Any:
+        """A ``kubernetes.client.ApiClient`` for this cluster (created once, then shared)."""
+        if not self._client:
+            from kubernetes import config
+
+            self._client.append(config.new_client_from_config(config_file=str(self.kubeconfig)))
+        return self._client[0]
+
+
+def wait_for(
+    predicate: Callable[[], T | None],
+    *,
+    timeout: float = 30,
+    interval: float = 0.1,
+    what: str = "condition",
+) -> T:
+    """Poll ``predicate`` until it returns a truthy value, and return that value.
+
+    Raises ``TimeoutError`` naming ``what`` (and the last exception, if the predicate raised)
+    after ``timeout`` seconds. Exceptions from the predicate count as "not yet".
+    """
+    deadline = time.monotonic() + timeout
+    last_exc: BaseException | None = None
+    while True:
+        try:
+            value = predicate()
+            if value:
+                return value
+        except Exception as exc:  # "not yet": e.g. 404 before an object exists
+            last_exc = exc
+        if time.monotonic() >= deadline:
+            detail = f" (last error: {last_exc})" if last_exc else ""
+            raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}{detail}")
+        time.sleep(interval)
+
+
+def create_namespace(api_client: Any, prefix: str = "t", *, timeout: float = 30) -> str:
+    """Create namespace ``<prefix>-<8 hex>``, wait for its default ServiceAccount; return it."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(api_client)
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    wait_for(
+        lambda: core.read_namespaced_service_account("default", name),
+        timeout=timeout,
+        what=f"ServiceAccount default in namespace {name}",
+    )
+    return name
+
+
+def delete_namespace(api_client: Any, name: str) -> None:
+    """Delete a namespace in the background (does not wait); a missing one is fine."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    try:
+        client.CoreV1Api(api_client).delete_namespace(name, propagation_policy="Background")
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
+# --- the local control plane's lifecycle across test sessions ----------------------------
+
+
+def _script(name: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return _run([str(CLUSTER_SCRIPTS / name), *args], check=False, timeout=timeout)
+
+
+def local_paths() -> tuple[Path, Path]:
+    """(kubeconfig, bin_dir) of the local control plane, as hack/cluster/env.sh reports them."""
+    kubeconfig = _run([str(CLUSTER_SCRIPTS / "env.sh"), "--kubeconfig"]).stdout.strip()
+    bin_dir = _run([str(CLUSTER_SCRIPTS / "env.sh"), "--bin-dir"]).stdout.strip()
+    return Path(kubeconfig), Path(bin_dir)
+
+
+@contextlib.contextmanager
+def _lock(state_dir: Path) -> Iterator[None]:
+    # One lock per checkout: sessions sharing .run/ take turns starting/stopping the cluster.
+    state_dir.parent.mkdir(parents=True, exist_ok=True)
+    with open(state_dir.parent / ".cluster.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _live_users(users: Path) -> list[int]:
+    live = []
+    for f in users.glob("*") if users.is_dir() else []:
+        pid = int(f.name) if f.name.isdigit() else -1
+        if pid > 0 and _pid_alive(pid):
+            live.append(pid)
+        else:
+            f.unlink(missing_ok=True)
+    return live
+
+
+class _LocalLease:
+    """This process's claim on the local control plane (see :func:`acquire_local`)."""
+
+    def __init__(self) -> None:
+        self.kubeconfig, self.bin_dir = local_paths()
+        self.state_dir = self.kubeconfig.parent
+        self.users = self.state_dir / "users"
+        self.managed = self.state_dir / "managed-by-tests"
+        self.held = False
+        self.started = False
+
+    def acquire(self) -> None:
+        with _lock(self.state_dir):
+            healthy_before = _script("up.sh", "--check").returncode == 0
+            if healthy_before and not self.managed.exists():
+                # Started by hand (make cluster-up): use it, never stop it.
+                return
+            # From here on, release() stops the cluster if nobody else uses it, even when
+            # up.sh is interrupted half-way.
+            self.held = self.started = True
+            proc = _script("up.sh")
+            if proc.returncode != 0:
+                raise RuntimeError(
+                    "hack/cluster/up.sh failed (run `make binaries` first if the binaries are "
+                    "missing; set KERASJOB_SKIP_CLUSTER=1 to skip cluster tests):\n"
+                    + (proc.stderr or proc.stdout)[-6000:]
+                )
+            # up.sh may have replaced a stale cluster (and its state dir): mark it afresh.
+            self.users.mkdir(exist_ok=True)
+            self.managed.touch()
+            (self.users / str(os.getpid())).touch()
+
+    def release(self) -> None:
+        if not self.held:
+            return
+        self.held = False
+        with _lock(self.state_dir):
+            (self.users / str(os.getpid())).unlink(missing_ok=True)
+            if (self.started or self.managed.exists()) and not _live_users(self.users):
+                _script("down.sh", timeout=120)
+
+
+_lease: _LocalLease | None = None
+
+
+def acquire_local() -> Cluster:
+    """Start (or join) the local control plane; :func:`release_local` undoes it.
+
+    Teardown also runs at interpreter exit and on SIGTERM/SIGHUP, so a killed test run
+    still stops the cluster; after a SIGKILL, the next ``up.sh`` replaces the leftover cluster.
+    """
+    global _lease
+    if _lease is None:
+        _lease = _LocalLease()
+        atexit.register(release_local)
+        _install_signal_handlers()
+        _lease.acquire()
+    return Cluster(kubeconfig=_lease.kubeconfig, bin_dir=_lease.bin_dir, local=True)
+
+
+def release_local() -> None:
+    """Release this process's claim; stops the cluster if no other test session uses it."""
+    if _lease is not None:
+        _lease.release()
+
+
+def _install_signal_handlers() -> None:
+    """SIGTERM/SIGHUP unwind like Ctrl-C, so fixture teardown and atexit stop the cluster."""
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"received signal {signum}")
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        with contextlib.suppress(ValueError):  # ValueError: not in the main thread
+            if signal.getsignal(sig) in (signal.SIG_DFL, None):
+                signal.signal(sig, handler)
+
+
+def current_cluster() -> Cluster:
+    """The cluster of ``KUBECONFIG`` (default ``~/.kube/config``), used unchanged."""
+    default = Path.home() / ".kube" / "config"
+    path = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or str(default)
+    if not Path(path).exists():
+        raise RuntimeError(f"KERASJOB_TEST_CLUSTER=current but kubeconfig {path} does not exist")
+    return Cluster(kubeconfig=Path(path), bin_dir=None, local=False)
+
+
+def wants_current_cluster() -> bool:
+    """True when ``KERASJOB_TEST_CLUSTER=current`` (use KUBECONFIG's cluster as is)."""
+    return os.environ.get("KERASJOB_TEST_CLUSTER", "").strip().lower() == "current"
+
+
+def cluster_skipped() -> bool:
+    """True when ``KERASJOB_SKIP_CLUSTER=1``: tests that need a cluster are skipped."""
+    return os.environ.get("KERASJOB_SKIP_CLUSTER", "").strip().lower() in {"1", "true", "yes"}
