@@ -1,0 +1,427 @@
+"""The desired children of a KerasJob: its headless Service and one Pod per task.
+
+Pure functions: a KerasJob in, plain manifests out, no API calls. Each manifest is a Jinja2
+template (templates/*.yaml.j2) rendered with the operator's defaults, then the user's
+spec.template (and the role's own template) merged over it (merge.py), then the fields the
+operator owns set again, so that no template can break TF_CONFIG, naming or restarts.
+
+The container named "trainer" is the trainer. If a user template has containers but none
+named "trainer", its first container is taken as the trainer and renamed "trainer", so the
+controller always finds the trainer's status under that name.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import jinja2
+import pydantic
+import yaml
+from kerasjob_trainer.contract import DEFAULT_METRICS_PORT, Env
+
+from kerasjob import labels
+from kerasjob.api import (
+    API_VERSION_FULL,
+    KIND,
+    DatasetSource,
+    KerasJob,
+    ReplicaRole,
+    RestartPolicy,
+    checkpoint_dir,
+)
+from kerasjob.merge import deep_merge
+from kerasjob.tf_config import build_tf_config, pod_name, tf_config_json
+
+TRAINER_CONTAINER = "trainer"
+#: Name of the checkpoint volume in every Pod; reserved (a template may not define it).
+CHECKPOINT_VOLUME = "kerasjob-checkpoint"
+DEFAULT_COMMAND = ("python", "-m", "kerasjob_trainer")
+#: Seconds between SIGTERM and SIGKILL: enough for the trainer to save a backup (exit 42).
+DEFAULT_TERMINATION_GRACE_SECONDS = 60
+#: Fields of a role's ReplicaSpec/job template that the operator sets and a template may not.
+OWNED_POD_SPEC_FIELDS = ("hostname", "subdomain", "restartPolicy")
+#: Variables the operator owns; a template that sets one of them is invalid.
+OWNED_ENV = frozenset({
+    Env.TF_CONFIG.value, Env.JOB_NAME.value, Env.NAMESPACE.value, Env.ROLE.value,
+    Env.INDEX.value, Env.CHECKPOINT_DIR.value, Env.RESTART_ATTEMPT.value,
+})
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+JobLike = KerasJob | Mapping[str, Any]
+
+
+def _job(job: JobLike) -> KerasJob:
+    return job if isinstance(job, KerasJob) else KerasJob.from_body(job)
+
+
+@functools.cache
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("kerasjob", "templates"),
+        undefined=jinja2.StrictUndefined,  # a missing variable is a bug, not an empty string
+        keep_trailing_newline=True,
+        autoescape=False,  # YAML, not HTML
+    )
+    # JSON is valid YAML: any value rendered through it is a correctly quoted scalar/flow.
+    env.filters["to_json"] = lambda v: json.dumps(v, separators=(",", ":"))
+    return env
+
+
+def render(template: str, **context: Any) -> dict[str, Any]:
+    """Render templates/<template> and parse it as YAML."""
+    return yaml.safe_load(_env().get_template(template).render(**context))
+
+
+# --- small pieces the controller may use too -----------------------------------------------
+
+
+def owner_reference(job: JobLike) -> dict[str, Any]:
+    """The ownerReference every child carries: garbage-collected with the job."""
+    j = _job(job)
+    return {
+        "apiVersion": API_VERSION_FULL,
+        "kind": KIND,
+        "name": j.name,
+        "uid": j.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def pod_restart_policy(policy: RestartPolicy) -> str:
+    """The Pod's restartPolicy for the job's restartPolicy.
+
+    OnFailure lets the kubelet restart a crashed or peer-lost trainer in place, which is
+    much faster than re-creating the Pod (the controller still counts each restart).
+    Never and ExitCode need every exit seen by the controller before anything restarts.
+    """
+    return "OnFailure" if policy is RestartPolicy.ON_FAILURE else "Never"
+
+
+def pod_labels(job_name: str, role: ReplicaRole | str, index: int, *,
+               is_chief: bool) -> dict[str, str]:
+    """Labels of one task's Pod."""
+    out = {
+        **common_labels(job_name),
+        labels.REPLICA_TYPE: ReplicaRole(role).value,
+        labels.REPLICA_INDEX: str(index),
+    }
+    if is_chief:
+        out[labels.CHIEF] = "true"
+    return out
+
+
+def common_labels(job_name: str) -> dict[str, str]:
+    """Labels every child of a job carries."""
+    return {
+        labels.JOB_NAME: job_name,
+        labels.MANAGED_BY: labels.MANAGED_BY_VALUE,
+        labels.APP_NAME: labels.APP_NAME_VALUE,
+        labels.APP_INSTANCE: job_name,
+    }
+
+
+def job_checkpoint_dir(job: JobLike) -> str:
+    """<mountPath>/<namespace>/<name>/<uid>: the job's KERASJOB_CHECKPOINT_DIR."""
+    j = _job(job)
+    return checkpoint_dir(j.spec.checkpoint.mount_path, j.namespace, j.name, j.uid)
+
+
+def trainer_config(job: JobLike) -> dict[str, Any]:
+    """The object passed to the bundled trainer as KERASJOB_TRAINER_CONFIG.
+
+    spec.trainer (camelCase, unset fields left out) plus checkpoint.saveFreq. A dataset
+    read from a path is passed as the trainer's own source names, "npz" or "tfrecord".
+    """
+    j = _job(job)
+    out = j.spec.trainer.model_dump(by_alias=True, exclude_none=True, mode="json")
+    dataset = j.spec.trainer.dataset
+    if dataset.source is DatasetSource.PATH:
+        fmt = dataset.resolved_format()
+        out["dataset"] = {"source": fmt.value if fmt else "path", "path": dataset.path}
+    else:
+        out["dataset"] = {"source": dataset.source.value}
+    out["saveFreq"] = j.spec.checkpoint.save_freq
+    return out
+
+
+def role_template(job: JobLike, role: ReplicaRole | str) -> dict[str, Any]:
+    """spec.template with the role's own template (chief/evaluator) merged over it."""
+    j = _job(job)
+    out = _normalise_template(j.spec.template or {})
+    role_spec = j.spec.role_spec(ReplicaRole(role))
+    if role_spec is not None and role_spec.template:
+        out = deep_merge(out, _normalise_template(role_spec.template))
+    return out
+
+
+# --- the children ------------------------------------------------------------------------
+
+
+def build_service(job: JobLike) -> dict[str, Any]:
+    """The job's headless Service, named after the job."""
+    j = _job(job)
+    return render(
+        "service.yaml.j2",
+        job_name=j.name,
+        namespace=j.namespace,
+        labels=common_labels(j.name),
+        owner_references=[owner_reference(j)],
+        selector=labels.selector(j.name),
+        port=j.spec.port,
+    )
+
+
+def build_pod(job: JobLike, role: ReplicaRole | str, index: int, *, default_image: str,
+              restart_attempt: int = 0) -> dict[str, Any]:
+    """The Pod of task (role, index): <job>-<role>-<index>.
+
+    default_image: the operator's trainer image, used unless spec.image or the template's
+    trainer container names one. restart_attempt: disruptions + failures so far; it is in
+    the Pod's env and annotations, not in its spec hash.
+    """
+    j = _job(job)
+    role = ReplicaRole(role)
+    spec = j.spec
+    name = pod_name(j.name, role, index)
+    tf_config = build_tf_config(j.name, j.namespace, spec.replicas(), spec.port, role, index)
+    owned_env = {
+        Env.TF_CONFIG.value: tf_config_json(tf_config),
+        Env.JOB_NAME.value: j.name,
+        Env.NAMESPACE.value: j.namespace,
+        Env.ROLE.value: role.value,
+        Env.INDEX.value: str(index),
+        Env.CHECKPOINT_DIR.value: job_checkpoint_dir(j),
+        Env.RESTART_ATTEMPT.value: str(restart_attempt),
+    }
+    default_env = {
+        Env.TRAINER_CONFIG.value: json.dumps(trainer_config(j), separators=(",", ":")),
+        Env.METRICS_PORT.value: str(DEFAULT_METRICS_PORT),
+        # tf_keras, not Keras 3: Keras 3's fit does not work under MWMS (see DESIGN.md).
+        "TF_USE_LEGACY_KERAS": "1",
+    }
+    annotations = {labels.RESTART_ATTEMPT: str(restart_attempt)}
+    if "generation" in j.metadata:
+        annotations[labels.JOB_GENERATION] = str(j.metadata["generation"])
+    pod_lbls = pod_labels(j.name, role, index, is_chief=(role, index) == spec.chief_task())
+    volume = {"name": CHECKPOINT_VOLUME, **(spec.checkpoint.volume or {"emptyDir": {}})}
+
+    base = render(
+        "pod.yaml.j2",
+        pod_name=name,
+        job_name=j.name,
+        namespace=j.namespace,
+        labels=pod_lbls,
+        annotations=annotations,
+        owner_references=[owner_reference(j)],
+        restart_policy=pod_restart_policy(spec.restart_policy),
+        termination_grace_period_seconds=DEFAULT_TERMINATION_GRACE_SECONDS,
+        container_name=TRAINER_CONTAINER,
+        image=spec.image or default_image,
+        command=list(DEFAULT_COMMAND),
+        port=spec.port,
+        metrics_port=DEFAULT_METRICS_PORT,
+        env=[{"name": k, "value": v} for k, v in {**owned_env, **default_env}.items()],
+        checkpoint_volume_name=CHECKPOINT_VOLUME,
+        mount_path=spec.checkpoint.mount_path,
+        checkpoint_volume=volume,
+    )
+
+    template = role_template(j, role)
+    pod = copy.deepcopy(base)
+    pod["metadata"] = deep_merge(base["metadata"], template.get("metadata") or {})
+    pod["spec"] = deep_merge(base["spec"], template.get("spec") or {})
+
+    # The operator's fields win over anything a template said.
+    meta = pod["metadata"]
+    meta.update(name=name, namespace=j.namespace, ownerReferences=[owner_reference(j)])
+    meta["labels"] = {**(meta.get("labels") or {}), **pod_lbls}
+    meta["annotations"] = {**(meta.get("annotations") or {}), **annotations}
+    meta.pop("generateName", None)
+    pod_spec = pod["spec"]
+    for key in OWNED_POD_SPEC_FIELDS:
+        pod_spec[key] = base["spec"][key]
+    trainer = _trainer_container(pod_spec)
+    trainer["env"] = [
+        {"name": e["name"], "value": owned_env[e["name"]]}
+        if isinstance(e, Mapping) and e.get("name") in owned_env else e
+        for e in trainer.get("env") or []
+    ]
+    pod_spec["volumes"] = [
+        volume if isinstance(v, Mapping) and v.get("name") == CHECKPOINT_VOLUME else v
+        for v in pod_spec.get("volumes") or []
+    ]
+    meta["annotations"][labels.SPEC_HASH] = spec_hash(pod)
+    return pod
+
+
+def desired_pods(job: JobLike, *, default_image: str,
+                 restart_attempt: int = 0) -> list[dict[str, Any]]:
+    """Every Pod of the job, workers first, then chief, then evaluator."""
+    j = _job(job)
+    return [
+        build_pod(j, role, index, default_image=default_image, restart_attempt=restart_attempt)
+        for role, index in j.spec.tasks()
+    ]
+
+
+def spec_hash(pod: Mapping[str, Any]) -> str:
+    """A short hash of a Pod's spec, ignoring the restart attempt (which changes by design).
+
+    Two renders of the same job, template and image give the same hash; the controller can
+    compare it with the annotation of an existing Pod to see whether the Pod is stale.
+    """
+    spec = copy.deepcopy(dict(pod.get("spec") or {}))
+    for c in spec.get("containers") or []:
+        c["env"] = [e for e in c.get("env") or [] if e.get("name") != Env.RESTART_ATTEMPT.value]
+    blob = json.dumps(spec, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+# --- semantic validation -------------------------------------------------------------------
+
+
+def validate_job(obj: JobLike) -> list[str]:
+    """Problems the CRD schema cannot catch; an empty list means the job can run.
+
+    The controller marks a job with any problem Failed (reason InvalidSpec) and creates
+    nothing. Also repeats the CRD's CEL rules, for objects that never went through the API
+    server (CLI, SDK, tests).
+    """
+    try:
+        j = _job(obj)
+    except pydantic.ValidationError as e:
+        return [f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()]
+    problems: list[str] = []
+    spec = j.spec
+    name = j.name
+
+    if not name:
+        problems.append("metadata.name is required")
+    elif not (_DNS_1035_LABEL.match(name) and len(name) <= 63):
+        problems.append(
+            f"metadata.name {name!r} must be a DNS-1035 label (at most 63 lowercase letters, "
+            "digits and '-', starting with a letter): it names the job's Service"
+        )
+    else:
+        longest = max((pod_name(name, r, i) for r, i in spec.tasks()), key=len)
+        if len(longest) > 63:
+            problems.append(
+                f"metadata.name {name!r} is too long: Pod name/hostname {longest!r} must be "
+                "at most 63 characters"
+            )
+
+    if spec.port == DEFAULT_METRICS_PORT:
+        problems.append(f"spec.port {spec.port} collides with the metrics port")
+    ds = spec.trainer.dataset
+    if ds.source is DatasetSource.PATH and not ds.path:
+        problems.append("spec.trainer.dataset.path is required when dataset.source is 'path'")
+    ckpt = spec.checkpoint
+    if not ckpt.mount_path.startswith("/"):
+        problems.append("spec.checkpoint.mountPath must be an absolute path")
+    if ckpt.volume is not None and len(ckpt.volume) != 1:
+        problems.append("spec.checkpoint.volume must have exactly one volume source key")
+    shared = ckpt.volume is not None and "emptyDir" not in ckpt.volume
+    if len(spec.tasks()) > 1 and not shared:
+        problems.append(
+            "a job with more than one Pod needs a shared spec.checkpoint.volume "
+            "(emptyDir is per Pod)"
+        )
+
+    for where, tpl in _templates(j):
+        problems.extend(_template_problems(where, tpl, ckpt.mount_path))
+    return problems
+
+
+def _templates(j: KerasJob) -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    if j.spec.template is not None:
+        out.append(("spec.template", j.spec.template))
+    for role in (ReplicaRole.CHIEF, ReplicaRole.EVALUATOR):
+        rs = j.spec.role_spec(role)
+        if rs is not None and rs.template is not None:
+            out.append((f"spec.{role.value}.template", rs.template))
+    return out
+
+
+def _template_problems(where: str, tpl: Any, mount_path: str) -> list[str]:
+    problems: list[str] = []
+    if not isinstance(tpl, Mapping):
+        return [f"{where} must be an object (a PodTemplateSpec)"]
+    unknown = sorted(set(tpl) - {"metadata", "spec"})
+    if unknown:
+        problems.append(f"{where} may only have metadata and spec, not {', '.join(unknown)}")
+    pod_spec = tpl.get("spec") or {}
+    if not isinstance(pod_spec, Mapping):
+        return [*problems, f"{where}.spec must be an object"]
+    for key in OWNED_POD_SPEC_FIELDS:
+        if key in pod_spec:
+            problems.append(f"{where}.spec.{key} is set by the operator and may not be given")
+    for key in ("containers", "initContainers", "volumes"):
+        items = pod_spec.get(key)
+        if items is not None and not (
+            isinstance(items, list) and all(isinstance(i, Mapping) for i in items)
+        ):
+            problems.append(f"{where}.spec.{key} must be a list of objects")
+            return problems
+    containers = pod_spec.get("containers") or []
+    for i, c in enumerate(containers):
+        # The first container may be nameless: it becomes the trainer.
+        if i > 0 and not c.get("name"):
+            problems.append(f"{where}.spec.containers[{i}] needs a name")
+        env = c.get("env") or []
+        owned = sorted({e.get("name") for e in env if isinstance(e, Mapping)} & OWNED_ENV)
+        if owned:
+            problems.append(
+                f"{where}.spec.containers[{i}].env sets {', '.join(owned)}, which the "
+                "operator sets"
+            )
+        for m in c.get("volumeMounts") or []:
+            if isinstance(m, Mapping) and m.get("mountPath") == mount_path:
+                problems.append(
+                    f"{where}.spec.containers[{i}] mounts something at the checkpoint "
+                    f"mountPath {mount_path}"
+                )
+    for v in pod_spec.get("volumes") or []:
+        if v.get("name") == CHECKPOINT_VOLUME:
+            problems.append(
+                f"{where}.spec.volumes may not define {CHECKPOINT_VOLUME!r}: use "
+                "spec.checkpoint.volume"
+            )
+    return problems
+
+
+# --- helpers -------------------------------------------------------------------------------
+
+
+def _normalise_template(tpl: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of a user template whose trainer container is named "trainer"."""
+    out = copy.deepcopy(dict(tpl))
+    pod_spec = out.get("spec")
+    if isinstance(pod_spec, dict):
+        containers = pod_spec.get("containers")
+        if isinstance(containers, list) and containers and not any(
+            isinstance(c, Mapping) and c.get("name") == TRAINER_CONTAINER for c in containers
+        ) and isinstance(containers[0], dict):
+            containers[0]["name"] = TRAINER_CONTAINER
+    return out
+
+
+def _trainer_container(pod_spec: Mapping[str, Any]) -> dict[str, Any]:
+    for c in pod_spec["containers"]:
+        if c.get("name") == TRAINER_CONTAINER:
+            return c
+    raise AssertionError("the rendered Pod always has a trainer container")
+
+
+def is_dns_label(value: str) -> bool:
+    """RFC 1123 label: what a Pod hostname must be."""
+    return len(value) <= 63 and bool(_DNS_LABEL.match(value))

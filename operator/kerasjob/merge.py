@@ -1,0 +1,76 @@
+"""Merge a user's PodTemplateSpec over the operator's rendered defaults.
+
+A small, predictable subset of Kubernetes' strategic merge patch:
+
+* mappings merge recursively; an override value of None deletes the key;
+* lists of named things merge element-wise by their key (below), keeping the base's order
+  and appending new elements: containers, env, volumes, volumeMounts, ports ...;
+* every other list (args, command, tolerations, ...) is replaced as a whole;
+* scalars are replaced.
+
+Nothing here knows about KerasJob; `children.py` decides which container is the trainer.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+#: List field name -> the key its elements merge by. The same keys Kubernetes' strategic
+#: merge uses, so a template behaves as `kubectl patch` users expect (volumeMounts merge by
+#: mountPath, ports by containerPort: one volume may be mounted twice).
+MERGE_KEYS: dict[str, str] = {
+    "containers": "name",
+    "initContainers": "name",
+    "ephemeralContainers": "name",
+    "env": "name",
+    "volumes": "name",
+    "volumeMounts": "mountPath",
+    "volumeDevices": "devicePath",
+    "ports": "containerPort",
+    "imagePullSecrets": "name",
+    "hostAliases": "ip",
+    "resourceClaims": "name",
+}
+
+
+def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """A new dict: `override` merged over `base` (neither is modified)."""
+    out: dict[str, Any] = copy.deepcopy(dict(base))
+    for key, value in override.items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = deep_merge(out[key], value)
+        elif isinstance(value, list) and isinstance(out.get(key), list) and key in MERGE_KEYS:
+            out[key] = merge_list(out[key], value, MERGE_KEYS[key])
+        else:
+            out[key] = _without_none(value)
+    return out
+
+
+def merge_list(base: list[Any], override: list[Any], key: str) -> list[Any]:
+    """Merge two lists of mappings by `key`; elements without the key are appended as-is."""
+    out = copy.deepcopy(base)
+    index = {
+        item[key]: i for i, item in enumerate(out) if isinstance(item, Mapping) and key in item
+    }
+    for item in override:
+        if isinstance(item, Mapping) and key in item and item[key] in index:
+            i = index[item[key]]
+            out[i] = deep_merge(out[i], item)
+        else:
+            if isinstance(item, Mapping) and key in item:
+                index[item[key]] = len(out)
+            out.append(_without_none(item))
+    return out
+
+
+def _without_none(value: Any) -> Any:
+    # A None means "delete"; where there is nothing to delete it must not reach the API.
+    if isinstance(value, Mapping):
+        return {k: _without_none(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_none(v) for v in value]
+    return copy.deepcopy(value)
