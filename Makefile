@@ -11,6 +11,8 @@ export KERASJOB_CACHE ?= $(HOME)/.cache/kerasjob
 # Runtime state (certificates, etcd data, logs, kubeconfig) of the local cluster.
 export KERASJOB_RUN ?= $(CURDIR)/.run
 PYTEST_ARGS ?=
+# Trainer image variants `make images` builds (kind-e2e builds only cpu).
+IMAGE_VARIANTS ?= cpu gpu
 
 .PHONY: help venv lint fmt test test-unit test-trainer test-integration test-e2e \
         binaries cluster-up cluster-down cluster-env crds demo bench images \
@@ -64,6 +66,9 @@ cluster-env: ## Print exports for kubectl/helm against the local cluster: eval "
 
 crds: venv ## Regenerate crds/ from the pydantic models
 	$(BIN)/python -m kerasjob.crdgen --out crds
+	# The chart ships the same file (Helm installs CRDs only from its own crds/ folder);
+	# tests/unit/test_chart.py fails if the two copies differ.
+	cp crds/kerasjob.dev_kerasjobs.yaml charts/kerasjob-operator/crds/
 
 demo: venv ## Train MNIST on 2 workers under the real operator, evict one, resume (CLUSTER=current to use KUBECONFIG)
 	$(BIN)/python -m kerasjob.demo $(if $(filter current,$(CLUSTER)),--cluster current,)
@@ -72,10 +77,13 @@ bench: venv binaries ## Benchmarks: print figures, write JSON to bench/results/
 	$(BIN)/python bench/trainer.py
 	$(BIN)/python bench/operator.py
 
-images: ## Build the operator and trainer images (needs docker)
+images: ## Build the operator and trainer images (needs docker; IMAGE_VARIANTS="cpu gpu")
+	@command -v docker >/dev/null || { echo "images: docker not found; install Docker (https://docs.docker.com/get-docker/) to build images" >&2; exit 1; }
+	@docker info >/dev/null 2>&1 || { echo "images: the docker daemon is not reachable ('docker info' failed); start Docker" >&2; exit 1; }
 	docker build -t kerasjob/operator:dev -f Dockerfile .
-	docker build -t kerasjob/trainer:dev-cpu -f trainer_image/Dockerfile --build-arg VARIANT=cpu .
-	docker build -t kerasjob/trainer:dev-gpu -f trainer_image/Dockerfile --build-arg VARIANT=gpu .
+	for v in $(IMAGE_VARIANTS); do \
+	  docker build -t kerasjob/trainer:dev-$$v -f trainer_image/Dockerfile --build-arg VARIANT=$$v . || exit 1; \
+	done
 
 helm-lint: binaries ## helm lint the chart
 	$$(hack/cluster/env.sh --bin-dir)/helm lint charts/kerasjob-operator

@@ -1,0 +1,40 @@
+# syntax=docker/dockerfile:1
+# The operator image: Python + kopf + the kerasjob package. No TensorFlow: the operator only
+# talks to the Kubernetes API; training runs in the trainer image (trainer_image/Dockerfile).
+#
+#   docker build -t kerasjob/operator:dev .          (or: make images)
+#
+# The Python minor version matches the one the test suite runs on (kopf needs >= 3.11).
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN python -m venv /opt/kerasjob
+WORKDIR /src
+# Only what `pip install .` needs. The trainer package directory is copied because the
+# operator imports kerasjob_trainer.contract (exit codes, env names) and setuptools packages
+# both; the trainer's heavy dependencies stay out because the `trainer` extra is not installed.
+COPY pyproject.toml README.md ./
+COPY operator/ operator/
+COPY trainer_image/kerasjob_trainer/ trainer_image/kerasjob_trainer/
+RUN /opt/kerasjob/bin/pip install . \
+ && /opt/kerasjob/bin/python -c "import kerasjob, kopf" \
+ && ! /opt/kerasjob/bin/python -c "import tensorflow" 2>/dev/null
+
+FROM ${PYTHON_IMAGE}
+LABEL org.opencontainers.image.title="kerasjob-operator" \
+      org.opencontainers.image.description="Kubernetes operator for distributed Keras training" \
+      org.opencontainers.image.licenses="Apache-2.0"
+COPY --from=build /opt/kerasjob /opt/kerasjob
+# A fixed numeric UID/GID so that runAsNonRoot can verify it without a passwd lookup; the
+# chart's podSecurityContext uses the same numbers.
+RUN groupadd --system --gid 10001 kerasjob \
+ && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /tmp kerasjob
+ENV PATH=/opt/kerasjob/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    HOME=/tmp
+USER 10001:10001
+# kopf's liveness endpoint and the operator's Prometheus metrics (see the chart's values).
+EXPOSE 8080 9090
+ENTRYPOINT ["python", "-m", "kerasjob"]

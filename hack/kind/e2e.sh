@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# End-to-end tests on kind: create a 3-node kind cluster, build and load the dev images,
+# give it ReadWriteMany checkpoint storage, install the Helm chart, run the e2e suite against
+# it (KERASJOB_TEST_CLUSTER=current), delete the cluster.  Entry point: `make kind-e2e`.
+#
+# Needs: docker (with a running daemon), kind, and kubectl + helm (ours from `make binaries`
+# when built, otherwise whatever is on PATH).
+#
+# Environment (all optional):
+#   KIND_CLUSTER_NAME   cluster name                         (default kerasjob-e2e)
+#   KIND_NODE_IMAGE     kindest/node image, to pick the Kubernetes version (default: kind's)
+#   KIND_SHARED_DIR     host directory shared by all nodes    (default /tmp/kerasjob-kind-shared)
+#   KEEP_CLUSTER=1      keep the cluster afterwards (KUBECONFIG is printed)
+#   SKIP_IMAGES=1       do not rebuild the images (they must exist locally)
+#   PYTEST_ARGS         extra pytest arguments, e.g. "-k mnist -x"
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+
+die() { echo "kind-e2e: $*" >&2; exit 1; }
+log() { echo "kind-e2e: $*" >&2; }
+
+CLUSTER="${KIND_CLUSTER_NAME:-kerasjob-e2e}"
+SHARED_DIR="${KIND_SHARED_DIR:-/tmp/kerasjob-kind-shared}"
+RUN_DIR="${KERASJOB_RUN:-$PWD/.run}/kind"
+NAMESPACE=kerasjob-system
+OPERATOR_IMAGE=kerasjob/operator:dev
+TRAINER_IMAGE=kerasjob/trainer:dev-cpu
+PV_COUNT=8
+
+# --- prerequisites, each with the way out -------------------------------------------------
+command -v docker >/dev/null \
+  || die "docker not found. kind runs Kubernetes nodes as Docker containers: install Docker (https://docs.docker.com/get-docker/). Without Docker, 'make test-e2e' runs the same suite on the local control plane."
+docker info >/dev/null 2>&1 \
+  || die "docker is installed but its daemon is not reachable ('docker info' failed): start Docker, or check permissions on /var/run/docker.sock."
+command -v kind >/dev/null \
+  || die "kind not found: install it (https://kind.sigs.k8s.io/docs/user/quick-start/#installation, e.g. 'go install sigs.k8s.io/kind@latest')."
+
+# Prefer the pinned kubectl/helm from `make binaries`; fall back to PATH.
+BIN_DIR="$(hack/cluster/build.sh --bin-dir 2>/dev/null || true)"
+if [ -n "$BIN_DIR" ] && [ -x "$BIN_DIR/kubectl" ] && [ -x "$BIN_DIR/helm" ]; then
+  export PATH="$BIN_DIR:$PATH"
+fi
+command -v kubectl >/dev/null || die "kubectl not found: run 'make binaries' or install kubectl."
+command -v helm >/dev/null || die "helm not found: run 'make binaries' or install helm."
+PYTEST="${PYTEST:-.venv/bin/pytest}"
+[ -x "$PYTEST" ] || die "$PYTEST not found: run 'make venv' first."
+
+# --- cluster ------------------------------------------------------------------------------
+mkdir -p "$RUN_DIR"
+export KUBECONFIG="$RUN_DIR/kubeconfig"   # never touch the user's ~/.kube/config
+
+cleanup() {
+  local rc=$?
+  if [ "$rc" -ne 0 ]; then
+    log "failed (exit $rc); operator logs and cluster state follow"
+    kubectl -n "$NAMESPACE" logs deployment/kerasjob-operator --tail=200 2>/dev/null || true
+    kubectl get kerasjobs,pods,pvc -A -o wide 2>/dev/null || true
+  fi
+  if [ "${KEEP_CLUSTER:-0}" = 1 ]; then
+    log "keeping cluster '$CLUSTER': export KUBECONFIG=$KUBECONFIG"
+  else
+    kind delete cluster --name "$CLUSTER" --kubeconfig "$KUBECONFIG" >/dev/null 2>&1 || true
+  fi
+  exit "$rc"
+}
+trap cleanup EXIT
+
+# Every node bind-mounts the same host directory (see kind-config.yaml). One subdirectory
+# per PersistentVolume, world-writable because the trainer runs as a non-root user and
+# hostPath volumes get no fsGroup ownership change.
+mkdir -p "$SHARED_DIR"
+for i in $(seq -w 0 $((PV_COUNT - 1))); do mkdir -p "$SHARED_DIR/pv-$i"; done
+chmod -R 1777 "$SHARED_DIR"
+config="$RUN_DIR/kind-config.yaml"
+sed "s#hostPath: /tmp/kerasjob-kind-shared#hostPath: $SHARED_DIR#" hack/kind/kind-config.yaml > "$config"
+
+if kind get clusters 2>/dev/null | grep -qx "$CLUSTER"; then
+  log "cluster '$CLUSTER' exists; deleting it for a clean run"
+  kind delete cluster --name "$CLUSTER"
+fi
+log "creating kind cluster '$CLUSTER' (1 control plane, 2 workers)"
+kind create cluster --name "$CLUSTER" --config "$config" --kubeconfig "$KUBECONFIG" \
+  ${KIND_NODE_IMAGE:+--image "$KIND_NODE_IMAGE"} --wait 180s
+
+# --- images -------------------------------------------------------------------------------
+if [ "${SKIP_IMAGES:-0}" != 1 ]; then
+  # The GPU trainer variant is of no use on kind and is several GB: build only the CPU one.
+  make images IMAGE_VARIANTS=cpu
+fi
+log "loading $OPERATOR_IMAGE and $TRAINER_IMAGE into every node"
+kind load docker-image --name "$CLUSTER" "$OPERATOR_IMAGE" "$TRAINER_IMAGE"
+
+# --- ReadWriteMany checkpoint storage -----------------------------------------------------
+# Static hostPath PVs under the shared directory, bound by any PVC that asks for the
+# kerasjob-shared class (one PV per PVC, so PV_COUNT PVCs at most per run).
+log "creating StorageClass kerasjob-shared and $PV_COUNT ReadWriteMany PersistentVolumes"
+{
+  cat <<YAML
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: kerasjob-shared
+provisioner: kubernetes.io/no-provisioner
+volumeBindingMode: Immediate
+reclaimPolicy: Retain
+YAML
+  for i in $(seq -w 0 $((PV_COUNT - 1))); do
+    cat <<YAML
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata:
+  name: kerasjob-shared-$i
+spec:
+  storageClassName: kerasjob-shared
+  capacity: {storage: 10Gi}
+  accessModes: [ReadWriteMany]
+  persistentVolumeReclaimPolicy: Retain
+  hostPath: {path: /var/kerasjob-shared/pv-$i, type: Directory}
+YAML
+  done
+} | kubectl apply -f -
+
+# --- the operator, as a user installs it --------------------------------------------------
+log "installing the chart into $NAMESPACE"
+helm install kerasjob-operator charts/kerasjob-operator \
+  --namespace "$NAMESPACE" --create-namespace \
+  --set image.tag=dev --set image.pullPolicy=Never \
+  --set trainerImage.tag=dev --set trainerImage.variant=cpu \
+  --wait --timeout 5m
+kubectl -n "$NAMESPACE" rollout status deployment/kerasjob-operator --timeout=120s
+
+# --- the suite ----------------------------------------------------------------------------
+# The same tests as `make test-e2e`; "current" points them at $KUBECONFIG, the installed
+# operator does the reconciling, and checkpoints go to PVCs of the kerasjob-shared class.
+log "running tests/e2e against kind"
+# shellcheck disable=SC2086
+KERASJOB_TEST_CLUSTER=current \
+KERASJOB_TEST_OPERATOR=installed \
+KERASJOB_TEST_STORAGE_CLASS=kerasjob-shared \
+KERASJOB_TEST_TRAINER_IMAGE="$TRAINER_IMAGE" \
+  "$PYTEST" ${PYTEST_ARGS:-} tests/e2e
+log "passed"
