@@ -1,0 +1,154 @@
+"""A compact, immutable summary of one child Pod: what the controller needs, nothing more.
+
+The Pod index (see `handlers`) stores a `PodView` per Pod instead of the whole object, so the
+operator's memory stays small with thousands of Pods and the pure decision functions
+(`restart_policy`, `reconcile`) never touch raw Kubernetes dictionaries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from kerasjob import KIND, labels
+
+#: The container treated as the trainer when no container has this name: the first one.
+TRAINER_CONTAINER = "trainer"
+
+
+@dataclass(frozen=True)
+class Termination:
+    """How a container's process ended (containerStatus state.terminated)."""
+
+    exit_code: int
+    reason: str = ""
+    signal: int | None = None
+
+
+@dataclass(frozen=True)
+class PodView:
+    """What the controller knows about a child Pod."""
+
+    name: str
+    namespace: str
+    uid: str
+    job_name: str
+    owner_uid: str | None
+    role: str
+    index: int
+    phase: str = "Pending"
+    ready: bool = False
+    pod_ip: str | None = None
+    deletion_timestamp: datetime | None = None
+    restart_count: int = 0
+    """restartCount of the trainer container: in-place restarts by the kubelet."""
+    last_termination: Termination | None = None
+    """The trainer container's lastState.terminated: why it was last restarted in place."""
+    termination: Termination | None = None
+    """The trainer container's state.terminated: how it ended (Pod Succeeded or Failed)."""
+    status_reason: str = ""
+    """status.reason, e.g. Evicted, Preempting, NodeLost, Shutdown."""
+    disruption_reason: str = ""
+    """Reason of a True DisruptionTarget condition (EvictionByEvictionAPI, ...), else ''."""
+
+    @property
+    def deleting(self) -> bool:
+        return self.deletion_timestamp is not None
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
+
+    @property
+    def running_ready(self) -> bool:
+        return self.phase == "Running" and self.ready and not self.deleting
+
+
+def parse_time(value: Any) -> datetime | None:
+    """An RFC 3339 timestamp from the API server, as an aware datetime (None if unset)."""
+    if not value:
+        return None
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    text = str(value).replace("Z", "+00:00")
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+
+
+def _termination(state: Mapping[str, Any] | None) -> Termination | None:
+    terminated = (state or {}).get("terminated")
+    if not terminated:
+        return None
+    signal = terminated.get("signal")
+    return Termination(
+        exit_code=int(terminated.get("exitCode", 0)),
+        reason=str(terminated.get("reason") or ""),
+        signal=int(signal) if signal is not None else None,
+    )
+
+
+def _trainer_status(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    containers = (pod.get("spec") or {}).get("containers") or []
+    names = [c.get("name") for c in containers]
+    wanted = TRAINER_CONTAINER if TRAINER_CONTAINER in names else (names[0] if names else None)
+    for status in statuses:
+        if status.get("name") == wanted:
+            return status
+    return statuses[0] if statuses else {}
+
+
+def _owner_uid(meta: Mapping[str, Any]) -> str | None:
+    for ref in meta.get("ownerReferences") or []:
+        if ref.get("kind") == KIND and ref.get("controller"):
+            return str(ref.get("uid"))
+    return None
+
+
+def pod_view(pod: Mapping[str, Any]) -> PodView | None:
+    """Summarise a Pod; None when it is not a KerasJob child (no job/role labels)."""
+    meta = pod.get("metadata") or {}
+    pod_labels = meta.get("labels") or {}
+    job_name = pod_labels.get(labels.JOB_NAME)
+    role = pod_labels.get(labels.REPLICA_TYPE)
+    if not job_name or not role:
+        return None
+    try:
+        index = int(pod_labels.get(labels.REPLICA_INDEX, "0"))
+    except ValueError:
+        return None
+    status = pod.get("status") or {}
+    conditions = status.get("conditions") or []
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    disruption = next(
+        (
+            str(c.get("reason") or "DisruptionTarget")
+            for c in conditions
+            if c.get("type") == "DisruptionTarget" and c.get("status") == "True"
+        ),
+        "",
+    )
+    trainer = _trainer_status(pod)
+    return PodView(
+        name=str(meta.get("name", "")),
+        namespace=str(meta.get("namespace", "")),
+        uid=str(meta.get("uid", "")),
+        job_name=str(job_name),
+        owner_uid=_owner_uid(meta),
+        role=str(role),
+        index=index,
+        phase=str(status.get("phase") or "Pending"),
+        ready=ready,
+        pod_ip=status.get("podIP") or None,
+        deletion_timestamp=parse_time(meta.get("deletionTimestamp")),
+        restart_count=int(trainer.get("restartCount") or 0),
+        last_termination=_termination(trainer.get("lastState")),
+        termination=_termination(trainer.get("state")),
+        status_reason=str(status.get("reason") or ""),
+        disruption_reason=disruption,
+    )

@@ -1,0 +1,446 @@
+"""Desired vs observed: one pure function, `plan`, from a job and its Pods to what to do.
+
+The controller (`controller.py`) gathers a `JobView`, the job's stored status and the Pods
+from its index, calls `plan`, writes ``Plan.status`` with one conditional merge patch, and
+only then carries out ``Plan.actions`` and posts ``Plan.events``. Because the counters and
+the bookkeeping (``status.trackedPods``) are written before any Pod is deleted or created,
+an operator that dies at any moment restarts from the API server's state and neither loses
+nor double-counts a restart; because every child has a deterministic name and an owner
+reference, it never creates a duplicate or leaves an orphan.
+
+Per Pod, ``trackedPods[name]`` holds the UID of the incarnation last seen, the container
+restarts of it already counted, whether its end (exit, deletion, loss) was counted, and
+whether its task succeeded (sticky: a succeeded task is never re-created).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from kerasjob import restart_policy as rp
+from kerasjob import status as st
+from kerasjob.podview import PodView, parse_time
+
+REASON_INVALID_SPEC = "InvalidSpec"
+REASON_DEADLINE = "DeadlineExceeded"
+REASON_SUCCEEDED = "Succeeded"
+
+
+@dataclass(frozen=True)
+class Task:
+    """One Pod the job wants: <job>-<role>-<index>."""
+
+    name: str
+    role: str
+    index: int
+
+
+@dataclass(frozen=True)
+class JobView:
+    """The parts of a KerasJob that decisions depend on."""
+
+    name: str
+    namespace: str
+    uid: str
+    generation: int | None
+    tasks: tuple[Task, ...]
+    chief: str
+    """Pod name of the task whose success completes the job."""
+    restart_policy: str = "OnFailure"
+    backoff_limit: int = 6
+    active_deadline_seconds: int | None = None
+    ttl_seconds_after_finished: int | None = None
+    clean_pod_policy: str = "Running"
+    suspend: bool = False
+    deleting: bool = False
+    invalid: tuple[str, ...] = ()
+    """Validation messages; non-empty fails the job with reason InvalidSpec."""
+
+    @property
+    def roles(self) -> list[str]:
+        return list(dict.fromkeys(t.role for t in self.tasks))
+
+
+@dataclass(frozen=True)
+class CreateService:
+    pass
+
+
+@dataclass(frozen=True)
+class CreatePod:
+    task: Task
+
+
+@dataclass(frozen=True)
+class DeletePod:
+    name: str
+    uid: str
+    force: bool = False
+    """Grace period 0: for Pods stuck terminating."""
+
+
+@dataclass(frozen=True)
+class DeleteJob:
+    pass
+
+
+Action = CreateService | CreatePod | DeletePod | DeleteJob
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str
+    """Normal or Warning."""
+    reason: str
+    message: str
+
+
+@dataclass
+class Plan:
+    status: dict[str, Any]
+    """The complete new status (diff it against the old one with `status.merge_patch`)."""
+    actions: list[Action] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    requeue_after: float | None = None
+    """Seconds until the job must be looked at again even if nothing changes."""
+
+    @property
+    def restart_attempt(self) -> int:
+        restarts = self.status.get("restarts") or {}
+        return int(restarts.get("disruptions", 0)) + int(restarts.get("failures", 0))
+
+
+class _Planner:
+    def __init__(
+        self,
+        job: JobView,
+        old_status: Mapping[str, Any],
+        pods: Iterable[PodView],
+        now: datetime,
+        force_delete_after: float,
+    ) -> None:
+        self.job = job
+        self.now = now
+        self.force_delete_after = force_delete_after
+        self.old = old_status
+        self.status: dict[str, Any] = copy.deepcopy(dict(old_status))
+        self.conditions: list[dict[str, Any]] = list(self.status.get("conditions") or [])
+        self.tracked: dict[str, dict[str, Any]] = {
+            name: dict(rec) for name, rec in (self.status.get("trackedPods") or {}).items()
+        }
+        restarts = self.status.get("restarts") or {}
+        self.disruptions = int(restarts.get("disruptions", 0))
+        self.failures = int(restarts.get("failures", 0))
+        self.prev_phase: str | None = self.status.get("phase")
+        pods = list(pods)
+        self.owned = {p.name: p for p in pods if p.owner_uid == job.uid}
+        self.stale = [p for p in pods if p.owner_uid is not None and p.owner_uid != job.uid]
+        self.actions: list[Action] = []
+        self.events: list[Event] = []
+        self.requeues: list[float] = []
+        self.fail_verdict: rp.Verdict | None = None
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def cond(self, type_: str, status: bool, reason: str, message: str) -> None:
+        self.conditions = st.set_condition(
+            self.conditions,
+            type_,
+            status,
+            reason,
+            message,
+            now=self.now,
+            generation=self.job.generation,
+        )
+
+    def event(self, type_: str, reason: str, message: str) -> None:
+        self.events.append(Event(type_, reason, message))
+
+    def requeue(self, seconds: float) -> None:
+        self.requeues.append(max(0.0, seconds))
+
+    def delete(self, pod: PodView) -> None:
+        if not pod.deleting:
+            self.actions.append(DeletePod(pod.name, pod.uid))
+
+    # -- steps ---------------------------------------------------------------------------
+
+    def housekeeping(self) -> None:
+        """Pods of an older job of the same name go; Pods stuck terminating are forced."""
+        for pod in self.stale:
+            self.delete(pod)
+        for pod in [*self.owned.values(), *self.stale]:
+            if pod.deletion_timestamp is None:
+                continue
+            due = pod.deletion_timestamp + timedelta(seconds=self.force_delete_after)
+            if self.now >= due:
+                self.actions.append(DeletePod(pod.name, pod.uid, force=True))
+                # Look again in case the force delete did not take.
+                self.requeue(self.force_delete_after)
+            else:
+                self.requeue((due - self.now).total_seconds())
+
+    def account(self, task: Task, outcome: rp.Outcome) -> None:
+        """Count one outcome of one Pod: counters, lastRestart, an event, maybe a verdict."""
+        verdict = rp.decide(
+            self.job.restart_policy,
+            outcome,
+            pod=task.name,
+            failures_before=self.failures,
+            backoff_limit=self.job.backoff_limit,
+        )
+        if not (verdict.count_failure or verdict.count_disruption):
+            return
+        if verdict.count_failure:
+            self.failures += 1
+        else:
+            self.disruptions += 1
+        reason = getattr(outcome, "reason", "")
+        code = getattr(outcome, "exit_code", None)
+        last: dict[str, Any] = {
+            "time": st.fmt_time(self.now),
+            "reason": reason,
+            "pod": task.name,
+            "disruption": verdict.count_disruption,
+        }
+        if code is not None:
+            last["exitCode"] = code
+        self.status["lastRestart"] = last
+        exit_text = f" (exit code {code})" if code is not None else ""
+        if verdict.count_disruption:
+            self.event(
+                "Normal",
+                "PodDisrupted",
+                f"Pod {task.name}: {reason}{exit_text}; restarting it (disruption "
+                f"{self.disruptions}, not counted against backoffLimit)",
+            )
+        elif not verdict.fail:
+            self.event(
+                "Warning",
+                "PodFailed",
+                f"Pod {task.name}: {reason}{exit_text}; restarting it (failure "
+                f"{self.failures} of backoffLimit {self.job.backoff_limit})",
+            )
+        if verdict.fail and self.fail_verdict is None:
+            self.fail_verdict = verdict
+
+    def observe(self) -> None:
+        """Count what happened to every wanted Pod since the last look."""
+        for task in self.job.tasks:
+            pod = self.owned.get(task.name)
+            rec = self.tracked.get(task.name)
+            if pod is not None and (rec is None or rec.get("uid") != pod.uid):
+                if rec is not None and rec.get("uid") and not rec.get("counted"):
+                    # The previous incarnation vanished while nobody was looking.
+                    self.account(task, rp.classify_lost(None))
+                rec = {
+                    "uid": pod.uid,
+                    "restartCount": 0,
+                    "counted": False,
+                    "succeeded": bool(rec and rec.get("succeeded")),
+                }
+                self.tracked[task.name] = rec
+            if rec is None:
+                continue
+            if pod is None:
+                if rec.get("uid") and not rec.get("counted"):
+                    self.account(task, rp.classify_lost(None))
+                    rec["counted"] = True
+                continue
+            if pod.restart_count > int(rec.get("restartCount", 0)):
+                outcome = rp.classify_in_place_restart(pod)
+                for _ in range(pod.restart_count - int(rec.get("restartCount", 0))):
+                    self.account(task, outcome)
+                rec["restartCount"] = pod.restart_count
+            if rec.get("counted"):
+                continue
+            if pod.finished:
+                outcome = rp.classify_finished(pod)
+                if isinstance(outcome, rp.Success):
+                    rec["succeeded"] = True
+                    self.event("Normal", "TaskSucceeded", f"Pod {task.name} completed")
+                else:
+                    self.account(task, outcome)
+                rec["counted"] = True
+            elif pod.deleting:
+                self.account(task, rp.classify_lost(pod))
+                rec["counted"] = True
+
+    def finish(self, phase: str, reason: str, message: str) -> None:
+        self.status["phase"] = phase
+        self.status["completionTime"] = st.fmt_time(self.now)
+        self.cond(
+            st.COND_SUCCEEDED if phase == st.SUCCEEDED else st.COND_FAILED, True, reason, message
+        )
+        for other in (st.COND_RUNNING, st.COND_RESTARTING):
+            self.cond(other, False, reason, message)
+        self.event("Normal" if phase == st.SUCCEEDED else "Warning", reason, message)
+
+    def finished(self) -> None:
+        """A finished job: clean Pods up per cleanPodPolicy, delete it after its TTL."""
+        policy = self.job.clean_pod_policy
+        for pod in self.owned.values():
+            if policy == "All" or (policy == "Running" and not pod.finished):
+                self.delete(pod)
+        ttl = self.job.ttl_seconds_after_finished
+        done = parse_time(self.status.get("completionTime"))
+        if ttl is not None and done is not None:
+            left = (done + timedelta(seconds=ttl) - self.now).total_seconds()
+            if left <= 0:
+                self.actions.append(DeleteJob())
+            else:
+                self.requeue(left)
+
+    def suspended(self) -> None:
+        for pod in self.owned.values():
+            self.delete(pod)
+        for name, rec in self.tracked.items():
+            # Pods deleted on purpose: their disappearance is not a disruption.
+            pod = self.owned.get(name)
+            if pod is not None:
+                rec["uid"] = pod.uid
+            rec["counted"] = True
+        self.status["phase"] = st.SUSPENDED
+        self.status.pop("startTime", None)
+        message = "spec.suspend is true: Pods deleted, state kept in the checkpoint"
+        self.cond(st.COND_SUSPENDED, True, "Suspended", message)
+        self.cond(st.COND_RUNNING, False, "Suspended", message)
+        self.cond(st.COND_RESTARTING, False, "Suspended", message)
+        if self.prev_phase != st.SUSPENDED:
+            self.event("Normal", "Suspended", message)
+
+    def active(self) -> None:
+        job = self.job
+        if self.prev_phase == st.SUSPENDED:
+            message = "spec.suspend is false: Pods re-created, resuming from the last backup"
+            self.cond(st.COND_SUSPENDED, False, "Resumed", message)
+            self.event("Normal", "Resumed", message)
+        if not self.status.get("startTime"):
+            self.status["startTime"] = st.fmt_time(self.now)
+        self.observe()
+        succeeded = {n for n, r in self.tracked.items() if r.get("succeeded")}
+        if self.fail_verdict is not None:
+            self.finish(st.FAILED, self.fail_verdict.reason, self.fail_verdict.message)
+            return self.finished()
+        if job.chief in succeeded:
+            self.finish(st.SUCCEEDED, REASON_SUCCEEDED, f"{job.chief} completed successfully")
+            return self.finished()
+        if job.active_deadline_seconds is not None:
+            start = parse_time(self.status.get("startTime")) or self.now
+            left = start + timedelta(seconds=job.active_deadline_seconds) - self.now
+            if left.total_seconds() <= 0:
+                self.finish(
+                    st.FAILED,
+                    REASON_DEADLINE,
+                    f"the job ran longer than activeDeadlineSeconds "
+                    f"({job.active_deadline_seconds}s)",
+                )
+                return self.finished()
+            self.requeue(left.total_seconds())
+
+        creates: list[Action] = []
+        for task in job.tasks:
+            if task.name in succeeded:
+                continue
+            pod = self.owned.get(task.name)
+            if pod is None:
+                creates.append(CreatePod(task))
+            elif pod.finished:
+                self.delete(pod)  # counted above; re-created once it is gone
+        if creates:
+            self.actions[:0] = [CreateService(), *creates]
+            if st.get_condition(self.conditions, st.COND_CREATED) is None:
+                message = f"Creating {len(job.tasks)} Pods and the headless Service"
+                self.cond(st.COND_CREATED, True, "Created", message)
+                self.event("Normal", "Created", message)
+
+        wanted = [t for t in job.tasks if t.name not in succeeded]
+        all_ready = bool(wanted) and all(
+            (p := self.owned.get(t.name)) is not None and p.running_ready for t in wanted
+        )
+        phase = st.active_phase(
+            self.prev_phase,
+            all_ready=all_ready,
+            restarted=self.disruptions + self.failures > 0,
+        )
+        self.status["phase"] = phase
+        if phase == st.RUNNING:
+            message = f"All {len(wanted)} Pods are running and ready"
+            self.cond(st.COND_RUNNING, True, "PodsReady", message)
+            self.cond(st.COND_RESTARTING, False, "PodsReady", message)
+            if self.prev_phase != st.RUNNING:
+                self.event("Normal", "Running", message)
+        elif phase == st.RESTARTING:
+            last = self.status.get("lastRestart") or {}
+            reason = str(last.get("reason") or "PodsNotReady")
+            message = (
+                f"Restarting after {reason} of Pod {last['pod']}"
+                if last.get("pod")
+                else "Waiting for Pods to become ready again"
+            )
+            self.cond(st.COND_RESTARTING, True, reason, message)
+            self.cond(st.COND_RUNNING, False, "Restarting", message)
+            if self.prev_phase != st.RESTARTING:
+                self.event("Normal", "Restarting", message)
+
+    def run(self) -> Plan:
+        if self.job.deleting:
+            return Plan(status=copy.deepcopy(dict(self.old)))
+        self.housekeeping()
+        if self.job.generation is not None:
+            self.status["observedGeneration"] = self.job.generation
+        if self.prev_phase in st.TERMINAL_PHASES:
+            self.finished()
+        elif self.job.invalid:
+            message = "; ".join(self.job.invalid)
+            self.finish(st.FAILED, REASON_INVALID_SPEC, f"invalid spec: {message}")
+            self.finished()
+        elif self.job.suspend:
+            self.suspended()
+        else:
+            self.active()
+        self.finalize_status()
+        return Plan(
+            status=self.status,
+            actions=self.actions,
+            events=self.events,
+            requeue_after=min(self.requeues) if self.requeues else None,
+        )
+
+    def finalize_status(self) -> None:
+        names = {t.name for t in self.job.tasks}
+        self.tracked = {n: r for n, r in self.tracked.items() if n in names}
+        if self.tracked:
+            self.status["trackedPods"] = self.tracked
+        else:
+            self.status.pop("trackedPods", None)
+        if self.conditions:
+            self.status["conditions"] = self.conditions
+        self.status["restarts"] = {"disruptions": self.disruptions, "failures": self.failures}
+        succeeded = [
+            t.role for t in self.job.tasks if self.tracked.get(t.name, {}).get("succeeded")
+        ]
+        owned = [p for p in self.owned.values() if p.name in names]
+        self.status["replicaStatuses"] = st.replica_statuses(self.job.roles, owned, succeeded)
+        if not self.status.get("phase"):
+            self.status["phase"] = st.PENDING
+
+
+def plan(
+    job: JobView,
+    old_status: Mapping[str, Any],
+    pods: Iterable[PodView],
+    now: datetime,
+    *,
+    force_delete_after: float = 30.0,
+) -> Plan:
+    """Decide, from the job, its stored status and its observed Pods, what to do now.
+
+    ``force_delete_after``: seconds past a Pod's deletionTimestamp (which already includes
+    its grace period) after which it is deleted again with grace period 0.
+    """
+    return _Planner(job, old_status, pods, now, force_delete_after).run()

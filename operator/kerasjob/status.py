@@ -1,0 +1,144 @@
+"""The job's status: phase, conditions and Pod counts, computed from what was observed.
+
+Pure functions over plain dictionaries in the wire format (camelCase), so the result can be
+diffed against the stored status (`merge_patch`) and written with one merge patch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+from kerasjob.podview import PodView
+
+PENDING = "Pending"
+RUNNING = "Running"
+RESTARTING = "Restarting"
+SUCCEEDED = "Succeeded"
+FAILED = "Failed"
+SUSPENDED = "Suspended"
+TERMINAL_PHASES = frozenset({SUCCEEDED, FAILED})
+
+#: Condition types (metav1.Condition), as TFJob and JobSet use them.
+COND_CREATED = "Created"
+COND_RUNNING = "Running"
+COND_RESTARTING = "Restarting"
+COND_SUCCEEDED = "Succeeded"
+COND_FAILED = "Failed"
+COND_SUSPENDED = "Suspended"
+
+
+def fmt_time(value: datetime) -> str:
+    """metav1.Time: RFC 3339, second precision, UTC."""
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def get_condition(conditions: Iterable[Mapping[str, Any]], type_: str) -> Mapping[str, Any] | None:
+    return next((c for c in conditions if c.get("type") == type_), None)
+
+
+def condition_true(conditions: Iterable[Mapping[str, Any]], type_: str) -> bool:
+    cond = get_condition(conditions, type_)
+    return cond is not None and cond.get("status") == "True"
+
+
+def set_condition(
+    conditions: list[dict[str, Any]],
+    type_: str,
+    status: bool,
+    reason: str,
+    message: str,
+    *,
+    now: datetime,
+    generation: int | None,
+) -> list[dict[str, Any]]:
+    """Return ``conditions`` with ``type_`` set; lastTransitionTime moves only on a change
+    of status. A condition that does not exist yet is not added as False (absent == False).
+    """
+    wanted = "True" if status else "False"
+    out: list[dict[str, Any]] = []
+    found = False
+    for cond in conditions:
+        if cond.get("type") != type_:
+            out.append(cond)
+            continue
+        found = True
+        new = dict(cond)
+        if cond.get("status") != wanted:
+            new["lastTransitionTime"] = fmt_time(now)
+        new.update(status=wanted, reason=reason, message=message)
+        if generation is not None:
+            new["observedGeneration"] = generation
+        out.append(new)
+    if not found and status:
+        new = {
+            "type": type_,
+            "status": wanted,
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": fmt_time(now),
+        }
+        if generation is not None:
+            new["observedGeneration"] = generation
+        out.append(new)
+    return out
+
+
+def replica_statuses(
+    roles: Iterable[str],
+    pods: Iterable[PodView],
+    succeeded_roles: Iterable[str],
+) -> dict[str, dict[str, int]]:
+    """Pod counts per role: active (exists, not finished, not terminating), ready, succeeded
+    (tasks that exited 0, even if their Pod is gone; one role per such task), failed (Pods
+    now in phase Failed)."""
+
+    def zero() -> dict[str, int]:
+        return {"active": 0, "ready": 0, "succeeded": 0, "failed": 0}
+
+    out = {role: zero() for role in roles}
+    for pod in pods:
+        counts = out.setdefault(pod.role, zero())
+        if pod.phase == "Failed":
+            counts["failed"] += 1
+        elif not pod.finished and not pod.deleting:
+            counts["active"] += 1
+            if pod.ready and pod.phase == "Running":
+                counts["ready"] += 1
+    for role in succeeded_roles:
+        out.setdefault(role, zero())["succeeded"] += 1
+    return out
+
+
+def active_phase(previous: str | None, *, all_ready: bool, restarted: bool) -> str:
+    """Phase of a job that is neither finished nor suspended.
+
+    Running once every wanted Pod is Running and Ready; Restarting when it was running (or a
+    restart was counted) and some Pod is not; Pending before it first ran.
+    """
+    if all_ready:
+        return RUNNING
+    if previous in (RUNNING, RESTARTING) or restarted:
+        return RESTARTING
+    return PENDING
+
+
+def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON merge patch (RFC 7386) that turns ``old`` into ``new`` (``{}`` if equal).
+
+    Dictionaries are diffed recursively, removed keys become ``None``, lists and scalars are
+    replaced whole.
+    """
+    patch: dict[str, Any] = {}
+    for key in old.keys() - new.keys():
+        patch[key] = None
+    for key, value in new.items():
+        before = old.get(key)
+        if isinstance(value, Mapping) and isinstance(before, Mapping):
+            sub = merge_patch(before, value)
+            if sub:
+                patch[key] = sub
+        elif key not in old or before != value:
+            patch[key] = value
+    return patch

@@ -1,0 +1,311 @@
+"""The planner: desired vs observed Pods -> status, actions, events."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from kerasjob import reconcile as rc
+from kerasjob.podview import PodView, Termination
+
+NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
+JOB_UID = "job-uid"
+
+
+def job(workers: int = 3, **kw: Any) -> rc.JobView:
+    tasks = tuple(rc.Task(f"j-worker-{i}", "worker", i) for i in range(workers))
+    base: dict[str, Any] = dict(
+        name="j", namespace="ns", uid=JOB_UID, generation=1, tasks=tasks, chief="j-worker-0"
+    )
+    base.update(kw)
+    return rc.JobView(**base)
+
+
+def pod(i: int, uid: str | None = None, **kw: Any) -> PodView:
+    base: dict[str, Any] = dict(
+        name=f"j-worker-{i}",
+        namespace="ns",
+        uid=uid or f"u{i}",
+        job_name="j",
+        owner_uid=JOB_UID,
+        role="worker",
+        index=i,
+        phase="Running",
+        ready=True,
+    )
+    base.update(kw)
+    return PodView(**base)
+
+
+def run(j: rc.JobView, status: dict[str, Any], pods: list[PodView], now: datetime = NOW) -> rc.Plan:
+    return rc.plan(j, status, pods, now)
+
+
+def creates(p: rc.Plan) -> list[str]:
+    return [a.task.name for a in p.actions if isinstance(a, rc.CreatePod)]
+
+
+def deletes(p: rc.Plan) -> list[str]:
+    return [a.name for a in p.actions if isinstance(a, rc.DeletePod)]
+
+
+def settle(j: rc.JobView, pods: list[PodView], status: dict[str, Any] | None = None) -> dict:
+    """Status after the controller has seen ``pods``."""
+    return run(j, status or {}, pods).status
+
+
+def test_new_job_creates_service_and_every_pod() -> None:
+    p = run(job(), {}, [])
+    assert isinstance(p.actions[0], rc.CreateService)
+    assert creates(p) == ["j-worker-0", "j-worker-1", "j-worker-2"]
+    assert p.status["phase"] == "Pending"
+    assert p.status["startTime"] == "2026-01-01T12:00:00Z"
+    assert p.status["restarts"] == {"disruptions": 0, "failures": 0}
+    assert any(e.reason == "Created" for e in p.events)
+    assert p.status["conditions"][0]["type"] == "Created"
+
+
+def test_running_when_all_ready_and_idempotent() -> None:
+    j = job()
+    pods = [pod(i) for i in range(3)]
+    s = settle(j, pods)
+    assert s["phase"] == "Running"
+    assert s["replicaStatuses"]["worker"] == {"active": 3, "ready": 3, "succeeded": 0, "failed": 0}
+    again = run(j, s, pods)
+    assert again.status == s and not again.actions and not again.events
+
+
+def test_deleted_pod_is_a_disruption_counted_once_and_recreated() -> None:
+    j = job()
+    pods = [pod(i) for i in range(3)]
+    s = settle(j, pods, settle(j, pods))
+    # Someone deletes worker 1: deletionTimestamp set.
+    dying = [pod(0), pod(1, deletion_timestamp=NOW), pod(2)]
+    p = run(j, s, dying)
+    assert p.status["restarts"] == {"disruptions": 1, "failures": 0}
+    assert p.status["phase"] == "Restarting"
+    assert p.status["lastRestart"]["pod"] == "j-worker-1"
+    assert not creates(p)
+    s = p.status
+    # Seen again while still terminating: not counted twice.
+    assert run(j, s, dying).status["restarts"]["disruptions"] == 1
+    # Gone: re-created with the same name, still counted once.
+    p = run(j, s, [pod(0), pod(2)])
+    assert creates(p) == ["j-worker-1"]
+    assert p.status["restarts"]["disruptions"] == 1
+    assert p.restart_attempt == 1
+    s = p.status
+    # The new incarnation appears and gets ready.
+    p = run(j, s, [pod(0), pod(1, uid="u1b"), pod(2)])
+    assert p.status["phase"] == "Running"
+    assert p.status["trackedPods"]["j-worker-1"]["uid"] == "u1b"
+    assert p.status["restarts"] == {"disruptions": 1, "failures": 0}
+
+
+def test_pod_vanished_while_operator_was_away_counts_one_disruption() -> None:
+    j = job()
+    s = settle(j, [pod(i) for i in range(3)])
+    p = run(j, s, [pod(0), pod(2)])
+    assert p.status["restarts"]["disruptions"] == 1
+    assert creates(p) == ["j-worker-1"]
+    # ... or was already replaced by a new incarnation we never saw missing.
+    p = run(j, s, [pod(0), pod(1, uid="new"), pod(2)])
+    assert p.status["restarts"]["disruptions"] == 1
+
+
+def test_eviction_condition_gives_the_reason() -> None:
+    j = job()
+    s = settle(j, [pod(i) for i in range(3)])
+    p = run(
+        j,
+        s,
+        [pod(0), pod(1, deletion_timestamp=NOW, disruption_reason="EvictionByEvictionAPI"), pod(2)],
+    )
+    assert p.status["lastRestart"]["reason"] == "EvictionByEvictionAPI"
+    assert p.status["lastRestart"]["disruption"] is True
+
+
+def test_in_place_restarts_count_by_exit_code_once() -> None:
+    j = job()
+    s = settle(j, [pod(i) for i in range(3)])
+    crashed = [
+        pod(0, restart_count=1, last_termination=Termination(1, "Error")),
+        pod(1, restart_count=1, last_termination=Termination(43, "Error")),
+        pod(2),
+    ]
+    p = run(j, s, crashed)
+    assert p.status["restarts"] == {"disruptions": 1, "failures": 1}
+    assert not p.actions
+    assert run(j, p.status, crashed).status["restarts"] == {"disruptions": 1, "failures": 1}
+    assert any(e.type == "Warning" and e.reason == "PodFailed" for e in p.events)
+
+
+def test_failed_pod_counts_a_failure_and_is_recreated() -> None:
+    j = job(restart_policy="OnFailure")
+    s = settle(j, [pod(i) for i in range(3)])
+    failed = [
+        pod(0),
+        pod(1, phase="Failed", ready=False, termination=Termination(1, "Error")),
+        pod(2),
+    ]
+    p = run(j, s, failed)
+    assert p.status["restarts"] == {"disruptions": 0, "failures": 1}
+    assert deletes(p) == ["j-worker-1"]
+    p2 = run(j, p.status, failed)
+    assert p2.status["restarts"]["failures"] == 1  # counted once
+    p3 = run(j, p2.status, [pod(0), pod(2)])
+    assert creates(p3) == ["j-worker-1"] and p3.status["restarts"]["failures"] == 1
+
+
+def test_backoff_limit_plus_one_failures_fail_the_job() -> None:
+    j = job(backoff_limit=1)
+    s = settle(j, [pod(i) for i in range(3)])
+    one = [pod(0, restart_count=1, last_termination=Termination(1, "Error")), pod(1), pod(2)]
+    s = run(j, s, one).status
+    assert s["phase"] != "Failed"
+    two = [pod(0, restart_count=2, last_termination=Termination(1, "Error")), pod(1), pod(2)]
+    p = run(j, s, two)
+    assert p.status["phase"] == "Failed"
+    failed = next(c for c in p.status["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "BackoffLimitExceeded" and failed["status"] == "True"
+    assert p.status["completionTime"]
+    # cleanPodPolicy Running: running Pods are deleted.
+    assert sorted(deletes(p)) == ["j-worker-0", "j-worker-1", "j-worker-2"]
+
+
+def test_exit_78_fails_at_once() -> None:
+    j = job(backoff_limit=6)
+    s = settle(j, [pod(i) for i in range(3)])
+    p = run(
+        j, s, [pod(0), pod(1, restart_count=1, last_termination=Termination(78, "Error")), pod(2)]
+    )
+    assert p.status["phase"] == "Failed"
+    assert p.status["conditions"][-1]["reason"] in ("InvalidConfig",) or any(
+        c["type"] == "Failed" and c["reason"] == "InvalidConfig" for c in p.status["conditions"]
+    )
+
+
+def test_never_policy_first_failure_fails() -> None:
+    j = job(restart_policy="Never")
+    s = settle(j, [pod(i) for i in range(3)])
+    p = run(j, s, [pod(0), pod(1, phase="Failed", termination=Termination(1, "Error")), pod(2)])
+    assert p.status["phase"] == "Failed"
+    # ... but a disruption still restarts.
+    p = run(j, s, [pod(0), pod(1, phase="Failed", termination=Termination(43, "Error")), pod(2)])
+    assert p.status["phase"] != "Failed" and deletes(p) == ["j-worker-1"]
+
+
+def test_chief_success_succeeds_job_and_is_never_recreated() -> None:
+    j = job(clean_pod_policy="Running")
+    s = settle(j, [pod(i) for i in range(3)])
+    done = [
+        pod(0, phase="Succeeded", ready=False, termination=Termination(0, "Completed")),
+        pod(1),
+        pod(2),
+    ]
+    p = run(j, s, done)
+    assert p.status["phase"] == "Succeeded"
+    assert p.status["replicaStatuses"]["worker"]["succeeded"] == 1
+    assert sorted(deletes(p)) == ["j-worker-1", "j-worker-2"]
+    assert not creates(p)
+    # The finished Pod is gone later: never recreated, no disruption.
+    p = run(j, p.status, [])
+    assert not creates(p) and p.status["restarts"]["disruptions"] == 0
+
+
+def test_non_chief_success_is_not_recreated() -> None:
+    j = job()
+    s = settle(j, [pod(i) for i in range(3)])
+    done = [pod(0), pod(1), pod(2, phase="Succeeded", termination=Termination(0))]
+    s = run(j, s, done).status
+    p = run(j, s, [pod(0), pod(1)])
+    assert not creates(p) and s["phase"] == "Running"
+    assert p.status["restarts"]["disruptions"] == 0
+
+
+def test_clean_pod_policies() -> None:
+    for policy, expected in [
+        ("All", ["j-worker-0", "j-worker-1", "j-worker-2"]),
+        ("None", []),
+        ("Running", ["j-worker-1", "j-worker-2"]),
+    ]:
+        j = job(clean_pod_policy=policy)
+        s = settle(j, [pod(i) for i in range(3)])
+        done = [pod(0, phase="Succeeded", termination=Termination(0)), pod(1), pod(2)]
+        assert sorted(deletes(run(j, s, done))) == expected, policy
+
+
+def test_invalid_spec_fails_once_without_actions() -> None:
+    j = job(invalid=("spec.port 9464 collides with the metrics port",))
+    p = run(j, {}, [])
+    assert p.status["phase"] == "Failed"
+    cond = next(c for c in p.status["conditions"] if c["type"] == "Failed")
+    assert cond["reason"] == "InvalidSpec" and "9464" in cond["message"]
+    assert [e.type for e in p.events] == ["Warning"]
+    assert not p.actions
+    again = run(j, p.status, [])
+    assert again.status == p.status and not again.events
+
+
+def test_deadline() -> None:
+    j = job(active_deadline_seconds=60)
+    s = settle(j, [pod(i) for i in range(3)])
+    p = run(j, s, [pod(i) for i in range(3)], NOW + timedelta(seconds=30))
+    assert p.status["phase"] == "Running" and p.requeue_after == 30
+    p = run(j, s, [pod(i) for i in range(3)], NOW + timedelta(seconds=61))
+    assert p.status["phase"] == "Failed"
+    assert any(c.get("reason") == "DeadlineExceeded" for c in p.status["conditions"])
+
+
+def test_ttl_deletes_the_job() -> None:
+    j = job(ttl_seconds_after_finished=10)
+    s = settle(j, [pod(i) for i in range(3)])
+    s = run(j, s, [pod(0, phase="Succeeded", termination=Termination(0))]).status
+    p = run(j, s, [], NOW + timedelta(seconds=5))
+    assert p.requeue_after == 5 and not any(isinstance(a, rc.DeleteJob) for a in p.actions)
+    p = run(j, s, [], NOW + timedelta(seconds=10))
+    assert any(isinstance(a, rc.DeleteJob) for a in p.actions)
+
+
+def test_suspend_and_resume() -> None:
+    j = job()
+    s = settle(j, [pod(i) for i in range(3)])
+    sj = replace(j, suspend=True)
+    p = run(sj, s, [pod(i) for i in range(3)])
+    assert p.status["phase"] == "Suspended" and sorted(deletes(p)) == [
+        "j-worker-0",
+        "j-worker-1",
+        "j-worker-2",
+    ]
+    assert "startTime" not in p.status
+    s = run(sj, p.status, []).status
+    assert s["restarts"] == {"disruptions": 0, "failures": 0}
+    p = run(j, s, [])
+    assert creates(p) == ["j-worker-0", "j-worker-1", "j-worker-2"]
+    assert p.status["restarts"] == {"disruptions": 0, "failures": 0}
+    assert any(c["type"] == "Suspended" and c["status"] == "False" for c in p.status["conditions"])
+
+
+def test_stuck_terminating_pod_is_force_deleted() -> None:
+    j = job()
+    s = settle(j, [pod(i) for i in range(3)])
+    stuck = [pod(0), pod(1, deletion_timestamp=NOW - timedelta(seconds=100)), pod(2)]
+    p = rc.plan(j, s, stuck, NOW, force_delete_after=30)
+    assert [a for a in p.actions if isinstance(a, rc.DeletePod) and a.force]
+    fresh = [pod(0), pod(1, deletion_timestamp=NOW - timedelta(seconds=10)), pod(2)]
+    p = rc.plan(j, s, fresh, NOW, force_delete_after=30)
+    assert not [a for a in p.actions if isinstance(a, rc.DeletePod)]
+    assert p.requeue_after == 20
+
+
+def test_pods_of_an_older_job_with_the_same_name_are_deleted_not_counted() -> None:
+    j = job(workers=1)
+    p = run(j, {}, [pod(0, owner_uid="old-uid")])
+    assert deletes(p) == ["j-worker-0"]
+    assert p.status["restarts"] == {"disruptions": 0, "failures": 0}
+
+
+def test_deleting_job_does_nothing() -> None:
+    p = run(job(deleting=True), {"phase": "Running"}, [])
+    assert not p.actions and p.status == {"phase": "Running"}

@@ -1,0 +1,118 @@
+"""The restart policy: classification of Pod outcomes and the job's verdict."""
+
+from __future__ import annotations
+
+import pytest
+from kerasjob import restart_policy as rp
+from kerasjob.podview import PodView, Termination
+
+
+def pod(**kw: object) -> PodView:
+    base: dict[str, object] = dict(
+        name="j-worker-1",
+        namespace="ns",
+        uid="u1",
+        job_name="j",
+        owner_uid="job",
+        role="worker",
+        index=1,
+    )
+    base.update(kw)
+    return PodView(**base)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("code", "reason", "expected"),
+    [
+        (0, "Completed", rp.Success()),
+        (1, "Error", rp.Failure("Error", 1)),
+        (2, "Error", rp.Failure("Error", 2)),
+        (42, "Error", rp.Disruption("Preempted", 42)),
+        (43, "Error", rp.Disruption("PeerLost", 43)),
+        (78, "Error", rp.Permanent(rp.REASON_INVALID_CONFIG, 78)),
+        (137, "Error", rp.Disruption("Killed", 137)),
+        (143, "Error", rp.Disruption("Terminated", 143)),
+        (137, "OOMKilled", rp.Failure("OOMKilled", 137)),
+        (139, "Error", rp.Failure("Error", 139)),
+    ],
+)
+def test_classify_exit(code: int, reason: str, expected: rp.Outcome) -> None:
+    assert rp.classify_exit(Termination(code, reason)) == expected
+
+
+def test_finished_pod_disruption_condition_wins_over_exit_code() -> None:
+    p = pod(
+        phase="Failed",
+        disruption_reason="EvictionByEvictionAPI",
+        termination=Termination(1, "Error"),
+    )
+    assert rp.classify_finished(p) == rp.Disruption("EvictionByEvictionAPI", 1)
+
+
+def test_finished_pod_evicted_by_kubelet_is_a_disruption() -> None:
+    assert rp.classify_finished(pod(phase="Failed", status_reason="Evicted")) == rp.Disruption(
+        "Evicted"
+    )
+
+
+def test_finished_pod_without_information_is_a_failure() -> None:
+    assert isinstance(rp.classify_finished(pod(phase="Failed")), rp.Failure)
+
+
+def test_succeeded_pod() -> None:
+    assert rp.classify_finished(pod(phase="Succeeded")) == rp.Success()
+
+
+def test_in_place_restart_uses_last_state() -> None:
+    p = pod(phase="Running", restart_count=1, last_termination=Termination(43, "Error"))
+    assert rp.classify_in_place_restart(p) == rp.Disruption("PeerLost", 43)
+    assert isinstance(rp.classify_in_place_restart(pod(restart_count=1)), rp.Failure)
+
+
+def test_lost_pod() -> None:
+    assert rp.classify_lost(None) == rp.Disruption("PodDeleted")
+    assert rp.classify_lost(pod(disruption_reason="PreemptionByScheduler")) == rp.Disruption(
+        "PreemptionByScheduler"
+    )
+
+
+def decide(policy: str, outcome: rp.Outcome, failures: int = 0, limit: int = 2) -> rp.Verdict:
+    return rp.decide(policy, outcome, pod="p", failures_before=failures, backoff_limit=limit)
+
+
+@pytest.mark.parametrize("policy", ["OnFailure", "Never", "ExitCode"])
+def test_disruptions_never_fail_and_never_count_as_failures(policy: str) -> None:
+    v = decide(policy, rp.Disruption("Evicted"), failures=100, limit=0)
+    assert not v.fail and v.count_disruption and not v.count_failure
+
+
+@pytest.mark.parametrize("policy", ["OnFailure", "Never", "ExitCode"])
+def test_permanent_fails_at_once(policy: str) -> None:
+    v = decide(policy, rp.Permanent(rp.REASON_INVALID_CONFIG, 78))
+    assert v.fail and v.reason == rp.REASON_INVALID_CONFIG
+
+
+def test_on_failure_survives_exactly_backoff_limit_failures() -> None:
+    assert not decide("OnFailure", rp.Failure("Error", 1), failures=0).fail
+    assert not decide("OnFailure", rp.Failure("Error", 1), failures=1).fail
+    v = decide("OnFailure", rp.Failure("Error", 1), failures=2)
+    assert v.fail and v.reason == rp.REASON_BACKOFF_LIMIT and v.count_failure
+
+
+def test_never_fails_on_first_failure() -> None:
+    v = decide("Never", rp.Failure("Error", 1), limit=6)
+    assert v.fail and v.reason == rp.REASON_POD_FAILED
+
+
+def test_exit_code_policy() -> None:
+    assert decide("ExitCode", rp.Failure("Error", 1)).reason == rp.REASON_NON_RETRYABLE
+    v = decide("ExitCode", rp.Failure("Error", 139))
+    assert not v.fail and v.count_failure
+    assert decide("ExitCode", rp.Failure("Error", 139), failures=2).reason == (
+        rp.REASON_BACKOFF_LIMIT
+    )
+
+
+def test_success_counts_nothing() -> None:
+    v = decide("OnFailure", rp.Success())
+    assert v == rp.Verdict(fail=False)
