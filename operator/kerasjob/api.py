@@ -33,7 +33,7 @@ DEFAULT_MOUNT_PATH = "/kerasjob/checkpoint"
 #: the built-in exists; the schema only rejects what can never work.
 MODEL_PATTERN = (
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?"
-    r"|[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*)$"
+    r"|[A-Za-z_][A-Za-z0-9_]*([.][A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*)$"
 )
 
 #: The core/v1 volume sources a checkpoint volume may use. Listed so that a typo such as

@@ -1,0 +1,409 @@
+"""children: the Service and Pods a KerasJob wants, and validate_job."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+from kerasjob import children, labels
+from kerasjob.api import KerasJob, ReplicaRole, RestartPolicy
+from kerasjob_trainer import config as trainer_config_parser
+from kerasjob_trainer.contract import DEFAULT_METRICS_PORT, Env
+
+IMAGE = "kerasjob/trainer:test"
+PVC = {"persistentVolumeClaim": {"claimName": "ckpt"}}
+
+
+def job(spec: dict[str, Any] | None = None, name: str = "mnist", **meta: Any) -> dict[str, Any]:
+    spec = {"workers": 2, "checkpoint": {"volume": PVC}} if spec is None else spec
+    return {
+        "apiVersion": "kerasjob.dev/v1alpha1",
+        "kind": "KerasJob",
+        "metadata": {"name": name, "namespace": "ml", "uid": "uid-1", "generation": 1, **meta},
+        "spec": spec,
+    }
+
+
+def env_of(pod: dict[str, Any], container: str = "trainer") -> dict[str, str]:
+    c = next(c for c in pod["spec"]["containers"] if c["name"] == container)
+    return {e["name"]: e.get("value") for e in c.get("env", [])}
+
+
+def trainer(pod: dict[str, Any]) -> dict[str, Any]:
+    return next(c for c in pod["spec"]["containers"] if c["name"] == "trainer")
+
+
+# --- Service -----------------------------------------------------------------------------
+
+
+def test_service_is_headless_and_selects_the_job() -> None:
+    svc = children.build_service(job())
+    assert svc["kind"] == "Service"
+    assert svc["metadata"]["name"] == "mnist" and svc["metadata"]["namespace"] == "ml"
+    assert svc["spec"]["clusterIP"] == "None"
+    assert svc["spec"]["publishNotReadyAddresses"] is True
+    assert svc["spec"]["selector"] == {labels.JOB_NAME: "mnist"}
+    assert svc["spec"]["ports"] == [
+        {"name": "tf", "port": 2222, "targetPort": 2222, "protocol": "TCP"}
+    ]
+    assert svc["metadata"]["ownerReferences"] == [children.owner_reference(job())]
+    assert svc["metadata"]["labels"][labels.MANAGED_BY] == "kerasjob"
+
+
+def test_service_port_follows_spec() -> None:
+    svc = children.build_service(job({"workers": 1, "port": 3000}))
+    assert svc["spec"]["ports"][0]["port"] == 3000
+
+
+# --- Pods: identity, labels, ownership ----------------------------------------------------
+
+
+def test_pod_identity_and_dns() -> None:
+    pod = children.build_pod(job(), "worker", 1, default_image=IMAGE)
+    assert pod["apiVersion"] == "v1" and pod["kind"] == "Pod"
+    assert pod["metadata"]["name"] == "mnist-worker-1"
+    assert pod["metadata"]["namespace"] == "ml"
+    assert pod["spec"]["hostname"] == "mnist-worker-1"
+    assert pod["spec"]["subdomain"] == "mnist"
+
+
+def test_pod_labels_and_owner() -> None:
+    pod = children.build_pod(job(), ReplicaRole.WORKER, 1, default_image=IMAGE)
+    lbls = pod["metadata"]["labels"]
+    assert lbls[labels.JOB_NAME] == "mnist"
+    assert lbls[labels.REPLICA_TYPE] == "worker"
+    assert lbls[labels.REPLICA_INDEX] == "1"
+    assert lbls[labels.MANAGED_BY] == labels.MANAGED_BY_VALUE
+    assert labels.CHIEF not in lbls
+    assert pod["metadata"]["ownerReferences"] == [{
+        "apiVersion": "kerasjob.dev/v1alpha1",
+        "kind": "KerasJob",
+        "name": "mnist",
+        "uid": "uid-1",
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }]
+
+
+def test_chief_label_is_worker_0_or_the_dedicated_chief() -> None:
+    plain = children.desired_pods(job(), default_image=IMAGE)
+    assert [p["metadata"]["labels"].get(labels.CHIEF) for p in plain] == ["true", None]
+    spec = {"workers": 2, "chief": {}, "checkpoint": {"volume": PVC}}
+    with_chief = children.desired_pods(job(spec), default_image=IMAGE)
+    assert {p["metadata"]["name"]: p["metadata"]["labels"].get(labels.CHIEF)
+            for p in with_chief} == {
+        "mnist-worker-0": None, "mnist-worker-1": None, "mnist-chief-0": "true"}
+
+
+def test_annotations() -> None:
+    pod = children.build_pod(job(), "worker", 0, default_image=IMAGE, restart_attempt=4)
+    ann = pod["metadata"]["annotations"]
+    assert ann[labels.RESTART_ATTEMPT] == "4"
+    assert ann[labels.JOB_GENERATION] == "1"
+    assert len(ann[labels.SPEC_HASH]) == 16
+
+
+def test_spec_hash_ignores_restart_attempt_but_not_the_template() -> None:
+    a = children.build_pod(job(), "worker", 0, default_image=IMAGE, restart_attempt=0)
+    b = children.build_pod(job(), "worker", 0, default_image=IMAGE, restart_attempt=7)
+    assert a["metadata"]["annotations"][labels.SPEC_HASH] == \
+        b["metadata"]["annotations"][labels.SPEC_HASH]
+    changed = job()
+    changed["spec"]["template"] = {"spec": {"nodeSelector": {"gpu": "yes"}}}
+    c = children.build_pod(changed, "worker", 0, default_image=IMAGE)
+    assert c["metadata"]["annotations"][labels.SPEC_HASH] != \
+        a["metadata"]["annotations"][labels.SPEC_HASH]
+
+
+# --- Pods: the trainer container ----------------------------------------------------------
+
+
+def test_trainer_container_defaults() -> None:
+    pod = children.build_pod(job(), "worker", 0, default_image=IMAGE)
+    assert [c["name"] for c in pod["spec"]["containers"]] == ["trainer"]
+    c = trainer(pod)
+    assert c["image"] == IMAGE
+    assert c["command"] == ["python", "-m", "kerasjob_trainer"]
+    assert c["ports"] == [
+        {"name": "tf", "containerPort": 2222, "protocol": "TCP"},
+        {"name": "metrics", "containerPort": DEFAULT_METRICS_PORT, "protocol": "TCP"},
+    ]
+    assert c["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    assert c["volumeMounts"] == [
+        {"name": children.CHECKPOINT_VOLUME, "mountPath": "/kerasjob/checkpoint"}
+    ]
+    assert pod["spec"]["volumes"] == [{"name": children.CHECKPOINT_VOLUME, **PVC}]
+    assert pod["spec"]["terminationGracePeriodSeconds"] == 60
+
+
+def test_env() -> None:
+    pod = children.build_pod(job(), "worker", 1, default_image=IMAGE, restart_attempt=2)
+    env = env_of(pod)
+    assert json.loads(env[Env.TF_CONFIG.value]) == {
+        "cluster": {"worker": ["mnist-worker-0.mnist.ml.svc:2222",
+                               "mnist-worker-1.mnist.ml.svc:2222"]},
+        "task": {"type": "worker", "index": 1},
+    }
+    assert env[Env.JOB_NAME.value] == "mnist"
+    assert env[Env.NAMESPACE.value] == "ml"
+    assert env[Env.ROLE.value] == "worker"
+    assert env[Env.INDEX.value] == "1"
+    assert env[Env.CHECKPOINT_DIR.value] == "/kerasjob/checkpoint/ml/mnist/uid-1"
+    assert env[Env.RESTART_ATTEMPT.value] == "2"
+    assert env[Env.METRICS_PORT.value] == str(DEFAULT_METRICS_PORT)
+    assert env["TF_USE_LEGACY_KERAS"] == "1"
+    assert json.loads(env[Env.TRAINER_CONFIG.value]) == {
+        "model": "mnist-mlp", "dataset": {"source": "mnist-sample"}, "epochs": 3,
+        "stepsPerEpoch": 200, "batchSizePerReplica": 64, "seed": 42, "saveFreq": 100,
+    }
+    # every env value is a string, as the API requires
+    assert all(isinstance(v, str) for v in env.values())
+
+
+def test_trainer_config_is_accepted_by_the_trainer() -> None:
+    spec = {
+        "workers": 1,
+        "trainer": {"model": "pkg.mod:build", "epochs": 2, "learningRate": 0.01,
+                    "dataset": {"source": "path", "path": "/data/train.npz"}},
+        "checkpoint": {"saveFreq": 7},
+    }
+    env = env_of(children.build_pod(job(spec), "worker", 0, default_image=IMAGE))
+    cfg = trainer_config_parser.parse_config(env[Env.TRAINER_CONFIG.value])
+    assert cfg.model == "pkg.mod:build" and cfg.epochs == 2 and cfg.save_freq == 7
+    assert cfg.learning_rate == 0.01
+    assert cfg.dataset.source == "npz" and cfg.dataset.path == "/data/train.npz"
+
+
+@pytest.mark.parametrize(("dataset", "expected"), [
+    ({"source": "path", "path": "/d/x.npz"}, {"source": "npz", "path": "/d/x.npz"}),
+    ({"source": "path", "path": "/d/records"}, {"source": "tfrecord", "path": "/d/records"}),
+    ({"source": "path", "path": "/d/x.bin", "format": "npz"},
+     {"source": "npz", "path": "/d/x.bin"}),
+    ({"source": "synthetic"}, {"source": "synthetic"}),
+])
+def test_dataset_translation(dataset: dict[str, Any], expected: dict[str, Any]) -> None:
+    cfg = children.trainer_config(job({"workers": 1, "trainer": {"dataset": dataset}}))
+    assert cfg["dataset"] == expected
+
+
+@pytest.mark.parametrize(("policy", "pod_policy"), [
+    (RestartPolicy.ON_FAILURE, "OnFailure"),
+    (RestartPolicy.NEVER, "Never"),
+    (RestartPolicy.EXIT_CODE, "Never"),
+])
+def test_pod_restart_policy(policy: RestartPolicy, pod_policy: str) -> None:
+    assert children.pod_restart_policy(policy) == pod_policy
+    spec = {"workers": 1, "restartPolicy": policy.value}
+    pod = children.build_pod(job(spec), "worker", 0, default_image=IMAGE)
+    assert pod["spec"]["restartPolicy"] == pod_policy
+
+
+def test_single_worker_without_volume_gets_empty_dir() -> None:
+    pod = children.build_pod(job({"workers": 1}), "worker", 0, default_image=IMAGE)
+    assert pod["spec"]["volumes"] == [{"name": children.CHECKPOINT_VOLUME, "emptyDir": {}}]
+
+
+def test_checkpoint_mount_path_and_dir_follow_spec() -> None:
+    spec = {"workers": 1, "checkpoint": {"mountPath": "/ckpt/", "volume": PVC}}
+    pod = children.build_pod(job(spec), "worker", 0, default_image=IMAGE)
+    assert trainer(pod)["volumeMounts"][0]["mountPath"] == "/ckpt/"
+    assert env_of(pod)[Env.CHECKPOINT_DIR.value] == "/ckpt/ml/mnist/uid-1"
+
+
+# --- image precedence ---------------------------------------------------------------------
+
+
+def test_image_precedence() -> None:
+    assert trainer(children.build_pod(job(), "worker", 0, default_image=IMAGE))["image"] == IMAGE
+    j = job()
+    j["spec"]["image"] = "spec:image"
+    assert trainer(children.build_pod(j, "worker", 0, default_image=IMAGE))["image"] == \
+        "spec:image"
+    j["spec"]["template"] = {"spec": {"containers": [{"name": "trainer", "image": "tpl:image"}]}}
+    assert trainer(children.build_pod(j, "worker", 0, default_image=IMAGE))["image"] == \
+        "tpl:image"
+
+
+# --- template merge -----------------------------------------------------------------------
+
+
+def test_template_merges_over_defaults() -> None:
+    j = job()
+    j["spec"]["template"] = {
+        "metadata": {"labels": {"team": "ml", labels.JOB_NAME: "hijack"},
+                     "annotations": {"a": "b"}},
+        "spec": {
+            "nodeSelector": {"gpu": "a100"},
+            "tolerations": [{"key": "gpu", "operator": "Exists"}],
+            "containers": [{
+                "name": "trainer",
+                "resources": {"limits": {"nvidia.com/gpu": 1}},
+                "env": [{"name": "EXTRA", "value": "1"}, {"name": "TF_USE_LEGACY_KERAS",
+                                                          "value": "0"}],
+                "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+            }, {"name": "sidecar", "image": "busybox"}],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
+        },
+    }
+    pod = children.build_pod(j, "worker", 0, default_image=IMAGE)
+    assert pod["metadata"]["labels"]["team"] == "ml"
+    assert pod["metadata"]["labels"][labels.JOB_NAME] == "mnist"  # operator's label wins
+    assert pod["metadata"]["annotations"]["a"] == "b"
+    assert pod["spec"]["nodeSelector"] == {"gpu": "a100"}
+    assert pod["spec"]["tolerations"] == [{"key": "gpu", "operator": "Exists"}]
+    assert [c["name"] for c in pod["spec"]["containers"]] == ["trainer", "sidecar"]
+    t = trainer(pod)
+    assert t["resources"] == {"limits": {"nvidia.com/gpu": 1}}
+    assert t["command"] == ["python", "-m", "kerasjob_trainer"]
+    env = env_of(pod)
+    assert env["EXTRA"] == "1" and env["TF_USE_LEGACY_KERAS"] == "0"
+    assert Env.TF_CONFIG.value in env
+    assert [m["mountPath"] for m in t["volumeMounts"]] == ["/kerasjob/checkpoint", "/data"]
+    assert [v["name"] for v in pod["spec"]["volumes"]] == [children.CHECKPOINT_VOLUME, "data"]
+
+
+def test_first_container_is_the_trainer_when_none_is_named_trainer() -> None:
+    j = job()
+    j["spec"]["template"] = {"spec": {"containers": [
+        {"name": "main", "image": "mine", "command": ["python", "train.py"]},
+        {"name": "sidecar", "image": "busybox"},
+    ]}}
+    pod = children.build_pod(j, "worker", 0, default_image=IMAGE)
+    assert [c["name"] for c in pod["spec"]["containers"]] == ["trainer", "sidecar"]
+    t = trainer(pod)
+    assert t["image"] == "mine" and t["command"] == ["python", "train.py"]
+    assert Env.TF_CONFIG.value in env_of(pod)
+
+
+def test_role_template_merges_over_job_template() -> None:
+    spec = {
+        "workers": 2,
+        "checkpoint": {"volume": PVC},
+        "template": {"spec": {"containers": [
+            {"name": "trainer", "resources": {"limits": {"nvidia.com/gpu": 1, "cpu": "4"}}}]}},
+        "evaluator": {"template": {"spec": {"containers": [
+            {"name": "trainer", "resources": {"limits": {"nvidia.com/gpu": None}}}]}}},
+    }
+    pods = {p["metadata"]["name"]: p for p in children.desired_pods(job(spec),
+                                                                     default_image=IMAGE)}
+    assert trainer(pods["mnist-worker-0"])["resources"] == {
+        "limits": {"nvidia.com/gpu": 1, "cpu": "4"}}
+    assert trainer(pods["mnist-evaluator-0"])["resources"] == {"limits": {"cpu": "4"}}
+
+
+def test_operator_owned_fields_win_over_the_template() -> None:
+    j = job()
+    j["spec"]["template"] = {
+        "metadata": {"name": "other", "namespace": "other", "generateName": "x-"},
+        "spec": {
+            "hostname": "h", "subdomain": "s", "restartPolicy": "Always",
+            "containers": [{"name": "trainer", "env": [
+                {"name": "TF_CONFIG", "valueFrom": {"fieldRef": {"fieldPath": "x"}}}]}],
+            "volumes": [{"name": children.CHECKPOINT_VOLUME, "hostPath": {"path": "/x"}}],
+        },
+    }
+    pod = children.build_pod(j, "worker", 1, default_image=IMAGE)
+    assert pod["metadata"]["name"] == "mnist-worker-1"
+    assert pod["metadata"]["namespace"] == "ml"
+    assert "generateName" not in pod["metadata"]
+    assert pod["spec"]["hostname"] == "mnist-worker-1"
+    assert pod["spec"]["subdomain"] == "mnist"
+    assert pod["spec"]["restartPolicy"] == "OnFailure"
+    tf = next(e for e in trainer(pod)["env"] if e["name"] == "TF_CONFIG")
+    assert set(tf) == {"name", "value"}
+    assert pod["spec"]["volumes"] == [{"name": children.CHECKPOINT_VOLUME, **PVC}]
+
+
+def test_build_does_not_modify_the_job() -> None:
+    j = job()
+    j["spec"]["template"] = {"spec": {"containers": [{"name": "main"}]}}
+    before = copy.deepcopy(j)
+    children.desired_pods(j, default_image=IMAGE)
+    children.build_service(j)
+    assert j == before
+
+
+# --- desired_pods -------------------------------------------------------------------------
+
+
+def test_desired_pods_all_roles() -> None:
+    spec = {"workers": 3, "chief": {}, "evaluator": {"replicas": 1},
+            "checkpoint": {"volume": PVC}}
+    pods = children.desired_pods(KerasJob.from_body(job(spec)), default_image=IMAGE,
+                                 restart_attempt=1)
+    names = [p["metadata"]["name"] for p in pods]
+    assert names == ["mnist-worker-0", "mnist-worker-1", "mnist-worker-2", "mnist-chief-0",
+                     "mnist-evaluator-0"]
+    for pod in pods:
+        env = env_of(pod)
+        cfg = json.loads(env[Env.TF_CONFIG.value])
+        assert cfg["task"] == {"type": env[Env.ROLE.value], "index": int(env[Env.INDEX.value])}
+        assert set(cfg["cluster"]) == {"chief", "worker"}
+        assert env[Env.RESTART_ATTEMPT.value] == "1"
+
+
+def test_zero_replica_roles_have_no_pods() -> None:
+    spec = {"workers": 1, "chief": {"replicas": 0}, "evaluator": {"replicas": 0}}
+    assert [p["metadata"]["name"] for p in
+            children.desired_pods(job(spec), default_image=IMAGE)] == ["mnist-worker-0"]
+
+
+# --- validate_job -------------------------------------------------------------------------
+
+
+def test_valid_jobs_have_no_problems() -> None:
+    assert children.validate_job(job()) == []
+    assert children.validate_job(job({"workers": 1})) == []
+    spec = {"workers": 4, "chief": {}, "evaluator": {}, "checkpoint": {"volume": PVC},
+            "template": {"spec": {"containers": [{"image": "x"}, {"name": "s"}]}}}
+    assert children.validate_job(job(spec)) == []
+
+
+@pytest.mark.parametrize(("spec", "name", "message"), [
+    ({"workers": 0}, "mnist", "spec.workers: Input should be greater than or equal to 1"),
+    ({"workers": 1, "bogus": 1}, "mnist", "spec.bogus: Extra inputs are not permitted"),
+    ({"workers": 1}, "Mnist", "must be a DNS-1035 label"),
+    ({"workers": 1}, "1mnist", "must be a DNS-1035 label"),
+    ({"workers": 1}, "a" * 55, "is too long: Pod name/hostname"),
+    ({"workers": 1, "port": DEFAULT_METRICS_PORT}, "mnist", "collides with the metrics port"),
+    ({"workers": 1, "trainer": {"dataset": {"source": "path"}}}, "mnist",
+     "dataset.path is required"),
+    ({"workers": 1, "checkpoint": {"mountPath": "rel"}}, "mnist", "must be an absolute path"),
+    ({"workers": 1, "checkpoint": {"volume": {**PVC, "emptyDir": {}}}}, "mnist",
+     "exactly one volume source"),
+    ({"workers": 2}, "mnist", "needs a shared spec.checkpoint.volume"),
+    ({"workers": 2, "checkpoint": {"volume": {"emptyDir": {}}}}, "mnist",
+     "needs a shared spec.checkpoint.volume"),
+    ({"workers": 1, "evaluator": {}}, "mnist", "needs a shared spec.checkpoint.volume"),
+    ({"workers": 1, "template": {"spec": {"restartPolicy": "Always"}}}, "mnist",
+     "spec.template.spec.restartPolicy is set by the operator"),
+    ({"workers": 1, "template": {"spec": {"containers": [{"name": "t"}, {"image": "x"}]}}},
+     "mnist", "spec.template.spec.containers[1] needs a name"),
+    ({"workers": 1, "template": {"spec": {"containers": [
+        {"name": "trainer", "env": [{"name": "TF_CONFIG", "value": "{}"}]}]}}},
+     "mnist", "sets TF_CONFIG, which the operator sets"),
+    ({"workers": 1, "template": {"spec": {"volumes": [{"name": "kerasjob-checkpoint"}]}}},
+     "mnist", "may not define 'kerasjob-checkpoint'"),
+    ({"workers": 1, "template": {"spec": {"containers": [
+        {"name": "trainer", "volumeMounts": [{"name": "x", "mountPath": "/kerasjob/checkpoint"}]}
+    ]}}}, "mnist", "mounts something at the checkpoint mountPath"),
+    ({"workers": 1, "template": {"kind": "Pod"}}, "mnist", "may only have metadata and spec"),
+    ({"workers": 1, "template": {"spec": {"containers": {"name": "x"}}}}, "mnist",
+     "spec.template.spec.containers must be a list of objects"),
+    ({"workers": 1, "chief": {"template": {"spec": {"hostname": "x"}}}}, "mnist",
+     "spec.chief.template.spec.hostname is set by the operator"),
+])
+def test_validation_messages(spec: dict[str, Any], name: str, message: str) -> None:
+    problems = children.validate_job(job(spec, name=name))
+    assert any(message in p for p in problems), problems
+
+
+def test_name_length_limit_counts_the_longest_pod() -> None:
+    # 10 workers: the longest is <name>-worker-9, 9 characters longer than <name>
+    assert children.validate_job(job({"workers": 11, "checkpoint": {"volume": PVC}},
+                                     name="a" * 54)) != []
+    assert children.validate_job(job({"workers": 10, "checkpoint": {"volume": PVC}},
+                                     name="a" * 54)) == []
+    assert children.is_dns_label("a" * 63) and not children.is_dns_label("a" * 64)
