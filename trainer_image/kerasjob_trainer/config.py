@@ -13,8 +13,11 @@ import sys
 from typing import Any
 
 BUILTIN_MODELS = ("mnist-mlp", "mnist-cnn", "cifar10-cnn")
-#: Dataset sources. "npz" and "tfrecord" read files from `path` (a mounted volume).
-DATASET_SOURCES = ("mnist-sample", "synthetic", "npz", "tfrecord")
+#: Dataset sources as the API spells them: "path" reads `path` (a mounted volume) in `format`.
+API_DATASET_SOURCES = ("mnist-sample", "synthetic", "path")
+FILE_FORMATS = ("npz", "tfrecord")
+#: Resolved sources (`DatasetConfig.source`): "path" becomes its file format.
+DATASET_SOURCES = ("mnist-sample", "synthetic", *FILE_FORMATS)
 
 
 class ConfigError(ValueError):
@@ -38,7 +41,7 @@ class TrainerConfig:
     batch_size_per_replica: int = 64
     save_freq: int = 100
     learning_rate: float = 1e-3
-    seed: int = 1234
+    seed: int = 42
     #: A collective op that makes no progress for this long fails (then exit 43).
     collective_timeout_seconds: float = 60.0
     #: No finished step for this long (after the first one) means a silent peer: exit 43.
@@ -89,14 +92,20 @@ def parse_dataset(raw: Any) -> DatasetConfig:
         raise ConfigError(f"dataset must be an object, got {raw!r}")
     source = raw.get("source", "mnist-sample")
     path = raw.get("path")
-    if source not in DATASET_SOURCES:
-        raise ConfigError(
-            f"dataset.source {source!r} is unknown; expected one of {', '.join(DATASET_SOURCES)}"
-        )
+    fmt = raw.get("format")
+    if source not in API_DATASET_SOURCES and source not in FILE_FORMATS:
+        raise ConfigError(f"dataset.source {source!r} is unknown; expected one of "
+                          f"{', '.join(API_DATASET_SOURCES)}")
     if path is not None and not isinstance(path, str):
         raise ConfigError(f"dataset.path must be a string, got {path!r}")
-    if source in ("npz", "tfrecord") and not path:
+    if fmt is not None and fmt not in FILE_FORMATS:
+        raise ConfigError(f"dataset.format {fmt!r} is unknown; expected npz or tfrecord")
+    if source in ("mnist-sample", "synthetic"):
+        return DatasetConfig(source=source)
+    if not path:
         raise ConfigError(f"dataset.source {source!r} needs dataset.path")
+    if source == "path":  # the format is explicit, else inferred as the API documents
+        source = fmt or ("npz" if path.endswith(".npz") else "tfrecord")
     return DatasetConfig(source=source, path=path)
 
 

@@ -38,6 +38,14 @@ def classify(error: BaseException) -> ExitCode:
     return ExitCode.FAILURE
 
 
+def summary(error: BaseException, limit: int = 300) -> str:
+    """One line: TensorFlow's messages start with "Graph execution error:" and bury the cause."""
+    lines = [ln.strip() for ln in str(error).splitlines() if ln.strip()]
+    useful = [ln for ln in lines if not ln.startswith(("Graph execution error", "Detected at",
+                                                       "File ", "[["))]
+    return " ".join(useful or lines)[:limit]
+
+
 def say(message: str) -> None:
     """One log line on stdout, flushed (the demo and the tests parse these)."""
     print(f"kerasjob: {message}", flush=True)

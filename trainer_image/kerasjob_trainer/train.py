@@ -68,7 +68,6 @@ def _progress_callback(ctx: RunContext, reporter: ProgressReporter | None,
                        watchdog: faults.Watchdog, global_batch: int) -> Any:
     import tensorflow as tf
     import tf_keras
-
     from tensorflow.core.framework import summary_pb2
 
     global _SCALAR_METADATA
@@ -143,6 +142,10 @@ def run(ctx: RunContext) -> int:
     with strategy.scope():
         built = models.build_model(cfg.model, ctx.raw_config, cfg.learning_rate)
     model = built.model
+    if model.distribute_reduction_method == "auto":
+        # "auto" sums per-replica batch logs under MWMS (2 workers log accuracy 1.9); "first"
+        # logs the local replica's own batch, the honest per-step figure.
+        model.distribute_reduction_method = "first"
     if built.train_dataset is not None:
         examples = data.Examples(built.train_dataset, built.test_dataset, None)
     else:
@@ -178,8 +181,7 @@ def run(ctx: RunContext) -> int:
         _save_model(model, ctx, is_chief)
     except Exception as e:  # every error must end in a contract exit code, fast
         code = faults.classify(e) if ctx.cluster.num_workers > 1 else ExitCode.FAILURE
-        hard_exit(code, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} "
-                        f"-> exiting {int(code)}")
+        hard_exit(code, f"{type(e).__name__}: {faults.summary(e)} -> exiting {int(code)}")
     if is_chief:
         assert reporter is not None
         metrics = dict(reporter.progress.metrics)
