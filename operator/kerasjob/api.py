@@ -145,6 +145,9 @@ class ConditionStatus(str, enum.Enum):
 # ---------------------------------------------------------------------------------------
 
 _TEMPLATE_SCHEMA: dict[str, Any] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+# Object fields built by default_factory carry `"default": {}` into the CRD: the API server
+# then creates the object and fills in its fields' defaults, so CEL rules and the operator
+# always see e.g. spec.checkpoint.mountPath.
 
 
 class DatasetSpec(_Model):
@@ -222,6 +225,7 @@ class TrainerSpec(_Model):
     dataset: DatasetSpec = Field(
         default_factory=DatasetSpec,
         description="The training data. Default: the MNIST sample bundled with the trainer.",
+        json_schema_extra={"default": {}},
     )
     epochs: int = Field(3, ge=1, description="Number of epochs to train. Default: 3.")
     steps_per_epoch: int = Field(
@@ -434,7 +438,7 @@ class KerasJobSpec(_Model):
             "What the bundled trainer trains (model, dataset, epochs ...). Ignored by custom "
             "commands except through the KERASJOB_TRAINER_CONFIG variable. Immutable."
         ),
-        json_schema_extra={"x-kubernetes-validations": [_immutable("trainer")]},
+        json_schema_extra={"default": {}, "x-kubernetes-validations": [_immutable("trainer")]},
     )
     template: dict[str, Any] | None = Field(
         None,
@@ -453,7 +457,9 @@ class KerasJobSpec(_Model):
             "The volume that holds BackupAndRestore state (resuming after restarts) and the "
             "final model. Immutable."
         ),
-        json_schema_extra={"x-kubernetes-validations": [_immutable("checkpoint")]},
+        json_schema_extra={
+            "default": {}, "x-kubernetes-validations": [_immutable("checkpoint")]
+        },
     )
     restart_policy: RestartPolicy = Field(
         RestartPolicy.ON_FAILURE,
