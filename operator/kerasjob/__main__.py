@@ -1,0 +1,7 @@
+"""`python -m kerasjob [run|status] ...`: the operator (out of cluster or in a Pod)."""
+
+import sys
+
+from kerasjob.cli import main
+
+sys.exit(main())

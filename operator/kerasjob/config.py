@@ -1,0 +1,56 @@
+"""The operator's settings: command-line flags, with environment-variable defaults.
+
+Every flag of `kerasjob run` has a ``KERASJOB_*`` variable so the Helm chart can set it
+through the Deployment's env.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+#: The trainer image used when neither spec.image nor the template names one.
+DEFAULT_TRAINER_IMAGE = "ghcr.io/kerasjob/trainer:0.1.0-cpu"
+
+
+def _env(name: str, default: str) -> str:
+    return os.environ.get(name, default)
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    """How the operator runs."""
+
+    namespaces: tuple[str, ...] = ()
+    """Namespaces (kopf globs) to watch; empty means all namespaces."""
+    default_image: str = field(
+        default_factory=lambda: _env("KERASJOB_DEFAULT_IMAGE", DEFAULT_TRAINER_IMAGE)
+    )
+    workers: int = field(default_factory=lambda: int(_env("KERASJOB_WORKERS", "8")))
+    """Jobs reconciled concurrently."""
+    resync_seconds: float = field(
+        default_factory=lambda: float(_env("KERASJOB_RESYNC_SECONDS", "60"))
+    )
+    """Every job is reconciled at least this often, events or not."""
+    force_delete_after: float = field(
+        default_factory=lambda: float(_env("KERASJOB_FORCE_DELETE_AFTER", "30"))
+    )
+    """Seconds past a Pod's deletionTimestamp (grace included) before it is force-deleted."""
+    progress_interval: float = field(
+        default_factory=lambda: float(_env("KERASJOB_PROGRESS_INTERVAL", "10"))
+    )
+    """Seconds between scrapes of a running job's chief metrics (0 disables)."""
+    progress_timeout: float = field(
+        default_factory=lambda: float(_env("KERASJOB_PROGRESS_TIMEOUT", "1"))
+    )
+    kubeconfig: str | None = None
+    """A kubeconfig file; None: $KUBECONFIG, ~/.kube/config, else in-cluster."""
+    context: str | None = None
+    liveness: str | None = field(
+        default_factory=lambda: os.environ.get("KERASJOB_LIVENESS", "http://0.0.0.0:8080/healthz")
+    )
+    """kopf's liveness endpoint URL; it also serves the probes (API request counts)."""
+    peering: str | None = field(default_factory=lambda: os.environ.get("KERASJOB_PEERING"))
+    """A kopf peering name for several replicas (needs kopf's peering CRDs); None: standalone."""
+    priority: int = field(default_factory=lambda: int(_env("KERASJOB_PRIORITY", "0")))
+    verbose: bool = False

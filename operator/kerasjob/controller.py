@@ -1,0 +1,455 @@
+"""The controller loop: a de-duplicating work queue of jobs, reconciled by a few workers.
+
+kopf feeds it: its indices hold every KerasJob and a `PodView` per child Pod (so the hot path
+never LISTs), and its event handlers put the key ``(namespace, job name)`` of whatever
+changed into the queue (`notify`). A worker takes a key, reads the job and its Pods from the
+indices, asks `reconcile.plan` what to do, writes the status with one merge patch made
+conditional on the resourceVersion it read (a conflict just requeues), and only then acts:
+create/delete Pods and the Service (all idempotent: 409 on create and 404 on delete are
+success), post Events. One key is never processed by two workers at once; a key notified
+while being processed is processed again right after.
+
+Two periodic loops complete it: a resync that requeues every job (for deadlines, TTLs and
+anything missed) and the progress scraper of running jobs (see `progress`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+import aiohttp
+import pydantic
+from kerasjob_trainer.contract import DEFAULT_METRICS_PORT
+
+from kerasjob import children, progress, reconcile
+from kerasjob.api import KerasJob
+from kerasjob.config import OperatorConfig
+from kerasjob.events import build_event
+from kerasjob.kube import (
+    ApiError,
+    KubeApi,
+    events_path,
+    gather_limited,
+    job_path,
+    pod_path,
+    service_path,
+)
+from kerasjob.podview import PodView
+from kerasjob.status import TERMINAL_PHASES, merge_patch
+from kerasjob.tf_config import pod_name
+
+log = logging.getLogger("kerasjob.controller")
+
+Key = tuple[str, str]
+"""(namespace, job name)"""
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class WorkQueue:
+    """client-go's work queue semantics on asyncio: de-duplicated, delayed adds, one worker
+    per key at a time, keys added while in flight are re-queued when done."""
+
+    def __init__(self) -> None:
+        self._queue: asyncio.Queue[Key] = asyncio.Queue()
+        self._queued: set[Key] = set()
+        self._active: set[Key] = set()
+        self._dirty: set[Key] = set()
+        self._timers: dict[Key, asyncio.TimerHandle] = {}
+
+    def __len__(self) -> int:
+        return len(self._queued)
+
+    def add(self, key: Key) -> None:
+        if key in self._active:
+            self._dirty.add(key)
+        elif key not in self._queued:
+            self._queued.add(key)
+            self._queue.put_nowait(key)
+
+    def add_after(self, key: Key, delay: float) -> None:
+        if delay <= 0:
+            self.add(key)
+            return
+        loop = asyncio.get_running_loop()
+        when = loop.time() + delay
+        timer = self._timers.get(key)
+        if timer is not None and not timer.cancelled() and timer.when() <= when:
+            return
+        if timer is not None:
+            timer.cancel()
+        self._timers[key] = loop.call_at(when, self._fire, key)
+
+    def _fire(self, key: Key) -> None:
+        self._timers.pop(key, None)
+        self.add(key)
+
+    async def get(self) -> Key:
+        key = await self._queue.get()
+        self._queued.discard(key)
+        self._active.add(key)
+        return key
+
+    def done(self, key: Key) -> None:
+        self._active.discard(key)
+        if key in self._dirty:
+            self._dirty.discard(key)
+            self.add(key)
+
+    def forget(self, key: Key) -> None:
+        timer = self._timers.pop(key, None)
+        if timer is not None:
+            timer.cancel()
+
+    def close(self) -> None:
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+
+
+def _rv(body: Mapping[str, Any] | None) -> int:
+    try:
+        return int((body or {}).get("metadata", {}).get("resourceVersion", "0"))
+    except (TypeError, ValueError):
+        return 0
+
+
+class _Parsed:
+    """A job body parsed once per (uid, generation): the model, its view, its problems."""
+
+    def __init__(self, body: Mapping[str, Any]) -> None:
+        meta = body.get("metadata") or {}
+        problems = children.validate_job(body)
+        self.model: KerasJob | None = None
+        if not problems:
+            try:
+                self.model = KerasJob.from_body(body)
+            except pydantic.ValidationError as e:
+                problems = [str(err.get("msg")) for err in e.errors()]
+        name = str(meta.get("name", ""))
+        self.problems = tuple(problems)
+        if self.model is not None:
+            spec = self.model.spec
+            self.tasks = tuple(
+                reconcile.Task(pod_name(name, role, i), role.value, i) for role, i in spec.tasks()
+            )
+            self.chief = pod_name(name, *spec.chief_task())
+            self.total_steps: int | None = spec.trainer.epochs * spec.trainer.steps_per_epoch
+        else:
+            self.tasks = ()
+            self.chief = ""
+            self.total_steps = None
+
+    def view(self, body: Mapping[str, Any]) -> reconcile.JobView:
+        meta = body.get("metadata") or {}
+        spec = body.get("spec") or {}
+        m = self.model.spec if self.model is not None else None
+        return reconcile.JobView(
+            name=str(meta.get("name", "")),
+            namespace=str(meta.get("namespace", "")),
+            uid=str(meta.get("uid", "")),
+            generation=meta.get("generation"),
+            tasks=self.tasks,
+            chief=self.chief,
+            restart_policy=m.restart_policy.value if m else "OnFailure",
+            backoff_limit=m.backoff_limit if m else 6,
+            active_deadline_seconds=m.active_deadline_seconds if m else None,
+            ttl_seconds_after_finished=(
+                m.ttl_seconds_after_finished if m else spec.get("ttlSecondsAfterFinished")
+            ),
+            clean_pod_policy=m.clean_pod_policy.value if m else "Running",
+            suspend=bool(m.suspend) if m else False,
+            deleting=bool(meta.get("deletionTimestamp")),
+            invalid=self.problems,
+        )
+
+
+class Controller:
+    """Reconciles KerasJobs. Construct inside the event loop; `run` until cancelled."""
+
+    def __init__(
+        self,
+        config: OperatorConfig,
+        api: KubeApi,
+        jobs: Mapping[Key, Iterable[Mapping[str, Any]]],
+        pods: Mapping[Key, Iterable[PodView]],
+    ) -> None:
+        self.config = config
+        self.api = api
+        self.jobs = jobs
+        self.pods = pods
+        self.queue = WorkQueue()
+        self.ready = asyncio.Event()
+        self._written: dict[Key, Mapping[str, Any]] = {}
+        self._errors: dict[Key, int] = {}
+        self._parsed: dict[tuple[str, Any], _Parsed] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._background: set[asyncio.Task[Any]] = set()
+        self.reconciles = 0
+
+    # -- input -----------------------------------------------------------------------------
+
+    def notify(self, key: Key) -> None:
+        """Something about job ``key`` (or one of its Pods) changed. Called by kopf handlers,
+        which kopf runs only once its indices are fully populated: hence `ready`."""
+        self.ready.set()
+        self.queue.add(key)
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        self._tasks = [
+            asyncio.create_task(self._worker(i), name=f"kerasjob-worker-{i}")
+            for i in range(max(1, self.config.workers))
+        ]
+        self._tasks.append(asyncio.create_task(self._resync(), name="kerasjob-resync"))
+        if self.config.progress_interval > 0:
+            self._tasks.append(asyncio.create_task(self._progress(), name="kerasjob-progress"))
+        try:
+            await asyncio.gather(*self._tasks)
+        finally:
+            for t in self._tasks:
+                t.cancel()
+
+    async def stop(self) -> None:
+        for t in [*self._tasks, *self._background]:
+            t.cancel()
+        for t in [*self._tasks, *self._background]:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        self.queue.close()
+        await self.api.close()
+
+    async def _worker(self, n: int) -> None:
+        await self.ready.wait()
+        while True:
+            key = await self.queue.get()
+            try:
+                delay = await self.reconcile(key)
+                self._errors.pop(key, None)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # the loop must survive anything; retried with backoff
+                errors = self._errors[key] = self._errors.get(key, 0) + 1
+                delay = min(0.25 * 2**errors, 30.0)
+                level = (
+                    logging.WARNING if not isinstance(e, ApiError) or errors > 2 else (logging.INFO)
+                )
+                log.log(
+                    level,
+                    "reconcile %s/%s failed (retry in %.1fs): %s",
+                    key[0],
+                    key[1],
+                    delay,
+                    e,
+                    exc_info=not isinstance(e, ApiError),
+                )
+            finally:
+                self.queue.done(key)
+            if delay is not None:
+                self.queue.add_after(key, delay)
+
+    async def _resync(self) -> None:
+        await self.ready.wait()
+        while True:
+            await asyncio.sleep(self.config.resync_seconds)
+            for key in list(self.jobs.keys()):
+                self.queue.add(key)
+
+    # -- reconcile ------------------------------------------------------------------------
+
+    def _body(self, key: Key) -> Mapping[str, Any] | None:
+        """The freshest body we know: the index's, or the response of our last status write
+        if the index has not caught up with it yet."""
+        body = next(iter(self.jobs.get(key, ())), None)
+        written = self._written.get(key)
+        if body is None:
+            self._written.pop(key, None)
+            return None
+        if written is not None:
+            same_job = written.get("metadata", {}).get("uid") == body.get("metadata", {}).get("uid")
+            if same_job and _rv(written) > _rv(body):
+                return written
+            self._written.pop(key, None)
+        return body
+
+    def _parse(self, body: Mapping[str, Any]) -> _Parsed:
+        meta = body.get("metadata") or {}
+        cache_key = (str(meta.get("uid", "")), meta.get("generation"))
+        parsed = self._parsed.get(cache_key)
+        if parsed is None:
+            if len(self._parsed) > 10_000:
+                self._parsed.clear()
+            parsed = self._parsed[cache_key] = _Parsed(body)
+        return parsed
+
+    async def reconcile(self, key: Key) -> float | None:
+        """Reconcile one job; returns seconds until it must be looked at again (or None)."""
+        self.reconciles += 1
+        namespace, name = key
+        body = self._body(key)
+        if body is None:
+            self.queue.forget(key)
+            self._errors.pop(key, None)
+            return None
+        parsed = self._parse(body)
+        job = parsed.view(body)
+        old_status = dict(body.get("status") or {})
+        pods = list(self.pods.get(key, ()))
+        now = utcnow()
+        plan = reconcile.plan(
+            job, old_status, pods, now, force_delete_after=self.config.force_delete_after
+        )
+
+        patch = merge_patch(old_status, plan.status)
+        if patch:
+            request = {
+                "metadata": {"resourceVersion": body["metadata"]["resourceVersion"]},
+                "status": patch,
+            }
+            try:
+                written = await self.api.merge_patch(
+                    job_path(namespace, name, "status"), request, "kerasjobs/status"
+                )
+            except ApiError as e:
+                if e.status == 409:  # someone wrote since we read: look again shortly
+                    return 0.2
+                if e.status == 404:
+                    return None
+                raise
+            if isinstance(written, Mapping):
+                self._written[key] = written
+            if plan.status.get("phase") != old_status.get("phase"):
+                log.info(
+                    "%s/%s: %s -> %s",
+                    namespace,
+                    name,
+                    old_status.get("phase"),
+                    plan.status.get("phase"),
+                )
+        for event in plan.events:
+            self._post_event(job, event, now)
+        if plan.actions:
+            await self._act(job, parsed, plan)
+        return plan.requeue_after
+
+    async def _act(self, job: reconcile.JobView, parsed: _Parsed, plan: reconcile.Plan) -> None:
+        ns = job.namespace
+        calls: list[Any] = []
+        for action in plan.actions:
+            if isinstance(action, reconcile.CreateService) and parsed.model is not None:
+                calls.append(
+                    self.api.create(
+                        service_path(ns), children.build_service(parsed.model), "services"
+                    )
+                )
+            elif isinstance(action, reconcile.CreatePod) and parsed.model is not None:
+                manifest = children.build_pod(
+                    parsed.model,
+                    action.task.role,
+                    action.task.index,
+                    default_image=self.config.default_image,
+                    restart_attempt=plan.restart_attempt,
+                )
+                calls.append(self.api.create(pod_path(ns), manifest, "pods"))
+            elif isinstance(action, reconcile.DeletePod):
+                calls.append(
+                    self.api.delete(
+                        pod_path(ns, action.name),
+                        "pods",
+                        uid=action.uid,
+                        grace_period_seconds=0 if action.force else None,
+                    )
+                )
+            elif isinstance(action, reconcile.DeleteJob):
+                log.info("%s/%s: ttlSecondsAfterFinished passed, deleting the job", ns, job.name)
+                calls.append(
+                    self.api.delete(
+                        job_path(ns, job.name), "kerasjobs", uid=job.uid, propagation="Background"
+                    )
+                )
+        # The Service first (Pods resolve each other through it), then the rest together.
+        if calls and isinstance(plan.actions[0], reconcile.CreateService):
+            first = await gather_limited(calls[:1])
+            results = first + await gather_limited(calls[1:])
+        else:
+            results = await gather_limited(calls)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            raise errors[0]
+
+    def _post_event(self, job: reconcile.JobView, event: reconcile.Event, now: datetime) -> None:
+        body = build_event(
+            namespace=job.namespace,
+            name=job.name,
+            uid=job.uid,
+            type_=event.type,
+            reason=event.reason,
+            message=event.message,
+            now=now,
+        )
+        if event.type == "Warning":
+            log.warning("%s/%s: %s: %s", job.namespace, job.name, event.reason, event.message)
+        else:
+            log.info("%s/%s: %s: %s", job.namespace, job.name, event.reason, event.message)
+
+        async def post() -> None:
+            try:
+                await self.api.create(events_path(job.namespace), body, "events")
+            except Exception as e:  # an event is best effort
+                log.debug("event for %s/%s not posted: %s", job.namespace, job.name, e)
+
+        task = asyncio.create_task(post())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # -- progress --------------------------------------------------------------------------
+
+    async def _progress(self) -> None:
+        await self.ready.wait()
+        timeout = aiohttp.ClientTimeout(total=self.config.progress_timeout)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            while True:
+                await asyncio.sleep(self.config.progress_interval)
+                keys = list(self.jobs.keys())
+                await gather_limited([self._scrape_one(session, key) for key in keys], limit=16)
+
+    async def _scrape_one(self, session: aiohttp.ClientSession, key: Key) -> None:
+        body = self._body(key)
+        if body is None:
+            return
+        status = body.get("status") or {}
+        if (
+            status.get("phase") not in ("Running", "Restarting")
+            or status.get("phase") in TERMINAL_PHASES
+        ):
+            return
+        parsed = self._parse(body)
+        chief = next((p for p in self.pods.get(key, ()) if p.name == parsed.chief), None)
+        if chief is None or not chief.pod_ip or not chief.running_ready:
+            return
+        url = f"http://{chief.pod_ip}:{DEFAULT_METRICS_PORT}/metrics"
+        text = await progress.scrape(session, url, self.config.progress_timeout)
+        if text is None:
+            return
+        new = progress.progress_patch(
+            status.get("progress"),
+            progress.parse_metrics(text),
+            total_steps=parsed.total_steps,
+            now=utcnow(),
+        )
+        if new is None:
+            return
+        try:
+            await self.api.merge_patch(
+                job_path(*key, "status"), {"status": {"progress": new}}, "kerasjobs/status"
+            )
+        except ApiError as e:
+            log.debug("progress of %s/%s not written: %s", key[0], key[1], e)

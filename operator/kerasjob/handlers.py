@@ -1,0 +1,107 @@
+"""kopf glue: indices, event handlers and the operator's lifecycle. Thin by design.
+
+- ``kerasjob_bodies``: every KerasJob, keyed by (namespace, name).
+- ``kerasjob_pods``: a `PodView` of every child Pod, keyed by its job's (namespace, name).
+- Any event of a KerasJob or of a child Pod puts the job's key into the controller's queue.
+
+Only event and index handlers are used, so kopf adds no finalizer and no annotation to
+KerasJobs or Pods: a KerasJob can be deleted while the operator is down (the garbage
+collector removes its children through their owner references), and all state lives in
+the API server (``status`` of each KerasJob).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+
+from kerasjob import API_GROUP, API_VERSION, PLURAL
+from kerasjob import labels as lbl
+from kerasjob.config import OperatorConfig
+from kerasjob.controller import Controller
+from kerasjob.kube import KubeApi
+from kerasjob.podview import pod_view
+
+log = logging.getLogger("kerasjob.handlers")
+
+_JOB_FIELDS = ("apiVersion", "kind", "metadata", "spec", "status")
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+@kopf.index(API_GROUP, API_VERSION, PLURAL)
+async def kerasjob_bodies(namespace: str, name: str, body: kopf.Body, **_: Any) -> Any:
+    return {(namespace, name): {k: _plain(body.get(k)) for k in _JOB_FIELDS if k in body}}
+
+
+@kopf.index("pods", labels={lbl.JOB_NAME: kopf.PRESENT})
+async def kerasjob_pods(namespace: str, body: kopf.Body, **_: Any) -> Any:
+    view = pod_view(body)
+    if view is None:
+        return None
+    return {(namespace, view.job_name): view}
+
+
+@kopf.on.event(API_GROUP, API_VERSION, PLURAL)
+async def job_event(namespace: str, name: str, memo: kopf.Memo, **_: Any) -> None:
+    memo.controller.notify((namespace, name))
+
+
+@kopf.on.event("pods", labels={lbl.JOB_NAME: kopf.PRESENT})
+async def pod_event(namespace: str, labels: kopf.Labels, memo: kopf.Memo, **_: Any) -> None:
+    memo.controller.notify((namespace, labels[lbl.JOB_NAME]))
+
+
+@kopf.on.startup()
+async def startup(
+    settings: kopf.OperatorSettings,
+    memo: kopf.Memo,
+    kerasjob_bodies: kopf.Index[Any, Any],
+    kerasjob_pods: kopf.Index[Any, Any],
+    **_: Any,
+) -> None:
+    config: OperatorConfig = memo.get("config") or OperatorConfig()
+    # We post our own, meaningful events; kopf's per-handler events would be noise.
+    settings.posting.enabled = False
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.networking.request_timeout = 60
+    api = KubeApi(config.kubeconfig, config.context)
+    controller = Controller(config, api, kerasjob_bodies, kerasjob_pods)
+    memo.controller = controller
+    memo.controller_task = asyncio.create_task(controller.run(), name="kerasjob-controller")
+    log.info(
+        "kerasjob controller started (%d workers, default image %s)",
+        config.workers,
+        config.default_image,
+    )
+
+
+@kopf.on.cleanup()
+async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+    controller: Controller | None = memo.get("controller")
+    if controller is not None:
+        await controller.stop()
+
+
+@kopf.on.probe(id="apiRequests")
+async def api_requests(memo: kopf.Memo, **_: Any) -> dict[str, int]:
+    """Requests the controller made, by verb and resource (kopf's watches not included)."""
+    controller: Controller | None = memo.get("controller")
+    return dict(controller.api.requests) if controller is not None else {}
+
+
+@kopf.on.probe(id="reconciles")
+async def reconciles(memo: kopf.Memo, **_: Any) -> int:
+    controller: Controller | None = memo.get("controller")
+    return controller.reconciles if controller is not None else 0

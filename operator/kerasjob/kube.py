@@ -1,0 +1,204 @@
+"""A small asynchronous Kubernetes API client for the controller's writes.
+
+kopf watches and indexes; this client makes the few calls the controller needs (create,
+delete, patch status, post events) on one aiohttp session. Credentials come from the
+kubeconfig (or the in-cluster service account) through the `kubernetes` package's loaders.
+Every request is counted by verb and resource, for the liveness/metrics probe and benches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import ssl
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from kubernetes import client as k8s_client
+from kubernetes import config as k8s_config
+
+log = logging.getLogger(__name__)
+
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class ApiError(Exception):
+    """An API call answered with a status >= 400."""
+
+    def __init__(self, status: int, method: str, path: str, body: Any) -> None:
+        self.status = status
+        self.body = body
+        reason = body.get("message") if isinstance(body, Mapping) else str(body)[:300]
+        super().__init__(f"{method} {path}: {status} {reason}")
+
+
+@dataclass
+class _Auth:
+    host: str
+    ssl_context: ssl.SSLContext | bool
+    headers: dict[str, str]
+
+
+def _load_auth(kubeconfig: str | None, context: str | None) -> _Auth:
+    cfg = k8s_client.Configuration()
+    try:
+        k8s_config.load_kube_config(
+            config_file=kubeconfig, context=context, client_configuration=cfg
+        )
+    except (k8s_config.ConfigException, FileNotFoundError, TypeError):
+        if kubeconfig:
+            raise
+        k8s_config.load_incluster_config(client_configuration=cfg)
+    ctx: ssl.SSLContext | bool = (
+        ssl.create_default_context(cafile=cfg.ssl_ca_cert) if cfg.verify_ssl else False
+    )
+    if cfg.cert_file and isinstance(ctx, ssl.SSLContext):
+        ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
+    elif cfg.cert_file:
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
+    headers = {"Accept": "application/json", "User-Agent": "kerasjob-operator"}
+    token = cfg.get_api_key_with_prefix("authorization") or cfg.get_api_key_with_prefix(
+        "BearerToken"
+    )
+    if token:
+        headers["Authorization"] = token if " " in token else f"Bearer {token}"
+    return _Auth(host=cfg.host.rstrip("/"), ssl_context=ctx, headers=headers)
+
+
+class KubeApi:
+    """The controller's API client. Create it inside the running event loop."""
+
+    def __init__(
+        self,
+        kubeconfig: str | None = None,
+        context: str | None = None,
+        *,
+        concurrency: int = 32,
+        timeout: float = 30.0,
+    ) -> None:
+        self._auth = _load_auth(kubeconfig, context)
+        self._session: aiohttp.ClientSession | None = None
+        self._concurrency = concurrency
+        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self.requests: Counter[str] = Counter()
+        """Requests made, keyed by "VERB resource" (e.g. "create pods")."""
+
+    async def _ensure(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(limit=self._concurrency, ssl=self._auth.ssl_context)
+            self._session = aiohttp.ClientSession(
+                connector=connector, headers=self._auth.headers, timeout=self._timeout
+            )
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        params: Mapping[str, str] | None = None,
+        content_type: str = "application/json",
+        count_as: str,
+    ) -> Any:
+        """One API call; returns the decoded JSON body or raises `ApiError`."""
+        session = await self._ensure()
+        self.requests[count_as] += 1
+        data = None if body is None else json.dumps(body)
+        headers = {"Content-Type": content_type} if data is not None else None
+        async with session.request(
+            method, self._auth.host + path, data=data, params=params, headers=headers
+        ) as resp:
+            text = await resp.text()
+            try:
+                decoded = json.loads(text) if text else None
+            except json.JSONDecodeError:
+                decoded = text
+            if resp.status >= 400:
+                raise ApiError(resp.status, method, path, decoded)
+            return decoded
+
+    # -- the calls the controller makes ------------------------------------------------
+
+    async def create(self, path: str, obj: Mapping[str, Any], resource: str) -> bool:
+        """Create; False (no error) when it already exists."""
+        try:
+            await self.request("POST", path, body=obj, count_as=f"create {resource}")
+        except ApiError as e:
+            if e.status == 409:
+                return False
+            raise
+        return True
+
+    async def delete(
+        self,
+        path: str,
+        resource: str,
+        *,
+        uid: str | None = None,
+        grace_period_seconds: int | None = None,
+        propagation: str | None = None,
+    ) -> bool:
+        """Delete, only the incarnation ``uid`` when given; False when already gone."""
+        options: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if uid:
+            options["preconditions"] = {"uid": uid}
+        if grace_period_seconds is not None:
+            options["gracePeriodSeconds"] = grace_period_seconds
+        if propagation:
+            options["propagationPolicy"] = propagation
+        try:
+            await self.request("DELETE", path, body=options, count_as=f"delete {resource}")
+        except ApiError as e:
+            if e.status in (404, 409):  # gone, or a newer incarnation: not ours to delete
+                return False
+            raise
+        return True
+
+    async def merge_patch(self, path: str, patch: Mapping[str, Any], resource: str) -> Any:
+        return await self.request(
+            "PATCH", path, body=patch, content_type=MERGE_PATCH, count_as=f"patch {resource}"
+        )
+
+
+def pod_path(namespace: str, name: str | None = None) -> str:
+    base = f"/api/v1/namespaces/{namespace}/pods"
+    return f"{base}/{name}" if name else base
+
+
+def service_path(namespace: str, name: str | None = None) -> str:
+    base = f"/api/v1/namespaces/{namespace}/services"
+    return f"{base}/{name}" if name else base
+
+
+def events_path(namespace: str) -> str:
+    return f"/api/v1/namespaces/{namespace}/events"
+
+
+def job_path(namespace: str, name: str, subresource: str | None = None) -> str:
+    from kerasjob import API_GROUP, API_VERSION, PLURAL
+
+    base = f"/apis/{API_GROUP}/{API_VERSION}/namespaces/{namespace}/{PLURAL}/{name}"
+    return f"{base}/{subresource}" if subresource else base
+
+
+async def gather_limited(coros: list[Any], limit: int = 16) -> list[Any]:
+    """Run coroutines concurrently, at most ``limit`` at a time; exceptions are returned."""
+    sem = asyncio.Semaphore(limit)
+
+    async def one(c: Any) -> Any:
+        async with sem:
+            return await c
+
+    return await asyncio.gather(*(one(c) for c in coros), return_exceptions=True)

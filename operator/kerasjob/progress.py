@@ -1,0 +1,105 @@
+"""Training progress: read the chief's Prometheus metrics into ``status.progress``.
+
+The chief serves ``kerasjob_*`` gauges at ``http://<podIP>:<KERASJOB_METRICS_PORT>/metrics``
+(names in `kerasjob_trainer.contract`). Parsing and comparison are pure; the scrape is one
+short-timeout GET whose failures are expected (Pod starting, fake nodes) and only logged at
+debug level.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import re
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+import aiohttp
+from kerasjob_trainer.contract import (
+    METRIC_EPOCH,
+    METRIC_LOSS,
+    METRIC_SAMPLES_PER_SECOND,
+    METRIC_STEP,
+    METRIC_TRAINING_METRIC,
+)
+
+from kerasjob.status import fmt_time
+
+log = logging.getLogger(__name__)
+
+_LINE = re.compile(
+    r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)"
+)
+_LABEL = re.compile(r'(?P<k>[a-zA-Z_][a-zA-Z0-9_]*)="(?P<v>(?:[^"\\]|\\.)*)"')
+
+
+def parse_metrics(text: str) -> dict[str, Any]:
+    """``status.progress`` fields (without updatedAt/totalSteps) from Prometheus text."""
+    out: dict[str, Any] = {}
+    metrics: dict[str, float] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = _LINE.match(line)
+        if not m:
+            continue
+        try:
+            value = float(m.group("value"))
+        except ValueError:
+            continue
+        if math.isnan(value) or math.isinf(value):
+            continue
+        name = m.group("name")
+        if name == METRIC_EPOCH:
+            out["epoch"] = int(value)
+        elif name == METRIC_STEP:
+            out["step"] = int(value)
+        elif name == METRIC_LOSS:
+            out["loss"] = round(value, 6)
+        elif name == METRIC_SAMPLES_PER_SECOND:
+            out["samplesPerSecond"] = round(max(value, 0.0), 3)
+        elif name == METRIC_TRAINING_METRIC:
+            labels = {
+                lm.group("k"): lm.group("v") for lm in _LABEL.finditer(m.group("labels") or "")
+            }
+            if "name" in labels:
+                metrics[labels["name"]] = round(value, 6)
+    if metrics:
+        out["metrics"] = metrics
+    return out
+
+
+def progress_patch(
+    current: Mapping[str, Any] | None,
+    scraped: Mapping[str, Any],
+    *,
+    total_steps: int | None,
+    now: datetime,
+) -> dict[str, Any] | None:
+    """The new ``status.progress``, or None when nothing but the time would change."""
+    if not scraped:
+        return None
+    new = dict(scraped)
+    if total_steps is not None:
+        new["totalSteps"] = total_steps
+    old = {k: v for k, v in (current or {}).items() if k != "updatedAt"}
+    if old == new:
+        return None
+    new["updatedAt"] = fmt_time(now)
+    return new
+
+
+async def scrape(session: aiohttp.ClientSession, url: str, timeout: float) -> str | None:
+    """GET the metrics text; None on any error (logged at debug)."""
+    try:
+        async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+            if resp.status != 200:
+                log.debug("metrics %s: HTTP %s", url, resp.status)
+                return None
+            return await resp.text()
+    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+        log.debug("metrics %s: %s", url, e)
+        return None
