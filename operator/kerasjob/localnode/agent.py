@@ -147,6 +147,8 @@ class Agent:
             mount=shutil.which("mount") or "mount",
         )
         self.pods: dict[str, PodRuntime] = {}
+        #: uids of Pods this agent is done with: late watch events for them are ignored.
+        self.removed: set[str] = set()
         self.events: queue.Queue[tuple[str, object]] = queue.Queue()
         self.stop = threading.Event()
         self.mountpoints = MountPoints(cfg.state_dir / "created-mountpoints.json")
@@ -302,6 +304,8 @@ class Agent:
 
     def _upsert(self, pod: dict) -> None:
         uid = pod["metadata"]["uid"]
+        if uid in self.removed:
+            return
         rt = self.pods.get(uid)
         if rt is not None:
             rt.pod = pod
@@ -570,6 +574,7 @@ class Agent:
         if forget:
             shutil.rmtree(rt.pod_dir, ignore_errors=True)
             self.pods.pop(rt.uid, None)
+            self.removed.add(rt.uid)
         if had_ip and rewrite_hosts:
             self._rewrite_hosts()
 
