@@ -321,6 +321,9 @@ class CheckpointSpec(_Model):
         json_schema_extra={
             "type": "object",
             "additionalProperties": _TEMPLATE_SCHEMA,
+            # Bounds the CEL cost estimate (the API server refuses unbounded maps); the rule
+            # below then says "exactly one" in words.
+            "maxProperties": 4,
             "x-kubernetes-validations": [
                 _cel("self.size() == 1",
                      "checkpoint.volume must have exactly one volume source key"),

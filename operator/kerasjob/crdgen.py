@@ -7,7 +7,8 @@ Pydantic emits JSON Schema 2020-12; a CRD wants a *structural* OpenAPI v3.0 sche
 conversion below inlines $refs, turns `X | None` into an optional X (no `nullable`: the
 API server then drops explicit nulls instead of storing them), rewrites the 2020-12
 keywords OpenAPI 3.0 lacks, replaces open objects with x-kubernetes-preserve-unknown-fields
-and defaults every nested object to {} so that the API server applies its fields' defaults.
+and gives every defaulted object the defaults of its fields as its own default (the API
+server validates a default against the CEL rules as it stands, without nested defaulting).
 """
 
 from __future__ import annotations
@@ -109,7 +110,7 @@ def render_crd() -> dict[str, Any]:
 def openapi_schema() -> dict[str, Any]:
     """The structural openAPIV3Schema of a KerasJob."""
     spec = model_schema(KerasJobSpec)
-    spec["default"] = {}  # `spec:` may be omitted; every field then takes its default
+    spec["default"] = _object_default(spec)  # `spec:` may be omitted
     return {
         "type": "object",
         "description": KerasJob.__doc__,
@@ -160,16 +161,25 @@ def convert(node: Any, defs: dict[str, Any]) -> Any:
             out["minimum" if key == "exclusiveMinimum" else "maximum"] = value
             out[key] = True
         elif key == "default":
-            if value is None:
-                continue
-            # Nested objects default to {}: the server then applies each field's own default,
-            # and the CRD does not repeat them.
-            out[key] = {} if isinstance(value, dict) else value
+            if value is not None:
+                out[key] = value
         else:
             out[key] = value
     if out.get("x-kubernetes-preserve-unknown-fields") and "type" not in out:
         out["type"] = "object"
+    if isinstance(out.get("default"), dict) and "properties" in out:
+        out["default"] = _object_default(out)
     return out
+
+
+def _object_default(node: dict[str, Any]) -> dict[str, Any]:
+    """An object's default: its fields' (already converted, hence complete) defaults.
+
+    Spelled out in full rather than `{}` because the API server checks each default against
+    the CEL rules at its level before any nested default is applied: `{}` would fail e.g.
+    `self.mountPath.startsWith('/')` with "no such key".
+    """
+    return {name: sub["default"] for name, sub in node["properties"].items() if "default" in sub}
 
 
 def _resolve(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
