@@ -289,8 +289,8 @@ class ReplicaSpec(_Model):
         None,
         description=(
             "A PodTemplateSpec (metadata and spec) merged over spec.template for this role "
-            "only, e.g. to give the evaluator no GPU. Containers, env, volumes and "
-            "volumeMounts merge by name; other lists are replaced."
+            "only (e.g. no GPU for the evaluator), with the same merge rules. Changes apply "
+            "to Pods created afterwards."
         ),
         json_schema_extra=_TEMPLATE_SCHEMA,
     )
@@ -448,9 +448,12 @@ class KerasJobSpec(_Model):
         description=(
             "A PodTemplateSpec (metadata and spec) merged over the operator's defaults for "
             "every role: image, resources and GPUs, volumes, nodeSelector, tolerations, "
-            "command ... The container named 'trainer' (else the first container) is the "
-            "trainer. Containers, env, volumes and volumeMounts merge by name; other lists "
-            "are replaced. Changes apply to Pods created afterwards."
+            "command ... The container named 'trainer' (else the first container, renamed "
+            "'trainer') is the trainer. Containers, env and volumes merge by name, "
+            "volumeMounts by mountPath, ports by containerPort; other lists are replaced; "
+            "null deletes a field. The operator keeps TF_CONFIG, the KERASJOB_* identity "
+            "variables, hostname, subdomain and restartPolicy. Changes apply to Pods created "
+            "afterwards."
         ),
         json_schema_extra=_TEMPLATE_SCHEMA,
     )

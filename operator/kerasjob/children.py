@@ -138,17 +138,12 @@ def job_checkpoint_dir(job: JobLike) -> str:
 def trainer_config(job: JobLike) -> dict[str, Any]:
     """The object passed to the bundled trainer as KERASJOB_TRAINER_CONFIG.
 
-    spec.trainer (camelCase, unset fields left out) plus checkpoint.saveFreq. A dataset
-    read from a path is passed as the trainer's own source names, "npz" or "tfrecord".
+    spec.trainer exactly as the API spells it (camelCase, unset fields left out; a path
+    dataset's format is inferred by the trainer the same way as `DatasetSpec.resolved_format`)
+    plus checkpoint.saveFreq, as `kerasjob_trainer.contract.Env.TRAINER_CONFIG` documents.
     """
     j = _job(job)
     out = j.spec.trainer.model_dump(by_alias=True, exclude_none=True, mode="json")
-    dataset = j.spec.trainer.dataset
-    if dataset.source is DatasetSource.PATH:
-        fmt = dataset.resolved_format()
-        out["dataset"] = {"source": fmt.value if fmt else "path", "path": dataset.path}
-    else:
-        out["dataset"] = {"source": dataset.source.value}
     out["saveFreq"] = j.spec.checkpoint.save_freq
     return out
 
