@@ -330,3 +330,33 @@ def test_printer_columns(stored: Any, cluster: Cluster, namespace: str) -> None:
     assert header == ["NAME", "PHASE", "WORKERS", "READY", "DISRUPTIONS", "FAILURES", "STEP",
                       "AGE"]
     assert out.splitlines()[1].split()[0] == "stored"
+
+
+# --- the children the API renders are valid Kubernetes objects -------------------------------
+
+
+def test_rendered_children_pass_api_server_validation(crd: Any, kube: Any,
+                                                      namespace: str) -> None:
+    """build_service/desired_pods output, dry-run created: the API server's own validation."""
+    from kerasjob import children
+
+    spec = {
+        "workers": 2, "chief": {}, "evaluator": {"template": {"spec": {"containers": [
+            {"name": "trainer", "resources": {"limits": {"cpu": "1"}}}]}}},
+        "checkpoint": {"volume": PVC},
+        "template": {"metadata": {"labels": {"team": "ml"}}, "spec": {
+            "containers": [{"name": "main", "env": [{"name": "EXTRA", "value": "1"}],
+                            "volumeMounts": [{"name": "data", "mountPath": "/data"}]},
+                           {"name": "sidecar", "image": "busybox"}],
+            "volumes": [{"name": "data", "emptyDir": {}}]}},
+    }
+    job = create(kube, namespace, body("children", spec))
+    assert children.validate_job(job) == []
+    core = client.CoreV1Api(kube)
+    core.create_namespaced_service(namespace, children.build_service(job), dry_run="All")
+    pods = children.desired_pods(job, default_image="kerasjob/trainer:test", restart_attempt=3)
+    assert len(pods) == 4
+    for pod in pods:
+        got = core.create_namespaced_pod(namespace, pod, dry_run="All")
+        assert got.metadata.owner_references[0].uid == job["metadata"]["uid"]
+        assert got.spec.hostname == pod["metadata"]["name"]
