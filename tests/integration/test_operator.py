@@ -1,0 +1,285 @@
+"""The operator against a real API server: children, status, restarts, cleanup.
+
+The operator runs as a real subprocess (`support.operator.shared_operator`); Pods land on fake
+KWOK nodes, which mark them Running and Ready. To make a trainer "exit", a test writes the
+Pod status a kubelet would (pods/status subresource).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+from support.cluster import Cluster, wait_for
+from support.operator import (
+    OperatorProcess,
+    condition,
+    core,
+    create_job,
+    delete_job,
+    events_for,
+    get_job,
+    job_manifest,
+    job_status,
+    patch_job,
+    pods,
+    set_container_exit,
+    shared_operator,
+    wait_phase,
+)
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
+
+
+@pytest.fixture
+def operator(cluster: Cluster, kwok_placement: dict[str, Any]) -> OperatorProcess:
+    return shared_operator(cluster)
+
+
+def running_job(kube: Any, ns: str, name: str = "mnist", workers: int = 3, **spec: Any) -> dict:
+    create_job(kube, ns, job_manifest(name, workers=workers, **spec))
+    return wait_phase(kube, ns, name, "Running")
+
+
+def env_of(pod: Any) -> dict[str, str]:
+    trainer = next(c for c in pod.spec.containers if c.name == "trainer")
+    return {e.name: e.value for e in trainer.env or []}
+
+
+def pod_uid(kube: Any, ns: str, name: str) -> str | None:
+    try:
+        return core(kube).read_namespaced_pod(name, ns).metadata.uid
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+
+
+def replaced(kube: Any, ns: str, name: str, old_uid: str) -> str:
+    """Wait until Pod ``name`` exists again with a new UID (and is not terminating)."""
+
+    def check() -> str | None:
+        pod = core(kube).read_namespaced_pod(name, ns)
+        if pod.metadata.uid != old_uid and pod.metadata.deletion_timestamp is None:
+            return pod.metadata.uid
+        return None
+
+    return wait_for(check, timeout=30, what=f"Pod {name} re-created")
+
+
+def restarts(kube: Any, ns: str, name: str) -> dict[str, int]:
+    return job_status(kube, ns, name).get("restarts") or {}
+
+
+def test_three_workers_get_a_service_pods_tf_config_and_run(
+    operator: OperatorProcess, kube: Any, namespace: str
+) -> None:
+    created = create_job(kube, namespace, job_manifest("mnist", workers=3))
+    got = wait_for(
+        lambda: len(p := pods(kube, namespace, "mnist")) == 3 and p, timeout=30, what="3 Pods"
+    )
+    assert sorted(got) == ["mnist-worker-0", "mnist-worker-1", "mnist-worker-2"]
+    services = core(kube).list_namespaced_service(namespace).items
+    assert [s.metadata.name for s in services] == ["mnist"]
+    assert services[0].spec.cluster_ip == "None"
+    for i in range(3):
+        pod = got[f"mnist-worker-{i}"]
+        tf_config = json.loads(env_of(pod)["TF_CONFIG"])
+        assert tf_config["task"] == {"type": "worker", "index": i}
+        assert len(tf_config["cluster"]["worker"]) == 3
+        assert tf_config["cluster"]["worker"][i].startswith(f"mnist-worker-{i}.mnist.{namespace}")
+        (owner,) = pod.metadata.owner_references
+        assert owner.uid == created["metadata"]["uid"] and owner.controller
+    status = wait_phase(kube, namespace, "mnist", "Running")
+    assert status["replicaStatuses"]["worker"]["ready"] == 3
+    assert condition(status, "Created")["status"] == "True"
+    assert condition(status, "Running")["status"] == "True"
+    assert status["restarts"] == {"disruptions": 0, "failures": 0}
+    assert status["startTime"]
+    # Idempotent: still exactly 3 Pods and 1 Service after a while of events.
+    assert len(pods(kube, namespace, "mnist")) == 3
+
+
+def test_deleted_and_evicted_pods_come_back_as_disruptions(
+    operator: OperatorProcess, kube: Any, namespace: str
+) -> None:
+    running_job(kube, namespace)
+    uid = pod_uid(kube, namespace, "mnist-worker-1")
+    core(kube).delete_namespaced_pod("mnist-worker-1", namespace)
+    replaced(kube, namespace, "mnist-worker-1", uid)
+    wait_for(
+        lambda: restarts(kube, namespace, "mnist") == {"disruptions": 1, "failures": 0},
+        timeout=20,
+        what="one disruption counted",
+    )
+
+    uid = pod_uid(kube, namespace, "mnist-worker-2")
+    eviction = client.V1Eviction(
+        metadata=client.V1ObjectMeta(name="mnist-worker-2", namespace=namespace)
+    )
+    core(kube).create_namespaced_pod_eviction("mnist-worker-2", namespace, eviction)
+    replaced(kube, namespace, "mnist-worker-2", uid)
+    status = wait_phase(kube, namespace, "mnist", "Running")
+    assert status["restarts"] == {"disruptions": 2, "failures": 0}
+    assert status["lastRestart"]["pod"] == "mnist-worker-2"
+    assert status["lastRestart"]["disruption"] is True
+    assert len(pods(kube, namespace, "mnist")) == 3
+    reasons = {e.reason for e in events_for(kube, namespace, "mnist")}
+    assert "PodDisrupted" in reasons
+
+
+def test_error_exits_count_failures_until_backoff_limit(
+    operator: OperatorProcess, cluster: Cluster, kube: Any, namespace: str
+) -> None:
+    running_job(kube, namespace, backoffLimit=2)
+    # An in-place restart by the kubelet (Pod restartPolicy OnFailure) after exit 1.
+    set_container_exit(cluster, namespace, "mnist-worker-1", 1, in_place=True, restart_count=1)
+    wait_for(
+        lambda: restarts(kube, namespace, "mnist").get("failures") == 1,
+        timeout=20,
+        what="one failure",
+    )
+    # A Pod that ended Failed: counted once, re-created under the same name.
+    uid = pod_uid(kube, namespace, "mnist-worker-2")
+    set_container_exit(cluster, namespace, "mnist-worker-2", 1, in_place=False)
+    replaced(kube, namespace, "mnist-worker-2", uid)
+    status = wait_phase(kube, namespace, "mnist", "Running")
+    assert status["restarts"] == {"disruptions": 0, "failures": 2}
+    # Peer-lost exits (43) are disruptions, whatever the count of failures.
+    set_container_exit(cluster, namespace, "mnist-worker-0", 43, in_place=True, restart_count=1)
+    wait_for(
+        lambda: restarts(kube, namespace, "mnist") == {"disruptions": 1, "failures": 2},
+        timeout=20,
+        what="peer-lost counted as a disruption",
+    )
+    assert job_status(kube, namespace, "mnist")["phase"] != "Failed"
+    # The third failure exceeds backoffLimit 2.
+    set_container_exit(cluster, namespace, "mnist-worker-1", 1, in_place=True, restart_count=2)
+    status = wait_phase(kube, namespace, "mnist", "Failed")
+    assert condition(status, "Failed")["reason"] == "BackoffLimitExceeded"
+    assert status["restarts"] == {"disruptions": 1, "failures": 3}
+    assert status["completionTime"]
+    warnings = [e for e in events_for(kube, namespace, "mnist") if e.type == "Warning"]
+    assert any(e.reason == "BackoffLimitExceeded" for e in warnings)
+    # cleanPodPolicy Running: the running Pods are deleted.
+    wait_for(lambda: not pods(kube, namespace, "mnist"), timeout=20, what="Pods cleaned up")
+
+
+def test_exit_78_fails_the_job_at_once(
+    operator: OperatorProcess, cluster: Cluster, kube: Any, namespace: str
+) -> None:
+    running_job(kube, namespace, workers=2, backoffLimit=6)
+    set_container_exit(cluster, namespace, "mnist-worker-1", 78, in_place=True)
+    status = wait_phase(kube, namespace, "mnist", "Failed")
+    assert condition(status, "Failed")["reason"] == "InvalidConfig"
+    assert status["lastRestart"]["exitCode"] == 78
+
+
+def test_chief_success_succeeds_the_job_and_cleans_running_pods(
+    operator: OperatorProcess, cluster: Cluster, kube: Any, namespace: str
+) -> None:
+    running_job(kube, namespace)
+    set_container_exit(cluster, namespace, "mnist-worker-2", 0, in_place=False)
+    wait_for(
+        lambda: job_status(kube, namespace, "mnist")["replicaStatuses"]["worker"]["succeeded"] == 1,
+        timeout=20,
+        what="worker 2 succeeded",
+    )
+    set_container_exit(cluster, namespace, "mnist-worker-0", 0, in_place=False)
+    status = wait_phase(kube, namespace, "mnist", "Succeeded")
+    assert condition(status, "Succeeded")["status"] == "True"
+    assert status["completionTime"]
+    # cleanPodPolicy Running: worker 1 (running) goes, the finished Pods stay for their logs.
+    wait_for(
+        lambda: "mnist-worker-1" not in pods(kube, namespace, "mnist"),
+        timeout=20,
+        what="running worker deleted",
+    )
+    left = pods(kube, namespace, "mnist")
+    assert sorted(left) == ["mnist-worker-0", "mnist-worker-2"]
+    # Succeeded workers are never re-created, even when their Pod goes away.
+    core(kube).delete_namespaced_pod("mnist-worker-2", namespace)
+    wait_for(
+        lambda: "mnist-worker-2" not in pods(kube, namespace, "mnist"),
+        timeout=20,
+        what="worker 2 gone",
+    )
+    assert job_status(kube, namespace, "mnist")["phase"] == "Succeeded"
+    assert "mnist-worker-2" not in pods(kube, namespace, "mnist")
+
+
+@pytest.mark.parametrize(("policy", "left"), [("All", []), ("None", ["w-worker-0", "w-worker-1"])])
+def test_clean_pod_policy(
+    operator: OperatorProcess,
+    cluster: Cluster,
+    kube: Any,
+    namespace: str,
+    policy: str,
+    left: list[str],
+) -> None:
+    running_job(kube, namespace, name="w", workers=2, cleanPodPolicy=policy)
+    set_container_exit(cluster, namespace, "w-worker-0", 0, in_place=False)
+    wait_phase(kube, namespace, "w", "Succeeded")
+    wait_for(
+        lambda: sorted(pods(kube, namespace, "w")) == left,
+        timeout=20,
+        what=f"Pods left by cleanPodPolicy {policy}",
+    )
+
+
+def test_deleting_the_job_garbage_collects_its_children(
+    operator: OperatorProcess, kube: Any, namespace: str
+) -> None:
+    running_job(kube, namespace, workers=2)
+    delete_job(kube, namespace, "mnist")
+    wait_for(
+        lambda: (
+            not pods(kube, namespace, "mnist")
+            and not core(kube).list_namespaced_service(namespace).items
+        ),
+        timeout=60,
+        what="Pods and Service garbage-collected",
+    )
+
+
+def test_suspend_deletes_pods_and_resume_recreates_them(
+    operator: OperatorProcess, kube: Any, namespace: str
+) -> None:
+    running_job(kube, namespace, workers=2)
+    patch_job(kube, namespace, "mnist", {"spec": {"suspend": True}})
+    status = wait_phase(kube, namespace, "mnist", "Suspended")
+    assert condition(status, "Suspended")["status"] == "True"
+    wait_for(lambda: not pods(kube, namespace, "mnist"), timeout=20, what="Pods deleted")
+    patch_job(kube, namespace, "mnist", {"spec": {"suspend": False}})
+    status = wait_phase(kube, namespace, "mnist", "Running")
+    assert condition(status, "Suspended")["status"] == "False"
+    assert status["restarts"] == {"disruptions": 0, "failures": 0}
+    assert len(pods(kube, namespace, "mnist")) == 2
+
+
+def test_active_deadline_fails_the_job(
+    operator: OperatorProcess, kube: Any, namespace: str
+) -> None:
+    running_job(kube, namespace, workers=1, checkpoint={}, activeDeadlineSeconds=3)
+    status = wait_phase(kube, namespace, "mnist", "Failed", timeout=20)
+    assert condition(status, "Failed")["reason"] == "DeadlineExceeded"
+    wait_for(lambda: not pods(kube, namespace, "mnist"), timeout=20, what="Pods stopped")
+
+
+def test_ttl_after_finished_deletes_the_job(
+    operator: OperatorProcess, cluster: Cluster, kube: Any, namespace: str
+) -> None:
+    running_job(kube, namespace, workers=1, checkpoint={}, ttlSecondsAfterFinished=1)
+    set_container_exit(cluster, namespace, "mnist-worker-0", 0, in_place=False)
+
+    def gone() -> bool:
+        try:
+            get_job(kube, namespace, "mnist")
+        except ApiException as e:
+            return e.status == 404
+        return False
+
+    wait_for(gone, timeout=30, what="KerasJob deleted after its TTL")

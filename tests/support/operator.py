@@ -1,0 +1,367 @@
+"""The operator under test: ``python -m kerasjob run`` as a real subprocess.
+
+* :class:`OperatorProcess` -- start / stop / ``kill()`` (SIGKILL) / ``restart()`` one operator
+  watching the given namespace globs, its log in a file, its liveness/probe endpoint
+  (``probes()``: API request counts, reconciles).
+* :func:`shared_operator` -- one operator per test session watching ``t-*`` (the namespaces
+  of the ``namespace`` fixture), started on first use, stopped at exit. Tests that kill the
+  operator start their own on their own namespace prefix instead, so two operators never
+  reconcile the same job.
+* :func:`install_crds` -- apply the generated CRDs (once per session).
+* KerasJob helpers: :func:`job_manifest`, :func:`create_job`, :func:`get_job`, ...
+"""
+
+from __future__ import annotations
+
+import atexit
+import copy
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from support.cluster import KWOK_POD_PLACEMENT, REPO_ROOT, Cluster, wait_for
+
+GROUP, VERSION, PLURAL = "kerasjob.dev", "v1alpha1", "kerasjobs"
+CRD_NAME = f"{PLURAL}.{GROUP}"
+SHARED_NAMESPACES = "t-*"
+LOG_DIR = Path(os.environ.get("KERASJOB_TEST_LOGS", tempfile.gettempdir())) / "kerasjob-operator"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class OperatorProcess:
+    """One operator subprocess; all state is in the API server, so it can be killed anytime."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        namespaces: tuple[str, ...] = (SHARED_NAMESPACES,),
+        *,
+        name: str = "operator",
+        extra_args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.namespaces = namespaces
+        self.extra_args = extra_args
+        self.port = _free_port()
+        LOG_DIR.mkdir(parents=True, exist_ok=True)
+        self.log_path = LOG_DIR / f"{name}-{os.getpid()}-{self.port}.log"
+        self.extra_env = env or {}
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/healthz"
+
+    def argv(self) -> list[str]:
+        ns = [a for n in self.namespaces for a in ("--namespace", n)]
+        return [
+            sys.executable,
+            "-m",
+            "kerasjob",
+            "run",
+            "--standalone",
+            "--liveness",
+            self.url,
+            "--resync-seconds",
+            "20",
+            *ns,
+            *self.extra_args,
+        ]
+
+    def start(self, *, wait: bool = True) -> OperatorProcess:
+        env = self.cluster.env()
+        env.update(self.extra_env)
+        src = str(REPO_ROOT / "operator") + os.pathsep + str(REPO_ROOT / "trainer_image")
+        env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+        self.starts += 1
+        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
+        log.write(f"\n===== start #{self.starts} at {time.time():.3f}\n".encode())
+        log.flush()
+        self.proc = subprocess.Popen(
+            self.argv(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=REPO_ROOT,
+            start_new_session=True,
+        )
+        log.close()
+        if wait:
+            self.wait_ready()
+        return self
+
+    def wait_ready(self, timeout: float = 45) -> None:
+        def up() -> bool:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"operator exited {self.proc.returncode}:\n{self.log_tail()}")
+            return self.probes() is not None
+
+        try:
+            wait_for(up, timeout=timeout, interval=0.1, what="the operator's liveness endpoint")
+        except TimeoutError as e:
+            raise TimeoutError(f"{e}\n{self.log_tail()}") from None
+
+    def probes(self) -> dict[str, Any] | None:
+        try:
+            with urllib.request.urlopen(self.url, timeout=2) as resp:
+                return json.loads(resp.read() or b"{}")
+        except (OSError, ValueError):
+            return None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup handlers, exactly like a node loss or OOM kill."""
+        if self.alive():
+            assert self.proc is not None
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def stop(self, timeout: float = 10) -> None:
+        if not self.alive():
+            return
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def restart(self, *, wait: bool = True) -> None:
+        self.kill()
+        self.start(wait=wait)
+
+    def log_tail(self, n: int = 60) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return "(no log)"
+
+    def __enter__(self) -> OperatorProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+# --- CRDs and the shared operator ------------------------------------------------------------
+
+_crds_installed: list[bool] = []
+_shared: list[OperatorProcess] = []
+
+
+def install_crds(cluster: Cluster) -> None:
+    """Apply crds/ (generated from the models; $KERASJOB_CRD_DIR overrides the directory) and
+    wait until the CRD is Established."""
+    if _crds_installed:
+        return
+    crd_dir = Path(os.environ.get("KERASJOB_CRD_DIR", REPO_ROOT / "crds"))
+    files = sorted(crd_dir.glob("*.yaml")) if crd_dir.is_dir() else []
+    if files:
+        cluster.kubectl(
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            *[a for f in files for a in ("-f", str(f))],
+        )
+    else:  # not generated yet: generate into a temporary directory
+        with tempfile.TemporaryDirectory() as tmp:
+            subprocess.run(
+                [sys.executable, "-m", "kerasjob.crdgen", "--out", tmp], check=True, cwd=REPO_ROOT
+            )
+            cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", tmp)
+    cluster.kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=30s")
+    _crds_installed.append(True)
+
+
+def shared_operator(cluster: Cluster) -> OperatorProcess:
+    """The session's operator for ``t-*`` namespaces (restarted if it died)."""
+    install_crds(cluster)
+    if not _shared:
+        op = OperatorProcess(cluster, (SHARED_NAMESPACES,), name="shared")
+        _shared.append(op)
+        atexit.register(op.stop)
+        op.start()
+    elif not _shared[0].alive():
+        _shared[0].start()
+    return _shared[0]
+
+
+# --- KerasJob helpers ----------------------------------------------------------------------
+
+
+def job_manifest(name: str, *, workers: int = 3, **spec: Any) -> dict[str, Any]:
+    """A KerasJob whose Pods land on fake KWOK nodes (and so become Running and Ready)."""
+    body: dict[str, Any] = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "KerasJob",
+        "metadata": {"name": name},
+        "spec": {
+            "workers": workers,
+            "image": "kerasjob/trainer:test",
+            "checkpoint": {"volume": {"hostPath": {"path": "/tmp/kerasjob-ckpt"}}},
+            "template": {"spec": copy.deepcopy(KWOK_POD_PLACEMENT)},
+            **spec,
+        },
+    }
+    return body
+
+
+def custom(kube: Any) -> Any:
+    from kubernetes import client
+
+    return client.CustomObjectsApi(kube)
+
+
+def core(kube: Any) -> Any:
+    from kubernetes import client
+
+    return client.CoreV1Api(kube)
+
+
+def create_job(kube: Any, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+    return custom(kube).create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+
+
+def get_job(kube: Any, namespace: str, name: str) -> dict[str, Any]:
+    return custom(kube).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+
+
+def patch_job(kube: Any, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+    return custom(kube).patch_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        namespace,
+        PLURAL,
+        name,
+        patch,
+        _content_type="application/merge-patch+json",
+    )
+
+
+def delete_job(kube: Any, namespace: str, name: str) -> None:
+    custom(kube).delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+
+
+def job_status(kube: Any, namespace: str, name: str) -> dict[str, Any]:
+    return get_job(kube, namespace, name).get("status") or {}
+
+
+def condition(status: dict[str, Any], type_: str) -> dict[str, Any] | None:
+    return next((c for c in status.get("conditions") or [] if c.get("type") == type_), None)
+
+
+def pods(kube: Any, namespace: str, job: str | None = None) -> dict[str, Any]:
+    """Pods by name (V1Pod objects), optionally only the given job's."""
+    selector = f"{GROUP}/job-name={job}" if job else f"{GROUP}/job-name"
+    items = core(kube).list_namespaced_pod(namespace, label_selector=selector).items
+    return {p.metadata.name: p for p in items}
+
+
+def wait_phase(kube: Any, namespace: str, name: str, phase: str, timeout: float = 30) -> dict:
+    return wait_for(
+        lambda: (s := job_status(kube, namespace, name)).get("phase") == phase and s,
+        timeout=timeout,
+        what=f"KerasJob {namespace}/{name} phase {phase}",
+    )
+
+
+def now_rfc3339() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def set_container_exit(
+    cluster: Cluster,
+    namespace: str,
+    pod: str,
+    exit_code: int,
+    *,
+    in_place: bool,
+    restart_count: int = 1,
+    reason: str | None = None,
+) -> None:
+    """Write the Pod status a kubelet would after the trainer exited with ``exit_code``.
+
+    ``in_place``: the kubelet restarted the container (Pod restartPolicy OnFailure):
+    restartCount goes up, lastState.terminated holds the exit, the Pod stays Running.
+    Otherwise the Pod ends: phase Succeeded (0) or Failed, state.terminated holds the exit.
+    """
+    now = now_rfc3339()
+    terminated = {
+        "exitCode": exit_code,
+        "reason": reason or ("Completed" if exit_code == 0 else "Error"),
+        "startedAt": now,
+        "finishedAt": now,
+    }
+    if in_place:
+        container = {
+            "name": "trainer",
+            "image": "kerasjob/trainer:test",
+            "imageID": "",
+            "ready": True,
+            "restartCount": restart_count,
+            "started": True,
+            "state": {"running": {"startedAt": now}},
+            "lastState": {"terminated": terminated},
+        }
+        status = {"containerStatuses": [container]}
+    else:
+        container = {
+            "name": "trainer",
+            "image": "kerasjob/trainer:test",
+            "imageID": "",
+            "ready": False,
+            "restartCount": 0,
+            "started": False,
+            "state": {"terminated": terminated},
+        }
+        status = {
+            "phase": "Succeeded" if exit_code == 0 else "Failed",
+            "containerStatuses": [container],
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "False",
+                    "lastTransitionTime": now,
+                    "reason": "PodCompleted" if exit_code == 0 else "PodFailed",
+                }
+            ],
+        }
+    cluster.kubectl(
+        "patch",
+        "pod",
+        pod,
+        "-n",
+        namespace,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps({"status": status}),
+    )
+
+
+def events_for(kube: Any, namespace: str, name: str) -> list[Any]:
+    items = (
+        core(kube)
+        .list_namespaced_event(
+            namespace, field_selector=f"involvedObject.name={name},involvedObject.kind=KerasJob"
+        )
+        .items
+    )
+    return list(items)
