@@ -52,6 +52,11 @@ def test_service_is_headless_and_selects_the_job() -> None:
     assert svc["metadata"]["labels"][labels.MANAGED_BY] == "kerasjob"
 
 
+def test_label_selectors() -> None:
+    assert labels.selector("j") == {"kerasjob.dev/job-name": "j"}
+    assert labels.selector_string("j") == "kerasjob.dev/job-name=j"
+
+
 def test_service_port_follows_spec() -> None:
     svc = children.build_service(job({"workers": 1, "port": 3000}))
     assert svc["spec"]["ports"][0]["port"] == 3000
@@ -136,6 +141,8 @@ def test_trainer_container_defaults() -> None:
     ]
     assert pod["spec"]["volumes"] == [{"name": children.CHECKPOINT_VOLUME, **PVC}]
     assert pod["spec"]["terminationGracePeriodSeconds"] == 60
+    assert pod["spec"]["automountServiceAccountToken"] is False
+    assert pod["spec"]["enableServiceLinks"] is False
 
 
 def test_env() -> None:
