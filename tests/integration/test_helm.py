@@ -1,0 +1,480 @@
+"""The Helm chart against a real API server, and the operator with exactly its permissions.
+
+1. ``helm install`` of the chart succeeds (CRD from crds/, RBAC, Deployment, the peering CRDs
+   and the post-install peering hook). The operator Pod itself never runs here (there is no
+   operator image on this machine): a nodeSelector no node has keeps it Pending, and the
+   test runs the *same command line and environment* the Deployment renders as a local
+   subprocess instead.
+2. That subprocess authenticates as the chart's ServiceAccount: a kubeconfig with a
+   TokenRequest token (``kubectl create token``), no other credentials. So the operator
+   has the chart's RBAC and nothing else; if the chart forgot a permission, the job below
+   would not get far.
+3. With those permissions it takes a 2-worker KerasJob (Pods on fake KWOK nodes) to
+   Running and through a disruption (a worker Pod deleted: re-created, counted as one
+   disruption), and every API call the controller made is one the chart grants.
+4. The same token is refused (403) anything outside the operator's needs: Secrets,
+   Nodes, RBAC objects, other namespaces.
+5. A cluster-wide install's ClusterRole grants the same, cluster-wide, and no more.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from support import cluster as support
+from support.cluster import KWOK_POD_PLACEMENT, Cluster, wait_for
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "kerasjob-operator"
+GROUP, VERSION, PLURAL = "kerasjob.dev", "v1alpha1", "kerasjobs"
+
+#: Keeps the chart's own operator Pod Pending: no node has this label. The test runs the
+#: operator as a subprocess instead, and two operators must not handle the same jobs.
+NEVER_SCHEDULE = {"kerasjob.dev/test-never-schedule": "true"}
+
+
+@dataclass
+class Release:
+    name: str
+    namespace: str  # where the operator (ServiceAccount, Deployment) lives
+    jobs_namespace: str  # the namespace it handles
+    manifest: list[dict[str, Any]]
+
+    def of_kind(self, kind: str) -> list[dict[str, Any]]:
+        return [o for o in self.manifest if o["kind"] == kind]
+
+    @property
+    def deployment(self) -> dict[str, Any]:
+        (dep,) = self.of_kind("Deployment")
+        return dep
+
+    @property
+    def service_account(self) -> str:
+        return self.deployment["spec"]["template"]["spec"]["serviceAccountName"]
+
+
+def helm_install(cluster: Cluster, name: str, namespace: str, values: dict[str, Any]) -> Release:
+    args = [a for k, v in values.items() for a in ("--set-json", f"{k}={json.dumps(v)}")]
+    cluster.helm("install", name, str(CHART), "--namespace", namespace, *args, timeout=180)
+    text = cluster.helm("get", "manifest", name, "--namespace", namespace).stdout
+    manifest = [d for d in yaml.safe_load_all(text) if d]
+    jobs_ns = (values.get("watchNamespaces") or [""])[0]
+    return Release(name, namespace, jobs_ns, manifest)
+
+
+def token_kubeconfig(cluster: Cluster, namespace: str, sa: str, path: Path) -> Path:
+    """A kubeconfig that authenticates as ServiceAccount ``namespace/sa`` and nothing else."""
+    token = cluster.kubectl(
+        "--namespace", namespace, "create", "token", sa, "--duration=2h"
+    ).stdout.strip()
+    admin = yaml.safe_load(cluster.kubeconfig.read_text())
+    current = admin.get("current-context") or admin["contexts"][0]["name"]
+    ctx = next(c["context"] for c in admin["contexts"] if c["name"] == current)
+    server = dict(next(c["cluster"] for c in admin["clusters"] if c["name"] == ctx["cluster"]))
+    ca = server.get("certificate-authority")
+    if ca and not Path(ca).is_absolute():  # relative to the admin kubeconfig's directory
+        server["certificate-authority"] = str(cluster.kubeconfig.parent / ca)
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "test", "cluster": server}],
+                "users": [{"name": sa, "user": {"token": token}}],
+                "contexts": [{"name": sa, "context": {"cluster": "test", "user": sa}}],
+                "current-context": sa,
+            }
+        )
+    )
+    return path
+
+
+def as_sa(cluster: Cluster, kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """kubectl with the ServiceAccount's token kubeconfig (not the admin one)."""
+    env = cluster.env()
+    env["KUBECONFIG"] = str(kubeconfig)
+    return subprocess.run(
+        [cluster.tool("kubectl"), "--kubeconfig", str(kubeconfig), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def operator_process(
+    release: Release, kubeconfig: Path, log_path: Path
+) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """Run the Deployment's container command line and env locally; yield (proc, probe URL)."""
+    container = release.deployment["spec"]["template"]["spec"]["containers"][0]
+    # The image's ENTRYPOINT, unless the chart overrides the command (peering's shell).
+    command = container.get("command") or ["python", "-m", "kerasjob"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KERASJOB_")}
+    for var in container.get("env", []):
+        if "value" in var:
+            env[var["name"]] = var["value"]
+    port = free_port()
+    env["KERASJOB_LIVENESS"] = f"http://127.0.0.1:{port}/healthz"  # the Pod's port may be taken
+    env["KUBECONFIG"] = str(kubeconfig)
+    # "python" in the command must be this interpreter (the image's is /opt/kerasjob/bin).
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["PYTHONUNBUFFERED"] = "1"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [*command, *container.get("args", [])],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            start_new_session=True,
+        )
+    url = f"http://127.0.0.1:{port}/healthz"
+    try:
+        yield proc, url
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def probe(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return json.loads(resp.read() or b"{}")
+
+
+def granted(release: Release, namespace: str) -> dict[str, set[str]]:
+    """{resource: verbs} the release grants in ``namespace`` (the controller counts its
+    requests as "<verb> <resource>", without the API group)."""
+    out: dict[str, set[str]] = {}
+    roles = [r for r in release.of_kind("Role") if r["metadata"]["namespace"] == namespace]
+    for role in roles + release.of_kind("ClusterRole"):
+        for rule in role["rules"]:
+            if rule.get("resourceNames"):
+                continue
+            for res in rule["resources"]:
+                out.setdefault(res, set()).update(rule["verbs"])
+    return out
+
+
+# --- fixtures -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def namespaced_release(cluster: Cluster, kube: Any) -> Iterator[Release]:
+    """The chart installed for one jobs namespace, with 2 replicas (so peering is on)."""
+    op_ns = support.create_namespace(kube, "op")
+    jobs_ns = support.create_namespace(kube, "jobs")
+    name = f"kj-{uuid.uuid4().hex[:6]}"
+    try:
+        yield helm_install(
+            cluster,
+            name,
+            op_ns,
+            {
+                "watchNamespaces": [jobs_ns],
+                "replicaCount": 2,
+                "image.tag": "dev",
+                "trainerImage.tag": "dev",
+                "nodeSelector": NEVER_SCHEDULE,
+            },
+        )
+    finally:
+        cluster.helm("uninstall", name, "--namespace", op_ns, check=False)
+        support.delete_namespace(kube, jobs_ns)
+        support.delete_namespace(kube, op_ns)
+
+
+@pytest.fixture(scope="module")
+def sa_kubeconfig(
+    cluster: Cluster, namespaced_release: Release, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    rel = namespaced_release
+    path = tmp_path_factory.mktemp("sa") / "kubeconfig"
+    return token_kubeconfig(cluster, rel.namespace, rel.service_account, path)
+
+
+# --- tests ----------------------------------------------------------------------------------
+
+
+def test_install_creates_everything(cluster: Cluster, namespaced_release: Release) -> None:
+    rel = namespaced_release
+    kinds = {o["kind"] for o in rel.manifest}
+    assert {"ServiceAccount", "Role", "RoleBinding", "Deployment"} <= kinds
+    assert not kinds & {"ClusterRole", "ClusterRoleBinding"}
+    status = json.loads(
+        cluster.helm("status", rel.name, "--namespace", rel.namespace, "-o", "json").stdout
+    )
+    assert status["info"]["status"] == "deployed"
+    # crds/ installed the KerasJob CRD (or found it), and it is served.
+    crd = cluster.kubectl("get", "crd", "kerasjobs.kerasjob.dev", "-o", "json").stdout
+    assert json.loads(crd)["spec"]["group"] == GROUP
+    # The peering hook created the namespaced peering object after its CRD.
+    cluster.kubectl("--namespace", rel.jobs_namespace, "get", "kopfpeerings.kopf.dev", rel.name)
+    deployed = cluster.kubectl(
+        "--namespace", rel.namespace, "get", "deployment", rel.name, "-o", "json"
+    ).stdout
+    assert json.loads(deployed)["spec"]["replicas"] == 2
+
+
+def test_operator_with_sa_permissions_runs_a_job_through_a_disruption(
+    cluster: Cluster,
+    kube: Any,
+    namespaced_release: Release,
+    sa_kubeconfig: Path,
+    tmp_path: Path,
+) -> None:
+    rel = namespaced_release
+    ns = rel.jobs_namespace
+    custom = client.CustomObjectsApi(kube)
+    core = client.CoreV1Api(kube)
+    log_path = tmp_path / "operator.log"
+
+    with operator_process(rel, sa_kubeconfig, log_path) as (proc, url):
+
+        def ready() -> bool:
+            assert proc.poll() is None, f"operator exited:\n{log_path.read_text()[-4000:]}"
+            return bool(probe(url) is not None)
+
+        wait_for(ready, timeout=60, interval=0.5, what="the operator's liveness endpoint")
+
+        job = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "KerasJob",
+            "metadata": {"name": "rbac", "namespace": ns},
+            "spec": {
+                "workers": 2,
+                "trainer": {"epochs": 1, "stepsPerEpoch": 10},
+                "checkpoint": {"volume": {"hostPath": {"path": "/tmp/kerasjob-rbac-test"}}},
+                "template": {"spec": dict(KWOK_POD_PLACEMENT)},
+            },
+        }
+        custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, job)
+
+        def get_job() -> dict[str, Any]:
+            return custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "rbac")
+
+        def running_pods() -> dict[str, str] | None:
+            pods = core.list_namespaced_pod(ns).items
+            live = {
+                p.metadata.name: p.metadata.uid
+                for p in pods
+                if p.status.phase == "Running" and p.metadata.deletion_timestamp is None
+            }
+            return live if len(live) == 2 else None
+
+        def diagnose() -> str:
+            return f"\njob: {get_job().get('status')}\nlog:\n{log_path.read_text()[-4000:]}"
+
+        try:
+            before = wait_for(running_pods, timeout=90, interval=0.5, what="2 Running workers")
+            wait_for(
+                lambda: (get_job().get("status") or {}).get("phase") == "Running",
+                timeout=60,
+                interval=0.5,
+                what="phase Running",
+            )
+            assert set(before) == {"rbac-worker-0", "rbac-worker-1"}
+
+            # A disruption: someone deletes a worker Pod.
+            core.delete_namespaced_pod("rbac-worker-1", ns)
+
+            def recreated() -> bool:
+                pods = running_pods() or {}
+                return pods.get("rbac-worker-1") not in (None, before["rbac-worker-1"])
+
+            wait_for(recreated, timeout=90, interval=0.5, what="rbac-worker-1 re-created")
+            restarts = wait_for(
+                lambda: (
+                    (get_job().get("status") or {}).get("restarts", {}).get("disruptions")
+                    and get_job()["status"]["restarts"]
+                ),
+                timeout=60,
+                interval=0.5,
+                what="status.restarts.disruptions",
+            )
+            assert restarts == {"disruptions": 1, "failures": 0}
+            assert get_job()["status"]["phase"] in ("Running", "Restarting")
+        except (TimeoutError, AssertionError) as exc:
+            raise AssertionError(f"{exc}{diagnose()}") from exc
+
+        # Every request the controller made is covered by the chart's RBAC.
+        requests = probe(url).get("apiRequests") or {}
+        assert requests, f"no API requests counted: {probe(url)}"
+        allowed = granted(rel, ns)
+        for call in requests:
+            verb, resource = call.split(" ", 1)
+            assert verb in allowed.get(resource, set()), f"{call!r} not granted by the chart"
+
+    log = log_path.read_text()
+    # kopf's expected, harmless complaints in namespaced mode are about cluster-wide
+    # discovery only; anything else forbidden means the chart is missing a permission.
+    forbidden = [
+        line
+        for line in log.splitlines()
+        if ("403" in line or "orbidden" in line)
+        and "namespaces" not in line
+        and "customresourcedefinitions" not in line
+        and "Not enough permissions to watch for resources" not in line
+    ]
+    assert not forbidden, "\n".join(forbidden)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("get", "secrets"),
+        ("get", "configmaps"),
+        ("delete", "node", "any-node"),
+        ("create", "clusterrole", "evil", "--verb=*", "--resource=*"),
+        ("create", "rolebinding", "evil", "--clusterrole=cluster-admin", "--user=me"),
+        ("get", "pods", "--all-namespaces"),
+        ("create", "deployment", "evil", "--image=busybox"),
+        ("patch", "kerasjob", "x", "--type=merge", "-p", '{"spec":{"workers":9}}'),
+    ],
+    ids=lambda a: " ".join(a[:2]),
+)
+def test_sa_is_refused_everything_else(
+    cluster: Cluster, namespaced_release: Release, sa_kubeconfig: Path, args: tuple[str, ...]
+) -> None:
+    ns = namespaced_release.jobs_namespace
+    proc = as_sa(cluster, sa_kubeconfig, "--namespace", ns, *args)
+    assert proc.returncode != 0
+    assert "forbidden" in proc.stderr.lower(), proc.stderr
+
+
+def test_sa_is_refused_outside_its_namespace(
+    cluster: Cluster, namespaced_release: Release, sa_kubeconfig: Path
+) -> None:
+    for verb in ("list", "create", "delete"):
+        proc = as_sa(
+            cluster, sa_kubeconfig, "auth", "can-i", verb, "pods", "--namespace", "default"
+        )
+        assert proc.stdout.strip() == "no", f"{verb} pods in default: {proc.stdout}"
+    proc = as_sa(
+        cluster,
+        sa_kubeconfig,
+        "auth",
+        "can-i",
+        "create",
+        "pods",
+        "--namespace",
+        namespaced_release.jobs_namespace,
+    )
+    assert proc.stdout.strip() == "yes"
+
+
+def test_cluster_wide_install_grants_the_same_everywhere_and_no_more(
+    cluster: Cluster, kube: Any, namespaced_release: Release
+) -> None:
+    # The peering CRDs belong to the namespaced release (Helm will not share them), so this
+    # release runs one replica: standalone, no peering.
+    op_ns = support.create_namespace(kube, "opcw")
+    name = f"kjcw-{uuid.uuid4().hex[:6]}"
+    try:
+        rel = helm_install(
+            cluster,
+            name,
+            op_ns,
+            {"image.tag": "dev", "nodeSelector": NEVER_SCHEDULE},
+        )
+        assert rel.of_kind("ClusterRole") and not rel.of_kind("Role")
+        who = f"system:serviceaccount:{op_ns}:{rel.service_account}"
+
+        def can(*args: str) -> bool:
+            out = cluster.kubectl("auth", "can-i", "--as", who, *args, check=False).stdout
+            return out.strip() == "yes"
+
+        for ns in ("default", namespaced_release.jobs_namespace):
+            assert can("create", "pods", "-n", ns)
+            assert can("watch", "kerasjobs.kerasjob.dev", "-n", ns)
+            assert can("patch", "kerasjobs.kerasjob.dev", "--subresource=status", "-n", ns)
+            assert not can("get", "secrets", "-n", ns)
+            assert not can("patch", "pods", "-n", ns)
+            assert not can("update", "kerasjobs.kerasjob.dev", "-n", ns)
+        assert can("watch", "customresourcedefinitions.apiextensions.k8s.io")
+        assert not can("create", "customresourcedefinitions.apiextensions.k8s.io")
+        assert not can("delete", "nodes")
+        assert not can("create", "clusterroles.rbac.authorization.k8s.io")
+        assert not can("list", "namespaces")
+        assert not can("impersonate", "serviceaccounts")
+    finally:
+        cluster.helm("uninstall", name, "--namespace", op_ns, check=False)
+        support.delete_namespace(kube, op_ns)
+
+
+def test_operator_pod_meets_restricted_pod_security(
+    cluster: Cluster, kube: Any, namespaced_release: Release
+) -> None:
+    """The rendered Pod is admitted where the `restricted` Pod Security Standard is enforced."""
+    ns = support.create_namespace(kube, "psa")
+    try:
+        cluster.kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted")
+        template = namespaced_release.deployment["spec"]["template"]
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "operator", "namespace": ns},
+            "spec": {**template["spec"], "serviceAccountName": "default"},
+        }
+        proc = cluster.kubectl(
+            "apply", "--dry-run=server", "-f", "-", input=json.dumps(pod), check=False
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert "violate" not in proc.stderr, proc.stderr
+    finally:
+        support.delete_namespace(kube, ns)
+
+
+def test_uninstall_removes_rbac(cluster: Cluster, kube: Any) -> None:
+    op_ns = support.create_namespace(kube, "opun")
+    jobs_ns = support.create_namespace(kube, "jobsun")
+    name = f"kjun-{uuid.uuid4().hex[:6]}"
+    try:
+        helm_install(
+            cluster,
+            name,
+            op_ns,
+            {"watchNamespaces": [jobs_ns], "nodeSelector": NEVER_SCHEDULE},
+        )
+        cluster.kubectl("--namespace", jobs_ns, "get", "role", name)
+        cluster.helm("uninstall", name, "--namespace", op_ns)
+
+        def gone() -> bool:
+            proc = cluster.kubectl("--namespace", jobs_ns, "get", "role", name, check=False)
+            return proc.returncode != 0 and "NotFound" in proc.stderr
+
+        wait_for(gone, timeout=30, what="Role removed by helm uninstall")
+        # Helm never deletes CRDs: jobs survive an operator uninstall.
+        cluster.kubectl("get", "crd", "kerasjobs.kerasjob.dev")
+    finally:
+        support.delete_namespace(kube, jobs_ns)
+        support.delete_namespace(kube, op_ns)
