@@ -333,10 +333,10 @@ class Agent:
     def _sync(self, rt: PodRuntime) -> None:
         try:
             self._step(rt)
+            if rt.uid in self.pods and not rt.gone:
+                self._publish(rt)
         except _TRANSIENT as e:
             log.warning("pod %s: %s (will retry)", rt.key, e)
-        if rt.uid in self.pods and not rt.gone:
-            self._publish(rt)
 
     def _step(self, rt: PodRuntime) -> None:
         mono = time.monotonic()
@@ -360,7 +360,8 @@ class Agent:
             self._launch(rt)
 
     def _setup_network(self, rt: PodRuntime) -> None:
-        ip = str(self.ipam.allocate(rt.uid))
+        previous = (rt.pod.get("status") or {}).get("podIP")
+        ip = str(self.ipam.allocate(rt.uid, prefer=previous))
         try:
             netns.create_pod_network(rt.netns, rt.uid, self.cfg.bridge, ip, self.ipam.prefixlen)
         except netns.NetworkError as e:
@@ -607,11 +608,16 @@ class Agent:
         if status == rt.last_status:
             return
         meta = rt.pod["metadata"]
+        body_status = dict(status)
+        for key in ("podIPs", "hostIPs"):
+            if key in body_status:
+                # Lists merged by IP: replace them, or an IP from before an agent restart stays.
+                body_status[key] = [*body_status[key], {"$patch": "replace"}]
         try:
             self.kube.request(
                 "PATCH",
                 pod_path(meta["namespace"], meta["name"], "status"),
-                body={"metadata": {"uid": rt.uid}, "status": status},
+                body={"metadata": {"uid": rt.uid}, "status": body_status},
                 content_type=STRATEGIC_MERGE,
             )
         except ApiError as e:

@@ -31,11 +31,20 @@ class IPAllocator:
     def prefixlen(self) -> int:
         return self.network.prefixlen
 
-    def allocate(self, key: str) -> ipaddress.IPv4Address:
-        """The address of `key` (a Pod uid), allocating one if it has none yet."""
+    def allocate(self, key: str, prefer: str | None = None) -> ipaddress.IPv4Address:
+        """The address of `key` (a Pod uid), allocating one if it has none yet; `prefer` (the
+        IP a Pod had under a previous agent) is taken when it is in the pool and free."""
         if key in self._by_key:
             return self._by_key[key]
         used = set(self._by_key.values())
+        if prefer:
+            try:
+                wanted = ipaddress.IPv4Address(prefer)
+            except ValueError:
+                wanted = None
+            if wanted in self._pool and wanted not in used:
+                self._by_key[key] = wanted
+                return wanted
         for offset in range(len(self._pool)):
             index = (self._next + offset) % len(self._pool)
             candidate = self._pool[index]
