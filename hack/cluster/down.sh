@@ -9,6 +9,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 GRACE="${CLUSTER_STOP_GRACE:-10}"
+cluster_lock
 
 # is_ours PID: the process is one of our components (its executable is named like one) and its
 # command line names this cluster's state directory. Pure bash, so no helper process matches.

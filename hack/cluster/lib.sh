@@ -6,6 +6,7 @@
 #   KERASJOB_BIN_DIR use prebuilt binaries from this directory instead of the pinned build
 #   ETCD_PORT ETCD_PEER_PORT APISERVER_PORT KCM_PORT SCHEDULER_PORT KWOK_PORT   (see below)
 #   KWOK_NODES       number of fake KWOK nodes    (default 4)
+#   APISERVER_BIND_ADDRESS / APISERVER_ADVERTISE_ADDRESS   (default 127.0.0.1)
 #   CLUSTER_READY_TIMEOUT  seconds up.sh waits for readiness (default 90)
 
 CLUSTER_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -25,6 +26,10 @@ KCM_PORT="${KCM_PORT:-20257}"
 SCHEDULER_PORT="${SCHEDULER_PORT:-20259}"
 KWOK_PORT="${KWOK_PORT:-20247}"
 KWOK_NODES="${KWOK_NODES:-4}"
+# The API server listens on APISERVER_BIND_ADDRESS (0.0.0.0 to reach it from network
+# namespaces) and advertises APISERVER_ADVERTISE_ADDRESS as the `kubernetes` Service endpoint.
+APISERVER_BIND_ADDRESS="${APISERVER_BIND_ADDRESS:-127.0.0.1}"
+APISERVER_ADVERTISE_ADDRESS="${APISERVER_ADVERTISE_ADDRESS:-127.0.0.1}"
 
 # The components up.sh starts, in start order (down.sh stops them in reverse).
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
@@ -65,4 +70,18 @@ port_in_use() {
   else
     (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
   fi
+}
+
+# Serialize up.sh/down.sh on one state directory (several test sessions may share a checkout).
+# up.sh calls down.sh while holding it; KERASJOB_CLUSTER_LOCKED tells the nested call.
+# Started daemons must not inherit fd 8 (see launch in up.sh), or they would hold the lock.
+cluster_lock() {
+  [ -z "${KERASJOB_CLUSTER_LOCKED:-}" ] || return 0
+  mkdir -p "$KERASJOB_RUN"
+  exec 8>"$KERASJOB_RUN/.cluster-scripts.lock"
+  if ! flock -n 8; then
+    log "waiting for another up.sh/down.sh on $STATE_DIR"
+    flock -w 300 8 || die "another up.sh/down.sh on $STATE_DIR held its lock for 5 min; is one stuck?"
+  fi
+  export KERASJOB_CLUSTER_LOCKED=1
 }

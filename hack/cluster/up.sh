@@ -48,6 +48,7 @@ done
 command -v openssl >/dev/null || die "openssl not found: apt-get install openssl"
 command -v curl >/dev/null || die "curl not found: apt-get install curl"
 
+cluster_lock
 if [ -d "$STATE_DIR" ]; then
   if healthy; then
     log "cluster already up and healthy ($SERVER, kubeconfig $KUBECONFIG_FILE)"
@@ -90,7 +91,7 @@ gen_key() { openssl ecparam -name prime256v1 -genkey -noout -out "$1" 2>/dev/nul
   sign apiserver "/CN=kube-apiserver" "$(printf '%s\n' \
     "basicConstraints=critical,CA:FALSE" "keyUsage=critical,digitalSignature,keyEncipherment" \
     "extendedKeyUsage=serverAuth" \
-    "subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local")"
+    "subjectAltName=IP:127.0.0.1,IP:$APISERVER_ADVERTISE_ADDRESS,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local")"
   sign admin "/O=system:masters/CN=kubernetes-admin" "$(printf '%s\n' \
     "basicConstraints=critical,CA:FALSE" "keyUsage=critical,digitalSignature,keyEncipherment" \
     "extendedKeyUsage=clientAuth")"
@@ -125,7 +126,7 @@ chmod 600 "$KUBECONFIG_FILE"
 # by process group. The pid written is the session leader's (setsid execs in place here).
 launch() {  # launch NAME BINARY ARGS...
   local name="$1"; shift
-  setsid "$@" > "$LOGS/$name.log" 2>&1 < /dev/null &
+  setsid "$@" > "$LOGS/$name.log" 2>&1 < /dev/null 8>&- 9>&- &
   echo $! > "$PIDS/$name.pid"
 }
 
@@ -137,10 +138,15 @@ launch etcd "$BIN/etcd" \
   --initial-cluster="kerasjob-local=http://127.0.0.1:$ETCD_PEER_PORT" \
   --unsafe-no-fsync=true --snapshot-count=100000 --log-level=warn ${ETCD_EXTRA_ARGS:-}
 
+# The `kubernetes` Service's endpoints cannot be a loopback address (validation rejects it),
+# so with the default 127.0.0.1 the endpoint reconciler is off.
+endpoint_reconciler=lease
+case "$APISERVER_ADVERTISE_ADDRESS" in 127.*) endpoint_reconciler=none ;; esac
 # shellcheck disable=SC2086
 launch kube-apiserver "$BIN/kube-apiserver" \
   --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
-  --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$APISERVER_PORT" \
+  --bind-address="$APISERVER_BIND_ADDRESS" --advertise-address="$APISERVER_ADVERTISE_ADDRESS" \
+  --secure-port="$APISERVER_PORT" \
   --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
   --client-ca-file="$PKI/ca.crt" \
   --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
@@ -148,7 +154,7 @@ launch kube-apiserver "$BIN/kube-apiserver" \
   --authorization-mode=Node,RBAC \
   --service-cluster-ip-range=10.96.0.0/16 \
   --allow-privileged=true \
-  --endpoint-reconciler-type=none \
+  --endpoint-reconciler-type="$endpoint_reconciler" \
   --profiling=false \
   --v=1 ${APISERVER_EXTRA_ARGS:-}
 
