@@ -9,9 +9,11 @@ flushing), and a watchdog catches a silent stall that raises nothing.
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import NoReturn
 
 from kerasjob_trainer.contract import ExitCode
@@ -93,3 +95,57 @@ class Watchdog:
                 hard_exit(ExitCode.PEER_LOST,
                           f"no training step for {self.timeout:.0f}s: a peer is silent; "
                           f"exiting {int(ExitCode.PEER_LOST)}")
+
+
+class PeerMonitor:
+    """Exit PEER_LOST as soon as a peer's TensorFlow server stops accepting connections.
+
+    A collective only fails fast when the dead peer was mid-transfer; a worker that is about
+    to *start* an RPC to a dead peer waits on gRPC's reconnect backoff for seconds. A TCP
+    connect every `interval` to each peer's server port answers in well under a second
+    (refused for a dead process, a timeout for a vanished Pod IP). Armed after the first
+    step (peers are known to be up) and silenced by `quiet()` while the group is saving and
+    exiting on purpose (SIGTERM) or after training.
+    """
+
+    def __init__(self, peers: list[str], interval: float = 0.2, connect_timeout: float = 0.5,
+                 failures: int = 2) -> None:
+        self._peers = [(h, int(p)) for h, _, p in (a.rpartition(":") for a in peers)]
+        self._interval = interval
+        self._timeout = connect_timeout
+        self._failures = failures
+        self._armed = threading.Event()
+        self._quiet: list[Callable[[], bool]] = []
+        self._stopped = False
+        if self._peers:
+            threading.Thread(target=self._run, name="kerasjob-peers", daemon=True).start()
+
+    def arm(self) -> None:
+        self._armed.set()
+
+    def quiet_when(self, predicate: Callable[[], bool]) -> None:
+        self._quiet.append(predicate)
+
+    def stop(self) -> None:
+        self._stopped = True
+
+    def _reachable(self, host: str, port: int) -> bool:
+        try:
+            with socket.create_connection((host, port), timeout=self._timeout):
+                return True
+        except OSError:
+            return False
+
+    def _run(self) -> None:
+        misses = dict.fromkeys(self._peers, 0)
+        self._armed.wait()
+        while not self._stopped:
+            for peer in self._peers:
+                misses[peer] = 0 if self._reachable(*peer) else misses[peer] + 1
+                if misses[peer] >= self._failures and not self._stopped and not any(
+                    q() for q in self._quiet
+                ):
+                    hard_exit(ExitCode.PEER_LOST,
+                              f"peer {peer[0]}:{peer[1]} is gone; exiting "
+                              f"{int(ExitCode.PEER_LOST)} to restart from the last backup")
+            time.sleep(self._interval)

@@ -134,8 +134,19 @@ def backup_and_restore(backup_dir: str, save_freq: int,
     )
 
 
-def preemption_active(model: Any) -> bool:
-    """Whether the model's running fit() has a PreemptionCheckpointHandler installed."""
-    return getattr(model, "_preemption_handler", None) is not None
+def preemption_in_progress(model: Any) -> bool:
+    """Whether some worker got SIGTERM and the group is (about to be) saving and exiting 42.
+
+    Peers then leave within moments of each other on purpose; a peer going away must not
+    be mistaken for a lost peer (exit 43) before this worker has saved.
+    """
+    handler = getattr(model, "_preemption_handler", None)
+    if handler is None:
+        return False
+    events = [getattr(handler, name, None)
+              for name in ("_received_own_sigterm", "_received_checkpoint_step")]
+    return any(e is not None and e.is_set() for e in events) or bool(
+        getattr(handler, "_final_checkpoint_countdown", False)
+    )
 
 

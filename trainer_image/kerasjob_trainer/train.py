@@ -64,8 +64,14 @@ def install_early_sigterm_handler() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
+def _peer_addresses(cluster: ClusterInfo) -> list[str]:
+    mine = cluster.training_cluster.get(cluster.role, [])[cluster.index:cluster.index + 1]
+    return [a for addrs in cluster.training_cluster.values() for a in addrs if a not in mine]
+
+
 def _progress_callback(ctx: RunContext, reporter: ProgressReporter | None,
-                       watchdog: faults.Watchdog, global_batch: int) -> Any:
+                       watchdog: faults.Watchdog, peers: faults.PeerMonitor,
+                       global_batch: int) -> Any:
     import tensorflow as tf
     import tf_keras
     from tensorflow.core.framework import summary_pb2
@@ -98,6 +104,7 @@ def _progress_callback(ctx: RunContext, reporter: ProgressReporter | None,
             self.step += 1
             _State.steps_this_process += 1
             watchdog.beat()
+            peers.arm()
             if _State.steps_this_process == 1 or self.step % interval == 0 or self.step == total:
                 self._log(logs or {})
 
@@ -155,6 +162,8 @@ def run(ctx: RunContext) -> int:
 
     reporter = ProgressReporter(ctx.output_dir, ctx.metrics_port) if is_chief else None
     watchdog = faults.Watchdog(cfg.stall_timeout_seconds)
+    peers = faults.PeerMonitor(_peer_addresses(ctx.cluster))
+    peers.quiet_when(lambda: preemption.preemption_in_progress(model))
 
     def on_preempted_saved() -> None:
         hard_exit(ExitCode.PREEMPTED_SAVED,
@@ -163,7 +172,7 @@ def run(ctx: RunContext) -> int:
 
     callbacks = [
         preemption.backup_and_restore(ctx.backup_dir, cfg.save_freq, on_preempted_saved),
-        _progress_callback(ctx, reporter, watchdog, global_batch),
+        _progress_callback(ctx, reporter, watchdog, peers, global_batch),
     ]
     say(f"{ctx.cluster.role}:{ctx.cluster.index} of {max(ctx.cluster.num_workers, 1)} "
         f"worker(s), {strategy.num_replicas_in_sync} replica(s), global batch {global_batch}, "
@@ -172,6 +181,7 @@ def run(ctx: RunContext) -> int:
         model.fit(train_ds, epochs=cfg.epochs, steps_per_epoch=cfg.steps_per_epoch,
                   callbacks=callbacks, verbose=0)
         watchdog.pause()
+        peers.stop()  # peers finish and leave on their own from here on
         steps = int(model.optimizer.iterations.numpy())
         test_accuracy = None
         if examples.test is not None:

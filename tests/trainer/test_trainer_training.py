@@ -1,0 +1,176 @@
+"""Real TensorFlow, several trainer processes on 127.0.0.1: training, preemption, faults.
+
+Timeouts are bounded everywhere; a whole generation of 2 workers x 200 steps takes ~30 s
+on 2 shared CPU cores, most of it TensorFlow start-up.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import signal
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from kerasjob_trainer import contract
+from kerasjob_trainer.contract import ExitCode
+from trainer_procs import FINAL_LINE, RESUMED_LINE, Group, group, progress
+
+pytestmark = pytest.mark.tf
+
+SAVE_FREQ = 25
+FT_CONFIG = {"epochs": 2, "stepsPerEpoch": 100, "saveFreq": SAVE_FREQ, "logEverySteps": 1,
+             "batchSizePerReplica": 32}
+GEN_TIMEOUT = 150
+
+
+def _final(g: Group, index: int = 0) -> tuple[float | None, int]:
+    for line in g.trainers[index].lines():
+        if m := FINAL_LINE.match(line):
+            return (float(m.group(1)) if m.group(1) else None), int(m.group(2))
+    raise AssertionError(f"no final line:\n{g.logs()}")
+
+
+def _resumed(g: Group) -> list[int]:
+    out = []
+    for t in g.trainers:
+        found = [int(m.group(1)) for ln in t.lines() if (m := RESUMED_LINE.match(ln))]
+        assert found, f"{t.name} did not resume:\n{t.tail()}"
+        out.append(found[0])
+    return out
+
+
+def _scrape(port: int) -> str | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+            return r.read().decode()
+    except OSError:
+        return None
+
+
+@pytest.mark.timeout(240)
+def test_two_workers_train_mnist_to_90_percent(tmp_path: Path) -> None:
+    config = {"epochs": 3, "stepsPerEpoch": 100, "saveFreq": 50}
+    with group(tmp_path, config) as g:
+        g.start()
+        chief = g.trainers[0]
+        chief.wait_for_step(50, GEN_TIMEOUT)
+        scraped = _scrape(g.metrics_port)  # served while training, by the chief only
+        assert scraped and f"{contract.METRIC_STEP} " in scraped, scraped
+        assert g.wait_all(GEN_TIMEOUT) == [0, 0], g.logs()
+        accuracy, steps = _final(g)
+        assert steps == 300
+        assert accuracy is not None and accuracy >= 0.90, g.logs()
+        final = progress(g)
+        assert final["done"] and final["step"] == 300 and final["updatedAt"]
+        assert final["metrics"]["test_accuracy"] == pytest.approx(accuracy, abs=1e-4)
+        assert (g.output / "model.keras").is_file()
+        assert list((g.output / "tensorboard").glob("events.out.tfevents.*"))
+        assert not any("final" in ln for ln in g.trainers[1].lines())  # chief-only outputs
+
+
+@pytest.mark.timeout(300)
+def test_sigkill_survivor_exits_43_and_resume_is_exact(tmp_path: Path) -> None:
+    with group(tmp_path, FT_CONFIG) as g:
+        survivor, victim = g.start()
+        victim.wait_for_step(60, GEN_TIMEOUT)
+        killed_at = time.monotonic()
+        victim.signal(signal.SIGKILL)
+        code = survivor.wait(10)
+        elapsed = time.monotonic() - killed_at
+        assert code == ExitCode.PEER_LOST, survivor.tail()
+        assert elapsed < 2.0, f"survivor took {elapsed:.2f}s"
+        last_done = max(survivor.steps())
+
+        g.start()
+        assert g.wait_all(GEN_TIMEOUT) == [0, 0], g.logs()
+        resumed = _resumed(g)
+        assert resumed[0] == resumed[1], resumed
+        assert resumed[0] % SAVE_FREQ == 0 and resumed[0] > 0
+        assert 0 <= last_done - resumed[0] <= SAVE_FREQ, (last_done, resumed)
+        _, steps = _final(g)
+        assert steps == 200 and progress(g)["step"] == 200  # optimizer.iterations, exactly
+
+
+@pytest.mark.timeout(300)
+def test_sigterm_saves_current_step_and_resume_redoes_nothing(tmp_path: Path) -> None:
+    with group(tmp_path, FT_CONFIG) as g:
+        chief, worker = g.start()
+        chief.wait_for_step(60, GEN_TIMEOUT)
+        chief.signal(signal.SIGTERM)  # to ONE worker: the group agrees on the step to save at
+        assert [chief.wait(20), worker.wait(20)] == [ExitCode.PREEMPTED_SAVED] * 2, g.logs()
+        saved = []
+        for t in (chief, worker):
+            lines = [ln for ln in t.lines() if "state saved at step" in ln]
+            assert lines, t.tail()
+            saved.append(int(lines[-1].rsplit("step ", 1)[1].split(";")[0]))
+        assert saved[0] == saved[1] == max(chief.steps()) == max(worker.steps()), saved
+        assert not list((g.ckpt / "backup").glob("workertemp*"))
+
+        g.start()
+        assert g.wait_all(GEN_TIMEOUT) == [0, 0], g.logs()
+        assert _resumed(g) == saved  # redoes no step
+        assert min(g.trainers[0].steps()) == saved[0] + 1
+        _, steps = _final(g)
+        assert steps == 200 and progress(g)["step"] == 200
+
+
+@pytest.mark.timeout(240)
+def test_dedicated_chief_and_sidecar_evaluator(tmp_path: Path) -> None:
+    config = {"epochs": 2, "stepsPerEpoch": 40, "saveFreq": 20, "batchSizePerReplica": 32}
+    with group(tmp_path, config, workers=1, chief=True, evaluator=True) as g:
+        g.start()
+        assert g.wait_all(GEN_TIMEOUT) == [0, 0, 0], g.logs()
+        _, steps = _final(g, 0)
+        assert steps == 80
+        evaluation = json.loads((g.output / "eval.json").read_text())
+        assert evaluation["final"] and evaluation["step"] == 80 and evaluation["accuracy"] > 0.5
+        assert any("eval step=80" in ln for ln in g.trainers[2].lines())
+
+
+def _tree_digest(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+BAD_CONFIGS = {
+    "unknown model": ({"TRAINER": {"model": "resnet-9000"}}, "neither a built-in"),
+    "user module missing": ({"TRAINER": {"model": "no_such_pkg.models:build"}},
+                            "cannot import"),
+    "missing data path": ({"TRAINER": {"dataset": {"source": "path", "path": "/nope.npz"}}},
+                          "does not exist"),
+    "malformed TF_CONFIG": ({"TF_CONFIG": '{"cluster": {"worker": ["x"]}, "task": {}}'},
+                            "host:port"),
+    "batch size 0": ({"TRAINER": {"batchSizePerReplica": 0}}, "batchSizePerReplica"),
+    "bad JSON": ({"TRAINER_TEXT": "{epochs: 3"}, "not valid JSON"),
+}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("case", sorted(BAD_CONFIGS))
+def test_bad_config_fails_fast_and_keeps_backup(tmp_path: Path, case: str) -> None:
+    from trainer_procs import Trainer
+
+    overrides, message = BAD_CONFIGS[case]
+    ckpt = tmp_path / "ckpt"
+    backup = ckpt / "backup" / "chief"
+    backup.mkdir(parents=True)
+    (backup / "checkpoint").write_text('model_checkpoint_path: "ckpt-3"\n')
+    (backup / "ckpt-3.index").write_bytes(bytes(range(256)) * 4)
+    before = _tree_digest(ckpt)
+    trainer_text = overrides.get("TRAINER_TEXT") or json.dumps(
+        {"epochs": 1, "stepsPerEpoch": 10, **overrides.get("TRAINER", {})})
+    env = {
+        contract.Env.TRAINER_CONFIG.value: trainer_text,
+        contract.Env.CHECKPOINT_DIR.value: str(ckpt),
+        contract.Env.TF_CONFIG.value: overrides.get("TF_CONFIG", ""),
+    }
+    started = time.monotonic()
+    t = Trainer("bad", tmp_path, env)
+    assert t.wait(60) == ExitCode.INVALID_CONFIG, t.text()
+    assert time.monotonic() - started < 30
+    errors = [ln for ln in t.lines() if ln.startswith("kerasjob: invalid configuration:")]
+    assert len(errors) == 1 and message in errors[0], t.text()
+    assert _tree_digest(ckpt) == before

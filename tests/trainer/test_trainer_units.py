@@ -1,0 +1,142 @@
+"""Pure parts of the trainer: config and TF_CONFIG parsing, Prometheus rendering, /metrics."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+from kerasjob_trainer import contract
+from kerasjob_trainer.cluster import LOCAL, parse_tf_config
+from kerasjob_trainer.config import (
+    ConfigError,
+    DatasetConfig,
+    TrainerConfig,
+    parse_config,
+    validate_dataset_files,
+)
+from kerasjob_trainer.metrics import Progress, ProgressReporter, render_prometheus
+
+
+def test_defaults_and_camel_case() -> None:
+    assert parse_config(None) == TrainerConfig()
+    cfg = parse_config(json.dumps({
+        "model": "mnist-cnn", "epochs": 2, "stepsPerEpoch": 30, "batchSizePerReplica": 16,
+        "saveFreq": 10, "learningRate": 0.01, "seed": 7, "learningRateUnused": None,
+        "dataset": {"source": "synthetic"}, "collectiveTimeoutSeconds": 5,
+    }))
+    assert (cfg.model, cfg.epochs, cfg.steps_per_epoch, cfg.batch_size_per_replica) == (
+        "mnist-cnn", 2, 30, 16)
+    assert cfg.total_steps == 60 and cfg.log_interval == 10
+    assert cfg.collective_timeout_seconds == 5.0 and cfg.dataset.source == "synthetic"
+    # null means "the trainer's default", as the operator omits or nulls unset fields
+    assert parse_config('{"learningRate": null}').learning_rate == TrainerConfig().learning_rate
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("{bad json", "not valid JSON"),
+    ("[1]", "JSON object"),
+    ('{"batchSizePerReplica": 0}', "batchSizePerReplica must be > 0"),
+    ('{"epochs": true}', "epochs must be a int"),
+    ('{"stepsPerEpoch": "10"}', "stepsPerEpoch must be a int"),
+    ('{"model": "resnet"}', "neither a built-in"),
+    ('{"model": "pkg.mod"}', "neither a built-in"),
+    ('{"dataset": {"source": "s3"}}', "dataset.source 's3' is unknown"),
+    ('{"dataset": {"source": "path"}}', "needs dataset.path"),
+    ('{"dataset": {"source": "path", "path": "/x", "format": "csv"}}', "dataset.format"),
+])
+def test_bad_configs(text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_config(text)
+
+
+def test_dataset_path_format_inference() -> None:
+    assert parse_config('{"dataset": {"source": "path", "path": "/d/x.npz"}}').dataset == \
+        DatasetConfig("npz", "/d/x.npz")
+    assert parse_config('{"dataset": {"source": "path", "path": "/d/recs"}}').dataset == \
+        DatasetConfig("tfrecord", "/d/recs")
+    assert parse_config(
+        '{"dataset": {"source": "path", "path": "/d/a.bin", "format": "npz"}}'
+    ).dataset.source == "npz"
+
+
+def test_dataset_files_are_checked(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        validate_dataset_files(DatasetConfig("npz", str(tmp_path / "missing.npz")))
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, x=np.zeros(3))
+    with pytest.raises(ConfigError, match="lacks"):
+        validate_dataset_files(DatasetConfig("npz", str(bad)))
+    good = tmp_path / "good.npz"
+    np.savez(good, x_train=np.zeros((2, 784)), y_train=np.zeros(2))
+    validate_dataset_files(DatasetConfig("npz", str(good)))
+    with pytest.raises(ConfigError, match=r"no \*\.tfrecord"):
+        validate_dataset_files(DatasetConfig("tfrecord", str(tmp_path)))
+
+
+def _tf(cluster: dict, role: str, index: int = 0) -> str:
+    return json.dumps({"cluster": cluster, "task": {"type": role, "index": index}})
+
+
+def test_tf_config_roles() -> None:
+    assert parse_tf_config(None) == LOCAL and parse_tf_config("") == LOCAL
+    workers = {"worker": ["a:1", "b:2"]}
+    w0, w1 = parse_tf_config(_tf(workers, "worker", 0)), parse_tf_config(_tf(workers, "worker", 1))
+    assert w0.is_chief and not w1.is_chief and w1.num_workers == 2 and w1.multi_worker
+    full = {"chief": ["c:1"], "worker": ["a:1"], "evaluator": ["e:1"]}
+    chief = parse_tf_config(_tf(full, "chief"))
+    assert chief.is_chief and chief.num_workers == 2
+    assert "evaluator" not in chief.training_cluster
+    assert not parse_tf_config(_tf(full, "worker", 0)).is_chief
+    ev = parse_tf_config(_tf(full, "evaluator"))
+    assert ev.is_evaluator and not ev.multi_worker and not ev.is_chief
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("{", "not valid JSON"),
+    ('{"cluster": {"worker": ["a:1"]}}', '"cluster" and "task"'),
+    (_tf({"ps": ["a:1"]}, "ps"), "role 'ps'"),
+    (_tf({"worker": ["a"]}, "worker"), "host:port"),
+    (_tf({"worker": ["a:1"]}, "worker", 1), "not in cluster.worker"),
+    (_tf({"worker": ["a:1"]}, "worker", -1), "non-negative"),
+    (_tf({"chief": ["a:1", "b:1"]}, "chief"), "at most one chief"),
+    (_tf({"evaluator": ["a:1"]}, "evaluator"), "no chief or worker"),
+])
+def test_bad_tf_config(text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_tf_config(text)
+
+
+def test_prometheus_rendering() -> None:
+    text = render_prometheus(Progress(epoch=2, step=340, loss=0.12,
+                                      metrics={"accuracy": 0.93, 'we"ird': 1.0},
+                                      samples_per_second=float("nan")))
+    lines = text.splitlines()
+    assert f"{contract.METRIC_EPOCH} 2.0" in lines
+    assert f"{contract.METRIC_STEP} 340.0" in lines
+    assert f"{contract.METRIC_LOSS} 0.12" in lines
+    assert f"{contract.METRIC_SAMPLES_PER_SECOND} NaN" in lines
+    assert f'{contract.METRIC_TRAINING_METRIC}{{name="accuracy"}} 0.93' in lines
+    assert f'{contract.METRIC_TRAINING_METRIC}{{name="we\\"ird"}} 1.0' in lines
+    assert f"# TYPE {contract.METRIC_STEP} gauge" in lines
+    # no loss yet -> no sample rather than a fake 0
+    assert contract.METRIC_LOSS not in render_prometheus(Progress())
+
+
+def test_reporter_writes_progress_and_serves_metrics(tmp_path: Path) -> None:
+    from trainer_procs import free_ports
+
+    (port,) = free_ports(1)
+    reporter = ProgressReporter(str(tmp_path), port)
+    try:
+        reporter.update(step=5, epoch=0, loss=1.5, metrics={"accuracy": 0.5})
+        saved = json.loads((tmp_path / contract.PROGRESS_FILE).read_text())
+        assert saved["step"] == 5 and saved["loss"] == 1.5 and saved["updatedAt"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+            body = r.read().decode()
+        assert f"{contract.METRIC_STEP} 5.0" in body
+    finally:
+        reporter.close()

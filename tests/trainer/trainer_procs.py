@@ -1,0 +1,160 @@
+"""Launch trainer processes on 127.0.0.1 and read what they print.
+
+Each process runs `python -m kerasjob_trainer` with the contract's environment variables,
+exactly as the operator's Pods do, with stdout+stderr captured in a file per process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from kerasjob_trainer.contract import Env
+
+STEP_LINE = re.compile(r"^kerasjob: step (\d+)/(\d+)")
+RESUMED_LINE = re.compile(r"^kerasjob: resumed at step (\d+)")
+FINAL_LINE = re.compile(r"^kerasjob: final (?:test_accuracy=([0-9.]+) )?steps=(\d+)")
+
+
+def free_ports(n: int) -> list[int]:
+    """Ports free right now (bound together so they are distinct)."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+
+
+def tf_config(cluster: dict[str, list[str]], role: str, index: int) -> str:
+    return json.dumps({"cluster": cluster, "task": {"type": role, "index": index}})
+
+
+class Trainer:
+    """One trainer process."""
+
+    def __init__(self, name: str, log_dir: Path, env: dict[str, str],
+                 args: list[str] | None = None) -> None:
+        self.name = name
+        self.log = log_dir / f"{name}.log"
+        full_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "kerasjob_trainer", *(args or [])],
+                env=full_env, stdout=out, stderr=subprocess.STDOUT,
+            )
+        self.started = time.monotonic()
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+            raise AssertionError(
+                f"{self.name} still running after {timeout}s:\n{self.tail()}"
+            ) from None
+
+    def signal(self, sig: int) -> None:
+        self.proc.send_signal(sig)
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def lines(self) -> list[str]:
+        return self.text().splitlines()
+
+    def tail(self, n: int = 40) -> str:
+        return "\n".join(self.lines()[-n:])
+
+    def steps(self) -> list[int]:
+        return [int(m.group(1)) for line in self.lines() if (m := STEP_LINE.match(line))]
+
+    def wait_for_step(self, at_least: int, timeout: float) -> int:
+        """Block until a logged step >= at_least; returns it."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            done = [s for s in self.steps() if s >= at_least]
+            if done:
+                return done[0]
+            if self.proc.poll() is not None:
+                raise AssertionError(f"{self.name} exited {self.proc.returncode}:\n{self.tail()}")
+            time.sleep(0.05)
+        raise AssertionError(f"{self.name} never reached step {at_least}:\n{self.tail()}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+
+class Group:
+    """A set of trainers sharing one checkpoint dir: `start()` launches one generation."""
+
+    def __init__(self, tmp: Path, config: dict[str, Any], workers: int = 2,
+                 chief: bool = False, evaluator: bool = False) -> None:
+        self.tmp = tmp
+        self.ckpt = tmp / "ckpt"
+        self.config = config
+        self.roles = ([("chief", 0)] if chief else []) + [("worker", i) for i in range(workers)]
+        self.evaluator = evaluator
+        self.generation = 0
+        self.trainers: list[Trainer] = []
+        self.metrics_port = 0
+
+    @property
+    def output(self) -> Path:
+        return self.ckpt / "output"
+
+    def start(self) -> list[Trainer]:
+        roles = self.roles + ([("evaluator", 0)] if self.evaluator else [])
+        ports = free_ports(len(roles) + 1)
+        self.metrics_port = ports[-1]
+        cluster: dict[str, list[str]] = {}
+        for (role, _), port in zip(roles, ports, strict=False):
+            cluster.setdefault(role, []).append(f"127.0.0.1:{port}")
+        self.generation += 1
+        self.trainers = []
+        for role, index in roles:
+            env = {
+                Env.TF_CONFIG.value: tf_config(cluster, role, index),
+                Env.TRAINER_CONFIG.value: json.dumps(self.config),
+                Env.CHECKPOINT_DIR.value: str(self.ckpt),
+                Env.METRICS_PORT.value: str(self.metrics_port),
+            }
+            name = f"g{self.generation}-{role}{index}"
+            self.trainers.append(Trainer(name, self.tmp, env))
+        return self.trainers
+
+    def wait_all(self, timeout: float) -> list[int]:
+        deadline = time.monotonic() + timeout
+        return [t.wait(max(deadline - time.monotonic(), 0.1)) for t in self.trainers]
+
+    def stop(self) -> None:
+        for t in self.trainers:
+            t.stop()
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {t.name}\n{t.tail()}" for t in self.trainers)
+
+
+@contextlib.contextmanager
+def group(tmp: Path, config: dict[str, Any], **kwargs: Any) -> Iterator[Group]:
+    g = Group(tmp, config, **kwargs)
+    try:
+        yield g
+    finally:
+        g.stop()
+
+
+def progress(g: Group) -> dict[str, Any]:
+    return json.loads((g.output / "progress.json").read_text())
