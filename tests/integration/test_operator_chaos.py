@@ -1,0 +1,210 @@
+"""Chaos: the operator is SIGKILLed at random moments while jobs are created and disrupted.
+
+All state lives in the API server (deterministic child names, owner references, counters and
+per-Pod bookkeeping in status), so after every restart the operator must converge: never a
+duplicate or orphaned child, and every injected disruption or failure counted exactly once.
+
+Only Pods the operator has already recorded (status.trackedPods has their UID) are disrupted:
+a Pod that is created and deleted entirely while no operator is watching leaves no trace
+anyone could count.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+from support.cluster import Cluster, create_namespace, delete_namespace, wait_for
+from support.operator import (
+    OperatorProcess,
+    core,
+    create_job,
+    delete_job,
+    install_crds,
+    job_manifest,
+    job_status,
+    pods,
+    set_container_exit,
+)
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(300)]
+
+TRIALS = 24
+WORKERS = 3
+MAX_JOBS = 5
+
+
+@pytest.fixture
+def chaos_ns(cluster: Cluster, kube: Any, kwok_placement: dict[str, Any]) -> Iterator[str]:
+    ns = create_namespace(kube, prefix="chaos")
+    try:
+        yield ns
+    finally:
+        delete_namespace(kube, ns)
+
+
+@pytest.fixture
+def chaos_operator(cluster: Cluster, chaos_ns: str) -> Iterator[OperatorProcess]:
+    install_crds(cluster)
+    op = OperatorProcess(cluster, (chaos_ns,), name="chaos")
+    op.start()
+    try:
+        yield op
+    finally:
+        op.stop()
+
+
+class Ledger:
+    """What the test did, per job: the counters the operator must end up with."""
+
+    def __init__(self) -> None:
+        self.expected: dict[str, dict[str, int]] = {}
+        self.deleted: set[str] = set()
+
+    def live(self) -> list[str]:
+        return [j for j in self.expected if j not in self.deleted]
+
+
+def tracked_running_pod(kube: Any, ns: str, job: str, rng: random.Random) -> Any | None:
+    """A Running Pod of ``job`` whose current UID the operator has recorded."""
+    try:
+        tracked = job_status(kube, ns, job).get("trackedPods") or {}
+    except ApiException:
+        return None
+    candidates = [
+        p
+        for name, p in pods(kube, ns, job).items()
+        if p.status.phase == "Running"
+        and p.metadata.deletion_timestamp is None
+        and (tracked.get(name) or {}).get("uid") == p.metadata.uid
+    ]
+    return rng.choice(candidates) if candidates else None
+
+
+def inject(kube: Any, cluster: Cluster, ns: str, ledger: Ledger, rng: random.Random) -> str:
+    live = ledger.live()
+    action = rng.choice(["create", "delete", "evict", "fail", "fail"] if live else ["create"])
+    if action == "create" and len(ledger.expected) < MAX_JOBS:
+        name = f"c{len(ledger.expected)}"
+        create_job(kube, ns, job_manifest(name, workers=WORKERS, backoffLimit=100))
+        ledger.expected[name] = {"disruptions": 0, "failures": 0}
+        return f"create {name}"
+    if action == "create":
+        action = "fail"
+    job = rng.choice(live)
+    pod = tracked_running_pod(kube, ns, job, rng)
+    if pod is None:
+        return f"{action} {job}: no tracked running Pod yet"
+    name = pod.metadata.name
+    try:
+        if action == "delete":
+            core(kube).delete_namespaced_pod(
+                name,
+                ns,
+                body=client.V1DeleteOptions(
+                    preconditions=client.V1Preconditions(uid=pod.metadata.uid)
+                ),
+            )
+            ledger.expected[job]["disruptions"] += 1
+        elif action == "evict":
+            core(kube).create_namespaced_pod_eviction(
+                name, ns, client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=ns))
+            )
+            ledger.expected[job]["disruptions"] += 1
+        else:
+            count = (pod.status.container_statuses or [None])[0]
+            restarts = (count.restart_count if count is not None else 0) + 1
+            set_container_exit(cluster, ns, name, 1, in_place=True, restart_count=restarts)
+            ledger.expected[job]["failures"] += 1
+    except ApiException as e:
+        return f"{action} {name}: {e.status}"
+    return f"{action} {name}"
+
+
+def check_no_duplicates_or_orphans(kube: Any, ns: str) -> None:
+    from support.operator import GROUP, PLURAL, VERSION, custom
+
+    jobs = {
+        j["metadata"]["name"]: j["metadata"]["uid"]
+        for j in custom(kube).list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL)["items"]
+    }
+    for name, pod in pods(kube, ns).items():
+        job = pod.metadata.labels[f"{GROUP}/job-name"]
+        (owner,) = pod.metadata.owner_references
+        if job in jobs:
+            assert owner.uid == jobs[job], f"Pod {name} owned by a stale job"
+            assert name in {f"{job}-worker-{i}" for i in range(WORKERS)}, f"unexpected Pod {name}"
+    services = core(kube).list_namespaced_service(ns).items
+    names = [s.metadata.name for s in services]
+    assert len(names) == len(set(names))
+    assert set(names) <= set(jobs) | {s for s in names if s not in jobs}
+
+
+def test_operator_killed_at_random_moments_converges(
+    chaos_operator: OperatorProcess, cluster: Cluster, kube: Any, chaos_ns: str
+) -> None:
+    rng = random.Random(int(time.time()))
+    ledger = Ledger()
+    log: list[str] = []
+    started = time.monotonic()
+    for trial in range(TRIALS):
+        what = inject(kube, cluster, chaos_ns, ledger, rng)
+        # Kill it at a random moment of its reaction: before, during or after.
+        time.sleep(rng.uniform(0, 0.6))
+        chaos_operator.kill()
+        log.append(f"trial {trial}: {what}, killed")
+        if rng.random() < 0.3:  # sometimes something happens while nobody watches
+            log.append(f"  while down: {inject(kube, cluster, chaos_ns, ledger, rng)}")
+        if trial == TRIALS // 2 and len(ledger.live()) > 1:
+            victim = ledger.live()[0]
+            delete_job(kube, chaos_ns, victim)
+            ledger.deleted.add(victim)
+            log.append(f"  deleted job {victim}")
+        chaos_operator.start()
+        check_no_duplicates_or_orphans(kube, chaos_ns)
+
+    def converged() -> bool:
+        for job in ledger.live():
+            status = job_status(kube, chaos_ns, job)
+            if status.get("phase") != "Running":
+                return False
+            if status.get("restarts") != ledger.expected[job]:
+                return False
+            if len(pods(kube, chaos_ns, job)) != WORKERS:
+                return False
+        return True
+
+    try:
+        wait_for(converged, timeout=60, interval=0.5, what="every job Running with exact counts")
+    except TimeoutError:
+        got = {j: job_status(kube, chaos_ns, j).get("restarts") for j in ledger.live()}
+        pytest.fail(
+            f"not converged: expected {ledger.expected}, got {got}\n"
+            + "\n".join(log)
+            + "\n--- operator log ---\n"
+            + chaos_operator.log_tail(80)
+        )
+    check_no_duplicates_or_orphans(kube, chaos_ns)
+    # The deleted job's children are garbage-collected: no orphans.
+    for victim in ledger.deleted:
+        wait_for(
+            lambda v=victim: not pods(kube, chaos_ns, v),
+            timeout=60,
+            what=f"children of deleted job {victim} collected",
+        )
+    services = {s.metadata.name for s in core(kube).list_namespaced_service(chaos_ns).items}
+    wait_for(
+        lambda: (
+            {s.metadata.name for s in core(kube).list_namespaced_service(chaos_ns).items}
+            == set(ledger.live())
+        ),
+        timeout=60,
+        what="exactly one Service per live job",
+    )
+    assert chaos_operator.starts == TRIALS + 1
+    assert time.monotonic() - started < 240, services
