@@ -1,0 +1,516 @@
+"""`make demo`: MNIST on two workers under the real operator, one eviction, a resume.
+
+    python -m kerasjob.demo                     # local control plane + local node (no Docker)
+    python -m kerasjob.demo --cluster current   # the cluster of $KUBECONFIG, as it is
+    python -m kerasjob.demo --cluster current --operator installed   # e.g. after helm install
+
+Stages (a line each): control plane up -> local node agent -> operator -> CRD, checkpoint
+volume, examples/mnist.yaml -> training progress from the chief's log -> evict a worker
+through the Eviction API -> training resumes from the last backup (recovery time measured
+from the eviction to the first "resumed at step" log line) -> job Succeeded, final test
+accuracy, restart counters. Whatever happens (failure, Ctrl-C, SIGTERM), everything the demo
+started is stopped again: operator, agent (its Pods, network namespaces, bridge, Node) and
+the control plane, if the demo started it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kerasjob.localnode import netns, paths
+from kerasjob.localnode.kube import ApiError, Kube, pod_path
+from kerasjob.localnode.runner import AgentProcess, leftover_namespaces, log_file
+
+NAMESPACE = "kerasjob-demo"
+JOB = "mnist"
+WORKERS = (f"{JOB}-worker-0", f"{JOB}-worker-1")
+CHIEF, VICTIM = WORKERS
+CLAIM = "kerasjob-ckpt"
+PV_NAME = "kerasjob-demo-ckpt"
+#: Evict once the chief has passed this step (two backups made with saveFreq 50).
+EVICT_AT_STEP = 100
+JOBS = "/apis/kerasjob.dev/v1alpha1/namespaces/{ns}/kerasjobs"
+
+STEP = re.compile(r"kerasjob: step (\d+)/(\d+) epoch (\d+) loss=([\d.]+)(?: accuracy=([\d.]+))?")
+RESUMED = re.compile(r"kerasjob: resumed at step (\d+)")
+FINAL = re.compile(r"kerasjob: final (?:test_accuracy=([\d.]+) )?steps=(\d+)")
+
+_PATHS = {
+    "CustomResourceDefinition": "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+    "Namespace": "/api/v1/namespaces",
+    "PersistentVolume": "/api/v1/persistentvolumes",
+    "PersistentVolumeClaim": "/api/v1/namespaces/{ns}/persistentvolumeclaims",
+    "KerasJob": JOBS,
+}
+
+
+class DemoError(RuntimeError):
+    pass
+
+
+class Clock:
+    """Stage lines with the time since the demo started."""
+
+    def __init__(self) -> None:
+        self.t0 = time.monotonic()
+
+    def say(self, message: str) -> None:
+        print(f"[{time.monotonic() - self.t0:6.1f}s] {message}", flush=True)
+
+
+def wait(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise DemoError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(interval)
+
+
+def apply(kube: Kube, obj: dict, namespace: str | None = None) -> None:
+    """Create, or replace what is there (a tiny `kubectl apply` for the demo's objects)."""
+    path = _PATHS[obj["kind"]].format(ns=namespace)
+    if namespace and "{ns}" in _PATHS[obj["kind"]]:
+        obj.setdefault("metadata", {})["namespace"] = namespace
+    try:
+        kube.request("POST", path, body=obj)
+    except ApiError as e:
+        if e.status != 409:
+            raise
+        current = kube.request("GET", f"{path}/{obj['metadata']['name']}")
+        obj["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+        kube.request("PUT", f"{path}/{obj['metadata']['name']}", body=obj)
+
+
+class Logs:
+    """New lines of a Pod's trainer log: from the local node's files, or through the API."""
+
+    def __init__(self, kube: Kube, local_state: Path | None) -> None:
+        self.kube, self.local_state = kube, local_state
+        self.offsets: dict[str, int] = {}
+        self.seen: dict[tuple[str, str, int], int] = {}
+
+    def new_lines(self, pod: str) -> list[str]:
+        if self.local_state is not None:
+            path = log_file(self.local_state, NAMESPACE, pod)
+            if not path.exists():
+                return []
+            with path.open("rb") as f:
+                f.seek(self.offsets.get(pod, 0))
+                data = f.read()
+            # Only whole lines; a partial last line is read again next time.
+            cut = data.rfind(b"\n") + 1
+            self.offsets[pod] = self.offsets.get(pod, 0) + cut
+            return data[:cut].decode(errors="replace").splitlines()
+        obj = self.kube.get(pod_path(NAMESPACE, pod))
+        if not obj:
+            return []
+        restarts = sum(
+            cs.get("restartCount", 0) for cs in obj.get("status", {}).get("containerStatuses", [])
+        )
+        key = (pod, obj["metadata"]["uid"], restarts)
+        try:
+            resp = self.kube.pool.request(
+                "GET",
+                f"{self.kube.base}{pod_path(NAMESPACE, pod, 'log')}?container=trainer",
+                headers={**self.kube.headers, "Accept": "*/*"},
+                timeout=10,
+            )
+        except OSError:
+            return []
+        if resp.status != 200:
+            return []
+        lines = resp.data.decode(errors="replace").splitlines()
+        new = lines[self.seen.get(key, 0) :]
+        self.seen[key] = len(lines)
+        return new
+
+
+class Demo:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.local = args.cluster == "local"
+        self.clock = Clock()
+        self.say = self.clock.say
+        self.repo = paths.repo_root() or Path.cwd()
+        self.run_dir = paths.run_dir()
+        self.demo_dir = self.run_dir / "demo"
+        self.kubeconfig = ""
+        self.owns_cluster = False
+        self.agent: AgentProcess | None = None
+        self.operator: subprocess.Popen[bytes] | None = None
+        self.kube: Kube | None = None
+        self.total = 0
+
+    # ------------------------------------------------------------------ setup
+
+    def script(self, name: str, *args: str, timeout: float = 1800) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [str(self.repo / "hack" / "cluster" / name), *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    def start_cluster(self) -> None:
+        if not self.local:
+            self.kubeconfig = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or str(
+                Path.home() / ".kube" / "config"
+            )
+            self.say(f"using the current cluster of {self.kubeconfig}")
+            return
+        problems = netns.missing_prerequisites()
+        if problems:
+            raise DemoError("the local node cannot run here: " + "; ".join(problems))
+        bin_dir = Path(self.script("env.sh", "--bin-dir").stdout.strip())
+        if not (bin_dir / "kube-apiserver").exists():
+            self.say("building the control plane from the Go modules (first run only) ...")
+            built = subprocess.run([str(self.repo / "hack" / "cluster" / "build.sh")], check=False)
+            if built.returncode != 0:
+                raise DemoError("hack/cluster/build.sh failed")
+        if self.script("up.sh", "--check").returncode == 0:
+            self.say("control plane already running: using it (and leaving it running)")
+        else:
+            self.owns_cluster = True
+            up = self.script("up.sh", timeout=300)
+            if up.returncode != 0:
+                raise DemoError(f"hack/cluster/up.sh failed:\n{up.stderr[-3000:]}")
+            summary = [ln for ln in up.stderr.splitlines() if "cluster up in" in ln]
+            detail = summary[-1].split("up.sh: ", 1)[-1] if summary else "up"
+            self.say(f"control plane (etcd, apiserver, controller-manager, scheduler): {detail}")
+        self.kubeconfig = self.script("env.sh", "--kubeconfig").stdout.strip()
+
+    def start_agent(self) -> None:
+        if not self.local:
+            return
+        self.agent = AgentProcess(
+            self.kubeconfig, self.demo_dir / "agent.log", state_dir=paths.state_dir()
+        )
+        self.agent.start()
+        self.say(
+            f"local node agent: Node {self.agent.node} Ready (pods run as processes in "
+            "network namespaces on bridge kjbr0, 10.213.0.0/24)"
+        )
+
+    def start_operator(self) -> None:
+        if self.args.operator == "installed":
+            self.say("using the operator installed in the cluster")
+            return
+        log = (self.demo_dir / "operator.log").open("ab")
+        argv = [sys.executable, "-m", "kerasjob", "--kubeconfig", self.kubeconfig, "run"]
+        argv += ["--standalone", "--liveness", "", "--namespace", NAMESPACE]
+        argv += ["--progress-interval", "2"]
+        self.operator = subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        log.close()
+        time.sleep(1.0)
+        if self.operator.poll() is not None:
+            raise DemoError(f"the operator exited at once; see {self.demo_dir / 'operator.log'}")
+        self.say(f"operator: python -m kerasjob run (pid {self.operator.pid}), out of cluster")
+
+    def install(self, kube: Kube) -> None:
+        if self.args.operator != "installed":
+            for crd_file in sorted((self.repo / "crds").glob("*.yaml")):
+                for doc in yaml.safe_load_all(crd_file.read_text()):
+                    if doc:
+                        apply(kube, doc)
+            crd = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/kerasjobs.kerasjob.dev"
+
+            def established() -> bool:
+                conds = (kube.get(crd) or {}).get("status", {}).get("conditions") or []
+                return any(c["type"] == "Established" and c["status"] == "True" for c in conds)
+
+            wait(established, 30, "the KerasJob CRD")
+        self.delete_namespace(kube)
+        apply(kube, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+        if self.local:
+            ckpt = self.demo_dir / "checkpoints"
+            ckpt.mkdir(parents=True, exist_ok=True)
+            # A hostPath PV pre-bound to the example's claim: the local node's "RWX storage".
+            with contextlib.suppress(ApiError):
+                kube.request("DELETE", f"/api/v1/persistentvolumes/{PV_NAME}")
+            wait(lambda: kube.get(f"/api/v1/persistentvolumes/{PV_NAME}") is None, 30, "old PV")
+            apply(
+                kube,
+                {
+                    "apiVersion": "v1",
+                    "kind": "PersistentVolume",
+                    "metadata": {"name": PV_NAME},
+                    "spec": {
+                        "capacity": {"storage": "5Gi"},
+                        "accessModes": ["ReadWriteMany"],
+                        "persistentVolumeReclaimPolicy": "Retain",
+                        "storageClassName": "",
+                        "hostPath": {"path": str(ckpt), "type": "DirectoryOrCreate"},
+                        "claimRef": {"namespace": NAMESPACE, "name": CLAIM},
+                    },
+                },
+            )
+            apply(
+                kube,
+                {
+                    "apiVersion": "v1",
+                    "kind": "PersistentVolumeClaim",
+                    "metadata": {"name": CLAIM},
+                    "spec": {
+                        "accessModes": ["ReadWriteMany"],
+                        "storageClassName": "",
+                        "volumeName": PV_NAME,
+                        "resources": {"requests": {"storage": "5Gi"}},
+                    },
+                },
+                NAMESPACE,
+            )
+        else:
+            for doc in yaml.safe_load_all(
+                (self.repo / "examples" / "checkpoint-pvc.yaml").read_text()
+            ):
+                if doc:
+                    apply(kube, doc, NAMESPACE)
+        claim = f"/api/v1/namespaces/{NAMESPACE}/persistentvolumeclaims/{CLAIM}"
+        if self.local:
+            wait(
+                lambda: (kube.get(claim) or {}).get("status", {}).get("phase") == "Bound",
+                30,
+                "the checkpoint claim to bind",
+            )
+        job = yaml.safe_load((self.repo / "examples" / "mnist.yaml").read_text())
+        apply(kube, job, NAMESPACE)
+        spec = job["spec"]
+        self.total = total = spec["trainer"]["epochs"] * spec["trainer"]["stepsPerEpoch"]
+        self.say(
+            f"applied examples/mnist.yaml in namespace {NAMESPACE}: {spec['workers']} workers, "
+            f"{total} steps, backup every {spec['checkpoint']['saveFreq']} steps, "
+            f"checkpoints on claim {CLAIM}"
+        )
+
+    def delete_namespace(self, kube: Kube, timeout: float = 60) -> None:
+        path = f"/api/v1/namespaces/{NAMESPACE}"
+        if kube.get(path) is None:
+            return
+        with contextlib.suppress(ApiError):
+            kube.request("DELETE", path)
+        wait(lambda: kube.get(path) is None, timeout, f"namespace {NAMESPACE} to go", 0.5)
+
+    # ------------------------------------------------------------------ the story
+
+    def pod(self, kube: Kube, name: str) -> dict | None:
+        return kube.get(pod_path(NAMESPACE, name))
+
+    def job_status(self, kube: Kube) -> dict:
+        return (kube.get(f"{JOBS.format(ns=NAMESPACE)}/{JOB}") or {}).get("status") or {}
+
+    def run(self) -> int:
+        self.demo_dir.mkdir(parents=True, exist_ok=True)
+        self.start_cluster()
+        self.kube = kube = Kube(self.kubeconfig)
+        self.start_agent()
+        self.start_operator()
+        self.install(kube)
+
+        def running() -> list[dict] | None:
+            pods = [self.pod(kube, p) for p in WORKERS]
+            ok = all(p and p.get("status", {}).get("phase") == "Running" for p in pods)
+            return pods if ok else None  # type: ignore[return-value]
+
+        pods = wait(running, 180, "both worker Pods to run", 0.3)
+        where = ", ".join(
+            f"{p['metadata']['name']} {p['status'].get('podIP')} on {p['spec'].get('nodeName')}"
+            for p in pods
+        )
+        self.say(f"pods running: {where}")
+        logs = Logs(kube, paths.state_dir() if self.local else None)
+
+        # --- train until past EVICT_AT_STEP, then evict worker 1
+        def chief_step() -> int | None:
+            step = None
+            for line in logs.new_lines(CHIEF):
+                m = STEP.search(line)
+                if m:
+                    step = int(m.group(1))
+                    self.say(f"training: {line.split('kerasjob: ', 1)[1]}")
+            logs.new_lines(VICTIM)  # keep its offset current: later lines are new ones
+            return step if step is not None and step >= EVICT_AT_STEP else None
+
+        step_at_eviction = wait(chief_step, 300, f"the chief to pass step {EVICT_AT_STEP}", 0.1)
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": VICTIM, "namespace": NAMESPACE},
+        }
+        kube.request("POST", pod_path(NAMESPACE, VICTIM, "eviction"), body=body)
+        t_evict = time.monotonic()
+        self.say(f"EVICTED {VICTIM} through the Eviction API at step {step_at_eviction}")
+
+        # --- watch for the resume
+        resumed: dict[str, int] = {}
+
+        def resume_seen() -> bool:
+            for pod in WORKERS:
+                for line in logs.new_lines(pod):
+                    if "kerasjob:" in line and ("exiting" in line or "preempted" in line):
+                        self.say(f"{pod}: {line.split('kerasjob: ', 1)[1]}")
+                    m = RESUMED.search(line)
+                    if m and pod not in resumed:
+                        resumed[pod] = int(m.group(1))
+                        self.say(f"{pod}: resumed at step {m.group(1)}")
+                    if pod == CHIEF and STEP.search(line):
+                        self.say(f"training: {line.split('kerasjob: ', 1)[1]}")
+            return bool(resumed)
+
+        wait(resume_seen, 300, "training to resume", 0.1)
+        recovery_s = time.monotonic() - t_evict
+        self.say(
+            f"training resumed at step {min(resumed.values())} (evicted at step "
+            f"{step_at_eviction}): recovery took {recovery_s:.1f}s from eviction to first "
+            "resumed step"
+        )
+
+        # --- to the end
+        final: list[str] = []
+
+        def succeeded() -> dict | None:
+            for pod in WORKERS:
+                for line in logs.new_lines(pod):
+                    m = RESUMED.search(line)
+                    if m and pod not in resumed:
+                        resumed[pod] = int(m.group(1))
+                        self.say(f"{pod}: resumed at step {m.group(1)}")
+                    if pod == CHIEF and STEP.search(line):
+                        self.say(f"training: {line.split('kerasjob: ', 1)[1]}")
+                    if pod == CHIEF and FINAL.search(line):
+                        final.append(line)
+            status = self.job_status(kube)
+            if status.get("phase") == "Failed":
+                raise DemoError(f"the KerasJob failed: {status.get('conditions')}")
+            return status if status.get("phase") == "Succeeded" else None
+
+        status = wait(succeeded, 400, "the KerasJob to succeed", 0.2)
+        for _ in range(10):  # the chief's final line may trail the phase by a moment
+            if final:
+                break
+            succeeded()
+            time.sleep(0.3)
+        m = FINAL.search(final[-1]) if final else None
+        accuracy = m.group(1) if m else None
+        steps = m.group(2) if m else "?"
+        restarts = status.get("restarts") or {}
+        last = status.get("lastRestart") or {}
+        self.say(f"KerasJob {JOB}: phase Succeeded after {steps} steps")
+        resumed_at = ", ".join(map(str, sorted(set(resumed.values()))))
+        last_text = f"  (last: {last.get('reason')} of {last.get('pod')})" if last else ""
+        summary = [
+            f"final test accuracy : {accuracy or 'n/a'}"
+            + ("  (>= 0.90 expected)" * bool(accuracy)),
+            f"steps               : {steps} of {self.total} planned (resumed at step {resumed_at})",
+            f"recovery time       : {recovery_s:.1f}s (eviction -> first resumed step)",
+            f"restarts            : disruptions={restarts.get('disruptions', 0)} "
+            f"failures={restarts.get('failures', 0)}{last_text}",
+        ]
+        rule = "  " + "-" * 66
+        print("\n".join(["", rule, *(f"  {line}" for line in summary), rule, ""]), flush=True)
+        if accuracy is not None and float(accuracy) < 0.90:
+            self.say(f"WARNING: test accuracy {accuracy} is below the expected 0.90")
+        return 0
+
+    # ------------------------------------------------------------------ teardown
+
+    def cleanup(self) -> None:
+        self.say("cleaning up ...")
+        if self.kube is not None and not self.owns_cluster:
+            # A cluster we did not start stays, without the demo's objects.
+            with contextlib.suppress(Exception):
+                self.delete_namespace(self.kube, timeout=60)
+            with contextlib.suppress(Exception):
+                self.kube.request("DELETE", f"/api/v1/persistentvolumes/{PV_NAME}")
+        if self.operator is not None and self.operator.poll() is None:
+            self.operator.send_signal(signal.SIGTERM)
+            try:
+                self.operator.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.operator.kill()
+                self.operator.wait(timeout=10)
+        if self.agent is not None:
+            self.agent.stop()
+        if self.owns_cluster:
+            down = self.script("down.sh", timeout=120)
+            if down.returncode != 0:
+                self.say(f"hack/cluster/down.sh failed: {down.stderr[-1000:]}")
+        left = leftover_namespaces() if self.local else []
+        if self.local and (left or netns.link_exists("kjbr0")):
+            bridge = "kjbr0" if netns.link_exists("kjbr0") else ""
+            self.say(f"WARNING: left behind: {' '.join(left)} {bridge}")
+        else:
+            stopped = ["operator"] if self.operator is not None else []
+            stopped += ["local node agent (no kj-* netns left)"] if self.agent else []
+            stopped += ["control plane"] if self.owns_cluster else []
+            self.say("stopped " + ", ".join(stopped) if stopped else "nothing to stop")
+        self.say(f"logs: {self.demo_dir} (agent, operator), {paths.state_dir() / 'logs'} (pods)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m kerasjob.demo",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--cluster",
+        choices=("local", "current"),
+        default="local",
+        help="local: start the control plane and the local node (default); "
+        "current: the cluster of $KUBECONFIG, as it is",
+    )
+    parser.add_argument(
+        "--operator",
+        choices=("local", "installed"),
+        default="local",
+        help="run the operator here out of cluster (default), or use the one "
+        "installed in the cluster",
+    )
+    args = parser.parse_args(argv)
+
+    def on_sigterm(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    demo = Demo(args)
+    code = 1
+    try:
+        code = demo.run()
+    except KeyboardInterrupt:
+        demo.say("interrupted")
+        code = 130
+    except (DemoError, ApiError, OSError) as e:
+        demo.say(f"FAILED: {e}")
+        code = 1
+    finally:
+        # Ctrl-C again during cleanup must not leave things half-stopped.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        demo.cleanup()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
