@@ -62,7 +62,11 @@ declare -A PORT_ENV=(
   [$ETCD_PORT]=ETCD_PORT [$ETCD_PEER_PORT]=ETCD_PEER_PORT [$APISERVER_PORT]=APISERVER_PORT
   [$KCM_PORT]=KCM_PORT [$SCHEDULER_PORT]=SCHEDULER_PORT [$KWOK_PORT]=KWOK_PORT
 )
+read -r eph_lo eph_hi < /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || eph_lo=32768 eph_hi=60999
 for port in "${!PORT_ENV[@]}"; do
+  if [ "$port" -ge "$eph_lo" ] && [ "$port" -le "$eph_hi" ]; then
+    log "warning: ${PORT_ENV[$port]}=$port is in the ephemeral port range $eph_lo-$eph_hi; outgoing connections may take it (prefer ports below $eph_lo)"
+  fi
   if port_in_use "$port"; then
     die "port $port (${PORT_ENV[$port]}) is already in use on 127.0.0.1: run 'make cluster-down' if it is an old local cluster, or pick another port with ${PORT_ENV[$port]}=<port>"
   fi
@@ -71,6 +75,9 @@ done
 start=$(date +%s.%N)
 mkdir -p "$PKI" "$LOGS" "$PIDS" "$STATE_DIR/etcd"
 chmod 700 "$STATE_DIR" "$PKI"
+# The pytest fixtures (tests/support/cluster.py) start clusters they may stop again; a cluster
+# started by hand (no marker) is never stopped by them.
+if [ "${KERASJOB_CLUSTER_OWNER:-}" = tests ]; then touch "$STATE_DIR/managed-by-tests"; fi
 
 # --- certificates (EC P-256: fast to generate) ------------------------------------------
 gen_key() { openssl ecparam -name prime256v1 -genkey -noout -out "$1" 2>/dev/null; }
@@ -131,7 +138,8 @@ launch() {  # launch NAME BINARY ARGS...
 }
 
 # shellcheck disable=SC2086  # *_EXTRA_ARGS are word-split on purpose
-launch etcd "$BIN/etcd" \
+# etcd reads ETCD_* variables as flags: drop ours from its environment.
+launch etcd env -u ETCD_PORT -u ETCD_PEER_PORT -u ETCD_EXTRA_ARGS "$BIN/etcd" \
   --name=kerasjob-local --data-dir="$STATE_DIR/etcd" \
   --listen-client-urls="http://127.0.0.1:$ETCD_PORT" --advertise-client-urls="http://127.0.0.1:$ETCD_PORT" \
   --listen-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \

@@ -203,7 +203,8 @@ def delete_namespace(api_client: Any, name: str) -> None:
 
 
 def _script(name: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return _run([str(CLUSTER_SCRIPTS / name), *args], check=False, timeout=timeout)
+    env = {**os.environ, "KERASJOB_CLUSTER_OWNER": "tests"}
+    return _run([str(CLUSTER_SCRIPTS / name), *args], check=False, env=env, timeout=timeout)
 
 
 def local_paths() -> tuple[Path, Path]:
@@ -273,9 +274,8 @@ class _LocalLease:
                     "missing; set KERASJOB_SKIP_CLUSTER=1 to skip cluster tests):\n"
                     + (proc.stderr or proc.stdout)[-6000:]
                 )
-            # up.sh may have replaced a stale cluster (and its state dir): mark it afresh.
+            # up.sh marked the cluster managed-by-tests if it started it.
             self.users.mkdir(exist_ok=True)
-            self.managed.touch()
             (self.users / str(os.getpid())).touch()
 
     def release(self) -> None:

@@ -57,6 +57,7 @@ class OperatorProcess:
         self.namespaces = namespaces
         self.extra_args = extra_args
         self.port = _free_port()
+        self.metrics_port = _free_port()
         LOG_DIR.mkdir(parents=True, exist_ok=True)
         self.log_path = LOG_DIR / f"{name}-{os.getpid()}-{self.port}.log"
         self.extra_env = env or {}
@@ -77,6 +78,8 @@ class OperatorProcess:
             "--standalone",
             "--liveness",
             self.url,
+            "--metrics-port",
+            str(self.metrics_port),
             "--resync-seconds",
             "20",
             *ns,
@@ -122,6 +125,28 @@ class OperatorProcess:
                 return json.loads(resp.read() or b"{}")
         except (OSError, ValueError):
             return None
+
+    def metrics(self) -> dict[str, float]:
+        """The operator's Prometheus counters, uncached: ``{"name{labels}": value}``."""
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            text = resp.read().decode()
+        out: dict[str, float] = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                key, _, value = line.rpartition(" ")
+                out[key] = float(value)
+        return out
+
+    def api_requests(self) -> dict[str, float]:
+        """API requests so far by "verb resource" (from the metrics endpoint)."""
+        out: dict[str, float] = {}
+        prefix = "kerasjob_operator_api_requests_total{"
+        for key, value in self.metrics().items():
+            if key.startswith(prefix):
+                labels = dict(part.split("=", 1) for part in key[len(prefix) : -1].split(","))
+                out[f"{labels['verb'].strip(chr(34))} {labels['resource'].strip(chr(34))}"] = value
+        return out
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
