@@ -87,6 +87,13 @@ def _progress_callback(ctx: RunContext, reporter: ProgressReporter | None,
 
     class ProgressCallback(tf_keras.callbacks.Callback):
         def on_train_begin(self, logs: Any = None) -> None:
+            self.step = -1  # known after BackupAndRestore (listed later) has restored
+
+        def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+            if self.step < 0:
+                self._begin()
+
+        def _begin(self) -> None:
             self.step = int(self.model.optimizer.iterations.numpy())
             self.epoch = self.step // ctx.config.steps_per_epoch
             self.mark = (time.monotonic(), self.step)
@@ -170,9 +177,11 @@ def run(ctx: RunContext) -> int:
                   f"preempted: state saved at step {int(model.optimizer.iterations.numpy())}; "
                   f"exiting {int(ExitCode.PREEMPTED_SAVED)}")
 
+    # Progress first: a step is logged before a backup or a preemption save of that step,
+    # so the last logged step of a preempted worker is the step it saved.
     callbacks = [
-        preemption.backup_and_restore(ctx.backup_dir, cfg.save_freq, on_preempted_saved),
         _progress_callback(ctx, reporter, watchdog, peers, global_batch),
+        preemption.backup_and_restore(ctx.backup_dir, cfg.save_freq, on_preempted_saved),
     ]
     say(f"{ctx.cluster.role}:{ctx.cluster.index} of {max(ctx.cluster.num_workers, 1)} "
         f"worker(s), {strategy.num_replicas_in_sync} replica(s), global batch {global_batch}, "
