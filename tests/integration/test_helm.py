@@ -237,10 +237,14 @@ def test_install_creates_everything(cluster: Cluster, namespaced_release: Releas
     # crds/ installed the KerasJob CRD (or found it), and it is served.
     crd = cluster.kubectl("get", "crd", "kerasjobs.kerasjob.dev", "-o", "json").stdout
     assert json.loads(crd)["spec"]["group"] == GROUP
-    # The peering hook created the namespaced peering object after its CRD.
-    cluster.kubectl("--namespace", rel.jobs_namespace, "get", "kopfpeerings.kopf.dev", rel.name)
+    # The peering hook created the namespaced peering object after its CRD; both the object
+    # and the Deployment are named after the release's full name.
+    fullname = rel.deployment["metadata"]["name"]
+    hooks = cluster.helm("get", "hooks", rel.name, "--namespace", rel.namespace).stdout
+    assert "kind: KopfPeering" in hooks
+    cluster.kubectl("--namespace", rel.jobs_namespace, "get", "kopfpeerings.kopf.dev", fullname)
     deployed = cluster.kubectl(
-        "--namespace", rel.namespace, "get", "deployment", rel.name, "-o", "json"
+        "--namespace", rel.namespace, "get", "deployment", fullname, "-o", "json"
     ).stdout
     assert json.loads(deployed)["spec"]["replicas"] == 2
 
@@ -459,17 +463,19 @@ def test_uninstall_removes_rbac(cluster: Cluster, kube: Any) -> None:
     jobs_ns = support.create_namespace(kube, "jobsun")
     name = f"kjun-{uuid.uuid4().hex[:6]}"
     try:
-        helm_install(
+        rel = helm_install(
             cluster,
             name,
             op_ns,
             {"watchNamespaces": [jobs_ns], "nodeSelector": NEVER_SCHEDULE},
         )
-        cluster.kubectl("--namespace", jobs_ns, "get", "role", name)
+        (role,) = rel.of_kind("Role")
+        role_name = role["metadata"]["name"]
+        cluster.kubectl("--namespace", jobs_ns, "get", "role", role_name)
         cluster.helm("uninstall", name, "--namespace", op_ns)
 
         def gone() -> bool:
-            proc = cluster.kubectl("--namespace", jobs_ns, "get", "role", name, check=False)
+            proc = cluster.kubectl("--namespace", jobs_ns, "get", "role", role_name, check=False)
             return proc.returncode != 0 and "NotFound" in proc.stderr
 
         wait_for(gone, timeout=30, what="Role removed by helm uninstall")
