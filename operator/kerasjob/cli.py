@@ -40,6 +40,7 @@ def _run(args: argparse.Namespace) -> int:
                 "progress_interval": args.progress_interval,
                 "liveness": args.liveness,
                 "peering": args.peering,
+                "metrics_port": args.metrics_port,
             }.items()
             if v is not None
         },
@@ -133,6 +134,11 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--liveness",
         help="liveness/probe endpoint URL, '' to disable (default http://0.0.0.0:8080/healthz)",
+    )
+    run.add_argument(
+        "--metrics-port",
+        type=int,
+        help="serve Prometheus /metrics on this port ($KERASJOB_METRICS_PORT)",
     )
     run.add_argument("--default-image", help="trainer image when a job names none")
     run.add_argument("--workers", type=int, help="jobs reconciled concurrently (8)")

@@ -50,6 +50,16 @@ class OperatorConfig:
         default_factory=lambda: os.environ.get("KERASJOB_LIVENESS", "http://0.0.0.0:8080/healthz")
     )
     """kopf's liveness endpoint URL; it also serves the probes (API request counts)."""
+    metrics_port: int | None = field(
+        default_factory=lambda: (
+            int(os.environ["KERASJOB_METRICS_PORT"])
+            if os.environ.get("KERASJOB_METRICS_PORT")
+            else None
+        )
+    )
+    """Port of the operator's Prometheus endpoint (/metrics); None: no endpoint."""
+    instance: str = field(default_factory=lambda: _env("POD_NAME", ""))
+    """This replica's name in Events (reportingInstance); the chart sets POD_NAME."""
     peering: str | None = field(default_factory=lambda: os.environ.get("KERASJOB_PEERING"))
     """A kopf peering name for several replicas (needs kopf's peering CRDs); None: standalone."""
     priority: int = field(default_factory=lambda: int(_env("KERASJOB_PRIORITY", "0")))

@@ -114,6 +114,13 @@ class WorkQueue:
         self._timers.clear()
 
 
+#: Seconds a created child counts as existing before the index shows it (client-go's
+#: "expectations"): saves redundant creates (409s) when a job is reconciled again before
+#: the watch delivered its new Pods. Purely an optimisation: creates are idempotent anyway.
+EXPECTATION_SECONDS = 10.0
+_SERVICE = "\0service"
+
+
 def _rv(body: Mapping[str, Any] | None) -> int:
     try:
         return int((body or {}).get("metadata", {}).get("resourceVersion", "0"))
@@ -189,10 +196,13 @@ class Controller:
         self.ready = asyncio.Event()
         self._written: dict[Key, Mapping[str, Any]] = {}
         self._errors: dict[Key, int] = {}
+        self._expected: dict[Key, dict[str, float]] = {}
         self._parsed: dict[tuple[str, Any], _Parsed] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._background: set[asyncio.Task[Any]] = set()
         self.reconciles = 0
+        self.reconcile_errors = 0
+        self.conflicts = 0
 
     # -- input -----------------------------------------------------------------------------
 
@@ -237,6 +247,7 @@ class Controller:
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # the loop must survive anything; retried with backoff
+                self.reconcile_errors += 1
                 errors = self._errors[key] = self._errors.get(key, 0) + 1
                 delay = min(0.25 * 2**errors, 30.0)
                 level = (
@@ -320,6 +331,13 @@ class Controller:
                 )
             except ApiError as e:
                 if e.status == 409:  # someone wrote since we read: look again shortly
+                    self.conflicts += 1
+                    log.debug(
+                        "%s/%s: status conflict at resourceVersion %s",
+                        namespace,
+                        name,
+                        body["metadata"]["resourceVersion"],
+                    )
                     return 0.2
                 if e.status == 404:
                     return None
@@ -336,51 +354,90 @@ class Controller:
                 )
         for event in plan.events:
             self._post_event(job, event, now)
-        if plan.actions:
-            await self._act(job, parsed, plan)
+        actions, wait = self._skip_expected(key, plan.actions, {p.name for p in pods})
+        if actions:
+            await self._act(key, job, parsed, plan, actions)
+        if wait is not None:
+            return wait if plan.requeue_after is None else min(wait, plan.requeue_after)
         return plan.requeue_after
 
-    async def _act(self, job: reconcile.JobView, parsed: _Parsed, plan: reconcile.Plan) -> None:
+    def _skip_expected(
+        self, key: Key, actions: list[reconcile.Action], observed: set[str]
+    ) -> tuple[list[reconcile.Action], float | None]:
+        """Drop creates of children created moments ago and not yet seen in the index."""
+        expected = self._expected.get(key)
+        if not expected:
+            return actions, None
+        now = asyncio.get_running_loop().time()
+        for name in [n for n, t in expected.items() if t <= now or n in observed]:
+            del expected[name]
+        out: list[reconcile.Action] = []
+        wait: float | None = None
+        for action in actions:
+            name = (
+                action.task.name
+                if isinstance(action, reconcile.CreatePod)
+                else _SERVICE
+                if isinstance(action, reconcile.CreateService)
+                else None
+            )
+            if name is not None and name in expected:
+                if name != _SERVICE:
+                    left = expected[name] - now
+                    wait = left if wait is None else min(wait, left)
+                continue
+            out.append(action)
+        if not expected:
+            self._expected.pop(key, None)
+        return out, wait
+
+    def _expect(self, key: Key, name: str) -> None:
+        deadline = asyncio.get_running_loop().time() + EXPECTATION_SECONDS
+        self._expected.setdefault(key, {})[name] = deadline
+
+    async def _act(
+        self,
+        key: Key,
+        job: reconcile.JobView,
+        parsed: _Parsed,
+        plan: reconcile.Plan,
+        actions: list[reconcile.Action],
+    ) -> None:
         ns = job.namespace
-        calls: list[Any] = []
-        for action in plan.actions:
-            if isinstance(action, reconcile.CreateService) and parsed.model is not None:
-                calls.append(
-                    self.api.create(
-                        service_path(ns), children.build_service(parsed.model), "services"
-                    )
-                )
-            elif isinstance(action, reconcile.CreatePod) and parsed.model is not None:
+        model = parsed.model
+        calls: list[tuple[str | None, Any]] = []  # (child created, or None; the call)
+        for action in actions:
+            if isinstance(action, reconcile.CreateService) and model is not None:
+                service = children.build_service(model)
+                calls.append((_SERVICE, self.api.create(service_path(ns), service, "services")))
+            elif isinstance(action, reconcile.CreatePod) and model is not None:
                 manifest = children.build_pod(
-                    parsed.model,
+                    model,
                     action.task.role,
                     action.task.index,
                     default_image=self.config.default_image,
                     restart_attempt=plan.restart_attempt,
                 )
-                calls.append(self.api.create(pod_path(ns), manifest, "pods"))
+                calls.append((action.task.name, self.api.create(pod_path(ns), manifest, "pods")))
             elif isinstance(action, reconcile.DeletePod):
-                calls.append(
-                    self.api.delete(
-                        pod_path(ns, action.name),
-                        "pods",
-                        uid=action.uid,
-                        grace_period_seconds=0 if action.force else None,
-                    )
+                grace = 0 if action.force else None
+                call = self.api.delete(
+                    pod_path(ns, action.name), "pods", uid=action.uid, grace_period_seconds=grace
                 )
+                calls.append((None, call))
             elif isinstance(action, reconcile.DeleteJob):
                 log.info("%s/%s: ttlSecondsAfterFinished passed, deleting the job", ns, job.name)
-                calls.append(
-                    self.api.delete(
-                        job_path(ns, job.name), "kerasjobs", uid=job.uid, propagation="Background"
-                    )
+                call = self.api.delete(
+                    job_path(ns, job.name), "kerasjobs", uid=job.uid, propagation="Background"
                 )
+                calls.append((None, call))
         # The Service first (Pods resolve each other through it), then the rest together.
-        if calls and isinstance(plan.actions[0], reconcile.CreateService):
-            first = await gather_limited(calls[:1])
-            results = first + await gather_limited(calls[1:])
-        else:
-            results = await gather_limited(calls)
+        first = 1 if calls and calls[0][0] == _SERVICE else 0
+        results = await gather_limited([c for _, c in calls[:first]])
+        results += await gather_limited([c for _, c in calls[first:]])
+        for (name, _), result in zip(calls, results, strict=True):
+            if name is not None and not isinstance(result, BaseException):
+                self._expect(key, name)
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
             raise errors[0]
@@ -394,6 +451,7 @@ class Controller:
             reason=event.reason,
             message=event.message,
             now=now,
+            instance=self.config.instance,
         )
         if event.type == "Warning":
             log.warning("%s/%s: %s: %s", job.namespace, job.name, event.reason, event.message)

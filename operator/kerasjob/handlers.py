@@ -19,7 +19,7 @@ from typing import Any
 
 import kopf
 
-from kerasjob import API_GROUP, API_VERSION, PLURAL
+from kerasjob import API_GROUP, API_VERSION, PLURAL, metrics
 from kerasjob import labels as lbl
 from kerasjob.config import OperatorConfig
 from kerasjob.controller import Controller
@@ -80,6 +80,8 @@ async def startup(
     controller = Controller(config, api, kerasjob_bodies, kerasjob_pods)
     memo.controller = controller
     memo.controller_task = asyncio.create_task(controller.run(), name="kerasjob-controller")
+    if config.metrics_port is not None:
+        memo.metrics_runner = await metrics.serve(controller, config.metrics_port)
     log.info(
         "kerasjob controller started (%d workers, default image %s)",
         config.workers,
@@ -92,6 +94,9 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     controller: Controller | None = memo.get("controller")
     if controller is not None:
         await controller.stop()
+    runner = memo.get("metrics_runner")
+    if runner is not None:
+        await runner.cleanup()
 
 
 @kopf.on.probe(id="apiRequests")

@@ -112,8 +112,8 @@ def test_operator_keeps_serving_and_does_not_hot_loop(
     assert operator.alive()
     # No retry loop on the failed jobs: in 3 s at most one periodic resync of each job.
     jobs = len(custom(kube).list_cluster_custom_object(GROUP, VERSION, PLURAL)["items"])
-    before = (operator.probes() or {}).get("reconciles", 0)
+    before = operator.metrics()["kerasjob_operator_reconciles_total"]
     time.sleep(3)
-    after = (operator.probes() or {}).get("reconciles", 0)
+    after = operator.metrics()["kerasjob_operator_reconciles_total"]
     assert after - before <= jobs + 10, f"{after - before} reconciles in 3 s, {jobs} jobs"
     assert "Traceback" not in operator.log_path.read_text(errors="replace")
