@@ -247,6 +247,30 @@ def test_install_creates_everything(cluster: Cluster, namespaced_release: Releas
         "--namespace", rel.namespace, "get", "deployment", fullname, "-o", "json"
     ).stdout
     assert json.loads(deployed)["spec"]["replicas"] == 2
+    notes = cluster.helm("get", "notes", rel.name, "--namespace", rel.namespace).stdout
+    assert f"these namespaces only: {rel.jobs_namespace}" in notes
+    assert "2 replicas coordinate through kopf peering" in notes
+
+
+def test_plain_kubectl_install_path_is_accepted(cluster: Cluster, kube: Any) -> None:
+    """README's no-Helm path: `helm template | kubectl apply` (dry-run on the server)."""
+    ns = support.create_namespace(kube, "plain")
+    try:
+        rendered = cluster.helm("template", "kerasjob-operator", str(CHART), "--namespace", ns)
+        proc = cluster.kubectl(
+            "apply",
+            "--dry-run=server",
+            "--namespace",
+            ns,
+            "-f",
+            "-",
+            input=rendered.stdout,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert "deployment.apps/kerasjob-operator created (server dry run)" in proc.stdout
+    finally:
+        support.delete_namespace(kube, ns)
 
 
 def test_operator_with_sa_permissions_runs_a_job_through_a_disruption(
@@ -329,6 +353,14 @@ def test_operator_with_sa_permissions_runs_a_job_through_a_disruption(
             assert get_job()["status"]["phase"] in ("Running", "Restarting")
         except (TimeoutError, AssertionError) as exc:
             raise AssertionError(f"{exc}{diagnose()}") from exc
+
+        # kopf peering works with the Role's peering rules: this operator's heartbeat is in
+        # the release's KopfPeering object.
+        fullname = rel.deployment["metadata"]["name"]
+        peering = custom.get_namespaced_custom_object(
+            "kopf.dev", "v1", ns, "kopfpeerings", fullname
+        )
+        assert peering.get("status"), f"no heartbeat in the peering object: {peering}"
 
         # Every request the controller made is covered by the chart's RBAC.
         requests = probe(url).get("apiRequests") or {}
