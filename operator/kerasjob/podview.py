@@ -38,6 +38,8 @@ class PodView:
     owner_uid: str | None
     role: str
     index: int
+    resource_version: int = 0
+    """metadata.resourceVersion: the newest of two incarnations of a name has the larger one."""
     phase: str = "Pending"
     ready: bool = False
     pod_ip: str | None = None
@@ -103,6 +105,13 @@ def _trainer_status(pod: Mapping[str, Any]) -> Mapping[str, Any]:
     return statuses[0] if statuses else {}
 
 
+def _int(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
+
+
 def _owner_uid(meta: Mapping[str, Any]) -> str | None:
     for ref in meta.get("ownerReferences") or []:
         if ref.get("kind") == KIND and ref.get("controller"):
@@ -142,6 +151,7 @@ def pod_view(pod: Mapping[str, Any]) -> PodView | None:
         owner_uid=_owner_uid(meta),
         role=str(role),
         index=index,
+        resource_version=_int(meta.get("resourceVersion")),
         phase=str(status.get("phase") or "Pending"),
         ready=ready,
         pod_ip=status.get("podIP") or None,

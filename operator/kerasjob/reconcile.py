@@ -136,7 +136,7 @@ class _Planner:
         self.disruptions = int(restarts.get("disruptions", 0))
         self.failures = int(restarts.get("failures", 0))
         self.prev_phase: str | None = self.status.get("phase")
-        pods = list(pods)
+        pods = newest_incarnations(pods)
         self.owned = {p.name: p for p in pods if p.owner_uid == job.uid}
         self.stale = [p for p in pods if p.owner_uid is not None and p.owner_uid != job.uid]
         self.actions: list[Action] = []
@@ -428,6 +428,22 @@ class _Planner:
         self.status["replicaStatuses"] = st.replica_statuses(self.job.roles, owned, succeeded)
         if not self.status.get("phase"):
             self.status["phase"] = st.PENDING
+
+
+def newest_incarnations(pods: Iterable[PodView]) -> list[PodView]:
+    """One PodView per name: the newest incarnation.
+
+    kopf processes each object's events in its own queue, so right after a Pod was
+    re-created its index can briefly hold both the old (terminating, or already deleted)
+    and the new incarnation of the name. The newer one has the larger resourceVersion: the
+    name was only free again once the old one was gone.
+    """
+    newest: dict[str, PodView] = {}
+    for pod in pods:
+        seen = newest.get(pod.name)
+        if seen is None or pod.resource_version > seen.resource_version:
+            newest[pod.name] = pod
+    return list(newest.values())
 
 
 def plan(

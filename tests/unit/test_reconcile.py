@@ -309,3 +309,20 @@ def test_pods_of_an_older_job_with_the_same_name_are_deleted_not_counted() -> No
 def test_deleting_job_does_nothing() -> None:
     p = run(job(deleting=True), {"phase": "Running"}, [])
     assert not p.actions and p.status == {"phase": "Running"}
+
+
+def test_a_stale_index_entry_of_the_old_incarnation_is_ignored() -> None:
+    j = job()
+    s = settle(j, [pod(i) for i in range(3)])
+    s = run(j, s, [pod(0), pod(1, deletion_timestamp=NOW, resource_version=10), pod(2)]).status
+    s = run(j, s, [pod(0), pod(2)]).status
+    new = pod(1, uid="u1b", resource_version=20)
+    s = run(j, s, [pod(0), new, pod(2)]).status
+    assert s["restarts"]["disruptions"] == 1
+    # The old incarnation's DELETED event is processed after the new one's ADDED.
+    old = pod(1, deletion_timestamp=NOW, resource_version=10)
+    for order in ([pod(0), old, new, pod(2)], [pod(0), new, old, pod(2)]):
+        p = run(j, s, order)
+        assert p.status["restarts"]["disruptions"] == 1
+        assert p.status["trackedPods"]["j-worker-1"]["uid"] == "u1b"
+        assert not p.actions
