@@ -126,11 +126,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@dataclass
+class OperatorRun:
+    proc: subprocess.Popen[bytes]
+    probe_url: str
+    metrics_url: str | None
+
+
 @contextlib.contextmanager
-def operator_process(
-    release: Release, kubeconfig: Path, log_path: Path
-) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    """Run the Deployment's container command line and env locally; yield (proc, probe URL)."""
+def operator_process(release: Release, kubeconfig: Path, log_path: Path) -> Iterator[OperatorRun]:
+    """Run the Deployment's container command line and env as a local process."""
     container = release.deployment["spec"]["template"]["spec"]["containers"][0]
     # The image's ENTRYPOINT, unless the chart overrides the command (peering's shell).
     command = container.get("command") or ["python", "-m", "kerasjob"]
@@ -138,8 +143,11 @@ def operator_process(
     for var in container.get("env", []):
         if "value" in var:
             env[var["name"]] = var["value"]
+    # The Pod's ports may be taken on this machine: same endpoints, free ports.
     port = free_port()
-    env["KERASJOB_LIVENESS"] = f"http://127.0.0.1:{port}/healthz"  # the Pod's port may be taken
+    env["KERASJOB_LIVENESS"] = f"http://127.0.0.1:{port}/healthz"
+    if "KERASJOB_METRICS_PORT" in env:
+        env["KERASJOB_METRICS_PORT"] = str(free_port())
     env["KUBECONFIG"] = str(kubeconfig)
     # "python" in the command must be this interpreter (the image's is /opt/kerasjob/bin).
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
@@ -153,9 +161,14 @@ def operator_process(
             cwd=ROOT,
             start_new_session=True,
         )
-    url = f"http://127.0.0.1:{port}/healthz"
+    metrics_port = env.get("KERASJOB_METRICS_PORT")
+    run = OperatorRun(
+        proc,
+        f"http://127.0.0.1:{port}/healthz",
+        f"http://127.0.0.1:{metrics_port}/metrics" if metrics_port else None,
+    )
     try:
-        yield proc, url
+        yield run
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
@@ -286,7 +299,8 @@ def test_operator_with_sa_permissions_runs_a_job_through_a_disruption(
     core = client.CoreV1Api(kube)
     log_path = tmp_path / "operator.log"
 
-    with operator_process(rel, sa_kubeconfig, log_path) as (proc, url):
+    with operator_process(rel, sa_kubeconfig, log_path) as run:
+        proc, url = run.proc, run.probe_url
 
         def ready() -> bool:
             assert proc.poll() is None, f"operator exited:\n{log_path.read_text()[-4000:]}"
@@ -361,6 +375,12 @@ def test_operator_with_sa_permissions_runs_a_job_through_a_disruption(
             "kopf.dev", "v1", ns, "kopfpeerings", fullname
         )
         assert peering.get("status"), f"no heartbeat in the peering object: {peering}"
+
+        # The metrics Service's target: Prometheus text on the chart's metrics port.
+        assert run.metrics_url, "the chart enables metrics by default"
+        with urllib.request.urlopen(run.metrics_url, timeout=5) as resp:
+            metrics = resp.read().decode()
+        assert 'kerasjob_operator_api_requests_total{verb="create",resource="pods"}' in metrics
 
         # Every request the controller made is covered by the chart's RBAC.
         requests = probe(url).get("apiRequests") or {}

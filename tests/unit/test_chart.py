@@ -366,9 +366,8 @@ def test_peering_crds_can_be_left_to_someone_else() -> None:
 @needs_helm
 def test_metrics_service_and_optional_servicemonitor() -> None:
     objects = render()
-    assert not of_kind(objects, "Service")  # off by default (see values.yaml)
-    objects = render(**{"metrics.enabled": True})
     svc = one(objects, "Service")
+    assert svc["spec"]["ports"][0]["targetPort"] == "metrics"
     assert svc["spec"]["ports"][0]["port"] == 9090
     assert not of_kind(objects, "ServiceMonitor")
     assert env_of(container(objects))["KERASJOB_METRICS_PORT"] == "9090"
