@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from kerasjob_trainer import contract
 from kerasjob_trainer.contract import ExitCode
-from trainer_procs import FINAL_LINE, RESUMED_LINE, Group, group, progress
+from trainer_procs import FINAL_LINE, RESUMED_LINE, Group, Trainer, group, progress
 
 pytestmark = pytest.mark.tf
 
@@ -151,8 +151,6 @@ BAD_CONFIGS = {
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("case", sorted(BAD_CONFIGS))
 def test_bad_config_fails_fast_and_keeps_backup(tmp_path: Path, case: str) -> None:
-    from trainer_procs import Trainer
-
     overrides, message = BAD_CONFIGS[case]
     ckpt = tmp_path / "ckpt"
     backup = ckpt / "backup" / "chief"
@@ -174,3 +172,96 @@ def test_bad_config_fails_fast_and_keeps_backup(tmp_path: Path, case: str) -> No
     errors = [ln for ln in t.lines() if ln.startswith("kerasjob: invalid configuration:")]
     assert len(errors) == 1 and message in errors[0], t.text()
     assert _tree_digest(ckpt) == before
+
+
+@pytest.mark.timeout(240)
+def test_silent_peer_is_detected_by_the_heartbeat(tmp_path: Path) -> None:
+    """SIGSTOP: the peer's sockets stay open; the coordination heartbeat (10 s) catches it."""
+    with group(tmp_path, FT_CONFIG) as g:
+        survivor, victim = g.start()
+        victim.wait_for_step(30, GEN_TIMEOUT)
+        stopped = time.monotonic()
+        victim.signal(signal.SIGSTOP)
+        try:
+            assert survivor.wait(40) == ExitCode.PEER_LOST, survivor.tail()
+            assert time.monotonic() - stopped < 30
+        finally:
+            victim.signal(signal.SIGCONT)
+        assert victim.wait(30) == ExitCode.PEER_LOST, victim.tail()
+
+
+def _single(tmp_path: Path, config: dict, extra_env: dict | None = None) -> Trainer:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    env = {
+        contract.Env.TRAINER_CONFIG.value: json.dumps(config),
+        contract.Env.CHECKPOINT_DIR.value: str(tmp_path / "ckpt"),
+        contract.Env.TF_CONFIG.value: "",
+        **(extra_env or {}),
+    }
+    t = Trainer("single", tmp_path, env)
+    assert t.wait(GEN_TIMEOUT) == 0, t.text()
+    return t
+
+
+USER_MODULE = '''
+import numpy as np
+import tensorflow as tf
+import tf_keras as keras
+
+
+def build(config):
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.compile(keras.optimizers.SGD(0.1),
+                  keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"])
+    x = np.random.default_rng(0).normal(size=(256, 3)).astype("float32")
+    y = (x[:, 0] > 0).astype("int64")
+    ds = tf.data.Dataset.from_tensor_slices((x, y))
+    return model, ds, ds.take(64)
+'''
+
+
+@pytest.mark.timeout(120)
+def test_user_code_returning_model_and_datasets(tmp_path: Path) -> None:
+    (tmp_path / "usermodel.py").write_text(USER_MODULE)
+    t = _single(tmp_path, {"model": "usermodel:build", "epochs": 1, "stepsPerEpoch": 30,
+                           "batchSizePerReplica": 16, "saveFreq": 10},
+                {"PYTHONPATH": str(tmp_path)})
+    finals = [ln for ln in t.lines() if FINAL_LINE.match(ln)]
+    assert finals and finals[0].endswith("steps=30"), t.tail()
+    assert float(FINAL_LINE.match(finals[0]).group(1)) > 0.8
+
+
+@pytest.mark.timeout(120)
+def test_npz_and_tfrecord_datasets_from_a_path(tmp_path: Path) -> None:
+    import numpy as np
+    from kerasjob_trainer.data import mnist_sample
+
+    x_train, y_train, x_test, y_test = mnist_sample()
+    npz = tmp_path / "mnist.npz"
+    np.savez(npz, x_train=x_train[:1000], y_train=y_train[:1000], x_test=x_test[:200],
+             y_test=y_test[:200])
+    records = tmp_path / "records"
+    records.mkdir()
+    _write_tfrecords(records / "train-0.tfrecord", x_train[:500], y_train[:500])
+    _write_tfrecords(records / "test-0.tfrecord", x_test[:100], y_test[:100])
+    # one process, two runs: npz, then TFRecord from a directory with the CNN (reshaped)
+    base = {"epochs": 1, "stepsPerEpoch": 20, "saveFreq": 10, "batchSizePerReplica": 32}
+    t = _single(tmp_path / "a", {**base, "dataset": {"source": "path", "path": str(npz)}})
+    assert any(FINAL_LINE.match(ln) for ln in t.lines()), t.tail()
+    t = _single(tmp_path / "b", {**base, "model": "mnist-cnn",
+                                 "dataset": {"source": "path", "path": str(records)}})
+    final = next(m for ln in t.lines() if (m := FINAL_LINE.match(ln)))
+    assert final.group(1) is not None and final.group(2) == "20"
+
+
+def _write_tfrecords(path: Path, x, y) -> None:
+    import tensorflow as tf
+
+    with tf.io.TFRecordWriter(str(path)) as w:
+        for xi, yi in zip(x, y, strict=True):
+            ex = tf.train.Example(features=tf.train.Features(feature={
+                "x": tf.train.Feature(float_list=tf.train.FloatList(value=xi.reshape(-1))),
+                "y": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(yi)])),
+            }))
+            w.write(ex.SerializeToString())

@@ -140,3 +140,34 @@ def test_reporter_writes_progress_and_serves_metrics(tmp_path: Path) -> None:
         assert f"{contract.METRIC_STEP} 5.0" in body
     finally:
         reporter.close()
+
+
+PEER_SCRIPT = """
+import socket, sys, time
+from kerasjob_trainer.faults import PeerMonitor
+server = socket.socket(); server.bind(("127.0.0.1", 0)); server.listen(16)
+monitor = PeerMonitor([f"127.0.0.1:{server.getsockname()[1]}"], interval=0.05)
+if sys.argv[1] == "quiet":
+    monitor.quiet_when(lambda: True)
+monitor.arm(); time.sleep(0.3)
+server.close(); gone = time.monotonic()
+time.sleep(2.0)
+print("still alive", flush=True)
+"""
+
+
+@pytest.mark.parametrize(("mode", "code"), [("loud", 43), ("quiet", 0)])
+def test_peer_monitor_exits_43_when_a_peer_port_closes(tmp_path: Path, mode: str,
+                                                       code: int) -> None:
+    import subprocess
+    import sys
+    import time
+
+    started = time.monotonic()
+    out = subprocess.run([sys.executable, "-c", PEER_SCRIPT, mode], capture_output=True,
+                         text=True, timeout=30)
+    assert out.returncode == code, out.stderr
+    if code:
+        assert "is gone" in out.stderr and time.monotonic() - started < 2.2
+    else:
+        assert "still alive" in out.stdout
