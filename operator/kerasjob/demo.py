@@ -17,16 +17,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import os
 import re
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import urllib3
 import yaml
 
 from kerasjob.localnode import netns, paths
@@ -70,9 +72,15 @@ class Clock:
         print(f"[{time.monotonic() - self.t0:6.1f}s] {message}", flush=True)
 
 
+#: Called on every poll of `wait`; raises when a process the demo depends on died.
+GUARDS: list[Callable[[], None]] = []
+
+
 def wait(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
     deadline = time.monotonic() + timeout
     while True:
+        for guard in GUARDS:
+            guard()
         value = predicate()
         if value:
             return value
@@ -94,6 +102,27 @@ def apply(kube: Kube, obj: dict, namespace: str | None = None) -> None:
         current = kube.request("GET", f"{path}/{obj['metadata']['name']}")
         obj["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
         kube.request("PUT", f"{path}/{obj['metadata']['name']}", body=obj)
+
+
+@contextlib.contextmanager
+def cluster_lock(state_dir: Path) -> Iterator[None]:
+    """The lock test sessions take to start or stop the local control plane."""
+    state_dir.parent.mkdir(parents=True, exist_ok=True)
+    with open(state_dir.parent / ".cluster.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def live_users(users: Path) -> list[int]:
+    """Pids registered as users of the local control plane that are still alive."""
+    live = []
+    for f in users.glob("*") if users.is_dir() else []:
+        if f.name.isdigit() and Path(f"/proc/{f.name}").exists():
+            live.append(int(f.name))
+    return live
 
 
 class Logs:
@@ -183,17 +212,26 @@ class Demo:
             built = subprocess.run([str(self.repo / "hack" / "cluster" / "build.sh")], check=False)
             if built.returncode != 0:
                 raise DemoError("hack/cluster/build.sh failed")
-        if self.script("up.sh", "--check").returncode == 0:
-            self.say("control plane already running: using it (and leaving it running)")
-        else:
-            self.owns_cluster = True
-            up = self.script("up.sh", timeout=300)
-            if up.returncode != 0:
-                raise DemoError(f"hack/cluster/up.sh failed:\n{up.stderr[-3000:]}")
-            summary = [ln for ln in up.stderr.splitlines() if "cluster up in" in ln]
-            detail = summary[-1].split("up.sh: ", 1)[-1] if summary else "up"
-            self.say(f"control plane (etcd, apiserver, controller-manager, scheduler): {detail}")
         self.kubeconfig = self.script("env.sh", "--kubeconfig").stdout.strip()
+        state = Path(self.kubeconfig).parent
+        with cluster_lock(state):
+            if self.script("up.sh", "--check").returncode == 0:
+                self.say("control plane already running: using it (and leaving it running)")
+            else:
+                self.owns_cluster = True
+                up = self.script("up.sh", timeout=300)
+                if up.returncode != 0:
+                    raise DemoError(f"hack/cluster/up.sh failed:\n{up.stderr[-3000:]}")
+                summary = [ln for ln in up.stderr.splitlines() if "cluster up in" in ln]
+                detail = summary[-1].split("up.sh: ", 1)[-1] if summary else "up"
+                self.say(
+                    f"control plane (etcd, apiserver, controller-manager, scheduler): {detail}"
+                )
+            # Join the test sessions' protocol (tests/support/cluster.py): a live pid under
+            # users/ keeps another session from stopping the cluster under us, and we stop
+            # it only when nobody else uses it.
+            (state / "users").mkdir(parents=True, exist_ok=True)
+            (state / "users" / str(os.getpid())).touch()
 
     def start_agent(self) -> None:
         if not self.local:
@@ -215,8 +253,11 @@ class Demo:
         argv = [sys.executable, "-m", "kerasjob", "--kubeconfig", self.kubeconfig, "run"]
         argv += ["--standalone", "--liveness", "", "--namespace", NAMESPACE]
         argv += ["--progress-interval", "2"]
+        # KUBECONFIG too: the kubernetes client reads it when imported, before any flag.
+        env = {**os.environ, "KUBECONFIG": self.kubeconfig}
         self.operator = subprocess.Popen(
             argv,
+            env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -227,6 +268,14 @@ class Demo:
         if self.operator.poll() is not None:
             raise DemoError(f"the operator exited at once; see {self.demo_dir / 'operator.log'}")
         self.say(f"operator: python -m kerasjob run (pid {self.operator.pid}), out of cluster")
+        GUARDS.append(self.check_processes)
+
+    def check_processes(self) -> None:
+        log = self.demo_dir / "operator.log"
+        if self.operator is not None and self.operator.poll() is not None:
+            raise DemoError(f"the operator exited ({self.operator.returncode}); see {log}")
+        if self.agent is not None and not self.agent.alive():
+            raise DemoError(f"the local node agent exited; see {self.demo_dir / 'agent.log'}")
 
     def install(self, kube: Kube) -> None:
         if self.args.operator != "installed":
@@ -452,10 +501,18 @@ class Demo:
                 self.operator.wait(timeout=10)
         if self.agent is not None:
             self.agent.stop()
-        if self.owns_cluster:
-            down = self.script("down.sh", timeout=120)
-            if down.returncode != 0:
-                self.say(f"hack/cluster/down.sh failed: {down.stderr[-1000:]}")
+        if self.local and self.kubeconfig:
+            state = Path(self.kubeconfig).parent
+            with cluster_lock(state):
+                (state / "users" / str(os.getpid())).unlink(missing_ok=True)
+                others = live_users(state / "users")
+                if self.owns_cluster and others:
+                    self.say(f"control plane left running: also used by pid(s) {others}")
+                    self.owns_cluster = False
+                elif self.owns_cluster:
+                    down = self.script("down.sh", timeout=120)
+                    if down.returncode != 0:
+                        self.say(f"hack/cluster/down.sh failed: {down.stderr[-1000:]}")
         left = leftover_namespaces() if self.local else []
         if self.local and (left or netns.link_exists("kjbr0")):
             bridge = "kjbr0" if netns.link_exists("kjbr0") else ""
@@ -501,7 +558,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         demo.say("interrupted")
         code = 130
-    except (DemoError, ApiError, OSError) as e:
+    except (DemoError, ApiError, OSError, urllib3.exceptions.HTTPError) as e:
         demo.say(f"FAILED: {e}")
         code = 1
     finally:
