@@ -3,15 +3,12 @@ touches private TensorFlow/tf_keras API. These tests fail when an upgrade moves 
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 
 import pytest
 
 pytestmark = pytest.mark.tf
-
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 
 @pytest.fixture
