@@ -252,12 +252,13 @@ fi
 until [ "$(kctl get nodes -l type=kwok -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' 2>/dev/null | grep -c True || true)" -ge "$KWOK_NODES" ]; do
   check_alive_and_time "$KWOK_NODES KWOK nodes to become Ready"; sleep 0.2
 done
+nodes_ready=$(date +%s.%N)
 until api /api/v1/namespaces/default/serviceaccounts/default > /dev/null 2>&1; do
   check_alive_and_time "the default ServiceAccount in namespace default"; sleep 0.2
 done
 end=$(date +%s.%N)
 
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
-log "cluster up in $(secs "$start" "$end") s (API server ready after $(secs "$start" "$api_ready") s); Kubernetes $KUBE_VERSION, $KWOK_NODES KWOK nodes"
+log "cluster up in $(secs "$start" "$end") s (API server ready after $(secs "$start" "$api_ready") s, nodes Ready after $(secs "$start" "$nodes_ready") s); Kubernetes $KUBE_VERSION, $KWOK_NODES KWOK nodes"
 log "  kubeconfig: $KUBECONFIG_FILE   (eval \"\$(make -s cluster-env)\" for kubectl/helm)"
 log "  logs:       $LOGS"
