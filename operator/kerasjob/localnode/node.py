@@ -16,10 +16,14 @@ import socket
 import threading
 from pathlib import Path
 
+import urllib3
+
 from .kube import MERGE, STRATEGIC_MERGE, ApiError, Kube
 from .status import now, rfc3339
 
 log = logging.getLogger(__name__)
+
+_NETWORK_ERRORS = (urllib3.exceptions.HTTPError, OSError)
 
 LOCAL_NODE_LABEL = "kerasjob.dev/local-node"
 LEASE_DURATION_S = 40
@@ -204,7 +208,15 @@ class NodeKeeper:
                 if (now() - last_status).total_seconds() >= STATUS_EVERY_S:
                     self.post_status()
                     last_status = now()
-            except Exception as e:  # the heartbeat must survive API hiccups
+            except ApiError as e:
+                if e.status == 404:
+                    # Someone deleted our Node: register again, as a kubelet does.
+                    log.warning("node %s was deleted; registering it again", self.name)
+                    with contextlib.suppress(ApiError, *_NETWORK_ERRORS):
+                        self.register()
+                else:
+                    log.warning("node heartbeat failed: %s", e)
+            except _NETWORK_ERRORS as e:  # the heartbeat must survive API hiccups
                 log.warning("node heartbeat failed: %s", e)
 
     def stop_and_delete(self) -> None:
@@ -217,5 +229,5 @@ class NodeKeeper:
         except ApiError as e:
             if e.status != 404:
                 log.warning("could not delete node %s: %s", self.name, e)
-        except Exception as e:
+        except _NETWORK_ERRORS as e:
             log.warning("could not delete node %s: %s", self.name, e)
