@@ -493,7 +493,8 @@ class Controller:
         chief = next((p for p in self.pods.get(key, ()) if p.name == parsed.chief), None)
         if chief is None or not chief.pod_ip or not chief.running_ready:
             return
-        url = f"http://{chief.pod_ip}:{DEFAULT_METRICS_PORT}/metrics"
+        port = chief.metrics_port or DEFAULT_METRICS_PORT
+        url = f"http://{chief.pod_ip}:{port}/metrics"
         text = await progress.scrape(session, url, self.config.progress_timeout)
         if text is None:
             return

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from kerasjob_trainer.contract import Env
+
 from kerasjob import KIND, labels
 
 #: The container treated as the trainer when no container has this name: the first one.
@@ -50,6 +52,8 @@ class PodView:
     """The trainer container's lastState.terminated: why it was last restarted in place."""
     termination: Termination | None = None
     """The trainer container's state.terminated: how it ended (Pod Succeeded or Failed)."""
+    metrics_port: int | None = None
+    """The trainer's KERASJOB_METRICS_PORT (its progress endpoint), when set in its env."""
     status_reason: str = ""
     """status.reason, e.g. Evicted, Preempting, NodeLost, Shutdown."""
     disruption_reason: str = ""
@@ -112,6 +116,17 @@ def _int(value: Any) -> int:
         return 0
 
 
+def _metrics_port(pod: Mapping[str, Any]) -> int | None:
+    containers = (pod.get("spec") or {}).get("containers") or []
+    trainer = next((c for c in containers if c.get("name") == TRAINER_CONTAINER), None)
+    trainer = trainer or (containers[0] if containers else {})
+    for env in trainer.get("env") or []:
+        if env.get("name") == Env.METRICS_PORT.value:
+            value = _int(env.get("value"))
+            return value or None
+    return None
+
+
 def _owner_uid(meta: Mapping[str, Any]) -> str | None:
     for ref in meta.get("ownerReferences") or []:
         if ref.get("kind") == KIND and ref.get("controller"):
@@ -159,6 +174,7 @@ def pod_view(pod: Mapping[str, Any]) -> PodView | None:
         restart_count=int(trainer.get("restartCount") or 0),
         last_termination=_termination(trainer.get("lastState")),
         termination=_termination(trainer.get("state")),
+        metrics_port=_metrics_port(pod),
         status_reason=str(status.get("reason") or ""),
         disruption_reason=disruption,
     )

@@ -7,7 +7,10 @@ Pod status a kubelet would (pods/status subresource).
 
 from __future__ import annotations
 
+import http.server
 import json
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -283,3 +286,81 @@ def test_ttl_after_finished_deletes_the_job(
         return False
 
     wait_for(gone, timeout=30, what="KerasJob deleted after its TTL")
+
+
+class _Metrics(http.server.BaseHTTPRequestHandler):
+    text = ""
+
+    def do_GET(self) -> None:
+        body = type(self).text.encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_progress_is_scraped_from_the_chief(
+    operator: OperatorProcess, cluster: Cluster, kube: Any, namespace: str
+) -> None:
+    """The chief's Prometheus metrics end up in status.progress (chief "runs" on 127.0.0.1)."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Metrics)
+    port = server.server_address[1]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        _Metrics.text = (
+            "# TYPE kerasjob_step gauge\nkerasjob_epoch 1\nkerasjob_step 120\n"
+            "kerasjob_loss 0.25\nkerasjob_samples_per_second 512.5\n"
+            'kerasjob_metric{name="accuracy"} 0.9\n'
+        )
+        env = [{"name": "KERASJOB_METRICS_PORT", "value": str(port)}]
+        template = job_manifest("p")["spec"]["template"]
+        template["spec"]["containers"] = [{"name": "trainer", "env": env}]
+        running_job(
+            kube,
+            namespace,
+            name="p",
+            workers=1,
+            checkpoint={},
+            template=template,
+            trainer={"epochs": 2, "stepsPerEpoch": 100},
+        )
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        status = {
+            "podIP": "127.0.0.1",
+            "podIPs": [{"ip": "127.0.0.1"}],
+            "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now}],
+        }
+        cluster.kubectl(
+            "patch",
+            "pod",
+            "p-worker-0",
+            "-n",
+            namespace,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            json.dumps({"status": status}),
+        )
+        progress = wait_for(
+            lambda: (
+                (p := job_status(kube, namespace, "p").get("progress") or {}).get("step") == 120
+                and p
+            ),
+            timeout=20,
+            what="status.progress from the chief's metrics",
+        )
+        assert progress["epoch"] == 1 and progress["totalSteps"] == 200
+        assert progress["loss"] == 0.25 and progress["samplesPerSecond"] == 512.5
+        assert progress["metrics"] == {"accuracy": 0.9} and progress["updatedAt"]
+        _Metrics.text = _Metrics.text.replace("kerasjob_step 120", "kerasjob_step 150")
+        wait_for(
+            lambda: job_status(kube, namespace, "p")["progress"]["step"] == 150,
+            timeout=20,
+            what="progress updated",
+        )
+    finally:
+        server.shutdown()

@@ -82,6 +82,8 @@ class OperatorProcess:
             str(self.metrics_port),
             "--resync-seconds",
             "20",
+            "--progress-interval",
+            "1",
             *ns,
             *self.extra_args,
         ]
