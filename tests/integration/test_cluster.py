@@ -4,7 +4,9 @@ our kubectl/helm binaries, and (locally) the pinned Kubernetes version."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -192,3 +194,34 @@ def test_pinned_kubernetes_version(cluster: Cluster, kube: Any) -> None:
     assert client.VersionApi(kube).get_code().git_version == pinned
     client_version = json.loads(cluster.kubectl("version", "--client", "-o", "json").stdout)
     assert client_version["clientVersion"]["gitVersion"] == pinned
+
+
+CLUSTER_SCRIPTS = Path(__file__).resolve().parents[2] / "hack" / "cluster"
+
+
+def test_env_sh_puts_our_binaries_first(cluster: Cluster) -> None:
+    if not cluster.local:
+        pytest.skip("hack/cluster/env.sh describes the local cluster only")
+    script = f'eval "$({CLUSTER_SCRIPTS}/env.sh)"; command -v kubectl helm; echo "$KUBECONFIG"'
+    out = subprocess.run(
+        ["bash", "-c", script], capture_output=True, text=True, check=True, timeout=30
+    ).stdout.split()
+    assert out == [
+        str(cluster.bin_dir / "kubectl"),
+        str(cluster.bin_dir / "helm"),
+        str(cluster.kubeconfig),
+    ]
+
+
+def test_up_sh_refuses_a_busy_port(cluster: Cluster, tmp_path: Path) -> None:
+    if not cluster.local:
+        pytest.skip("hack/cluster/up.sh manages the local cluster only")
+    # A second cluster with its own state dir but the running cluster's ports must not start.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KERASJOB_CLUSTER_")}
+    env["KERASJOB_RUN"] = str(tmp_path / "run")
+    proc = subprocess.run(
+        [str(CLUSTER_SCRIPTS / "up.sh")], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert proc.returncode == 1
+    assert re.search(r"port \d+ \(\w+_PORT\) is already in use", proc.stderr), proc.stderr
+    assert not (tmp_path / "run" / "cluster").exists()
