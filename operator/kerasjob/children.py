@@ -77,7 +77,10 @@ def _env() -> jinja2.Environment:
 
 def render(template: str, **context: Any) -> dict[str, Any]:
     """Render templates/<template> and parse it as YAML."""
-    return yaml.safe_load(_env().get_template(template).render(**context))
+    # libyaml's C loader when present: ~10x faster than the pure-Python one, which made
+    # this parse most of the operator's CPU time per created Pod.
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return yaml.load(_env().get_template(template).render(**context), Loader=loader)
 
 
 # --- small pieces the controller may use too -----------------------------------------------
