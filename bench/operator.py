@@ -161,6 +161,8 @@ def burst(kube: Any, op: OperatorProcess, namespace: str, n: int, tag: str) -> d
     watch = PodWatch(kube, namespace).start()
     time.sleep(0.5)  # let the watches open
     before = Counter(op.api_requests())
+    cpu_before = cpu_seconds(op.proc.pid if op.proc else None)
+    load_before = os.getloadavg()[0]
     applied: dict[str, float] = {}
 
     def create(i: int) -> None:
@@ -192,10 +194,13 @@ def burst(kube: Any, op: OperatorProcess, namespace: str, n: int, tag: str) -> d
     ]
     time.sleep(1.0)  # let the status writes of the Running transition land
     after = Counter(op.api_requests())
+    cpu = cpu_seconds(op.proc.pid if op.proc else None) - cpu_before
     watch.stop()
     delta = after - before
     return {
         "jobs": n,
+        "operator_cpu_seconds_per_job": round(cpu / n, 4),
+        "loadavg_1m_before": load_before,
         "complete": ok and ok_running,
         "apply_to_pods_created": summary(created),
         "apply_to_running": summary(running),
@@ -239,6 +244,15 @@ def disruptions(kube: Any, namespace: str, job: str, rounds: int) -> dict[str, A
         )
     watch.stop()
     return {"rounds": rounds, "disruption_to_replacement_created": summary(times)}
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU time of a process so far."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return float("nan")
 
 
 def peak_rss_mib(pid: int) -> float | None:
@@ -288,7 +302,9 @@ def main() -> int:
                     f"{n:4d} jobs x {WORKERS} workers: apply->pods created median "
                     f"{c['median_s']:.3f}s p99 {c['p99_s']:.3f}s | apply->Running median "
                     f"{r['median_s']:.3f}s p99 {r['p99_s']:.3f}s | "
-                    f"{res['api_requests_per_job']} API requests/job",
+                    f"{res['api_requests_per_job']} API requests/job | "
+                    f"operator CPU {1000 * res['operator_cpu_seconds_per_job']:.0f} ms/job "
+                    f"(load {res['loadavg_1m_before']:.1f})",
                     flush=True,
                 )
                 if n == 1:
