@@ -118,26 +118,36 @@ def test_pod_on_kwok_node_runs(kube: Any, namespace: str, kwok_placement: dict[s
     assert running.status.pod_ip
 
 
-def test_untargeted_pod_avoids_kwok_nodes(cluster: Cluster, kube: Any, namespace: str) -> None:
+def test_pod_without_toleration_stays_off_kwok_nodes(
+    cluster: Cluster, kube: Any, namespace: str
+) -> None:
     if not cluster.local:
         pytest.skip("only the local cluster's node set is known")
     core = client.CoreV1Api(kube)
+    # Selects the KWOK nodes but does not tolerate their taint: it must stay Pending. (The
+    # selector also keeps it off any real node, e.g. the local node agent's.)
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": "plain"},
-        "spec": {"containers": [{"name": "c", "image": "example.invalid/none:1"}]},
+        "spec": {
+            "nodeSelector": {"type": "kwok"},
+            "containers": [{"name": "c", "image": "example.invalid/none:1"}],
+        },
     }
     core.create_namespaced_pod(namespace, pod)
 
-    def scheduling_decided() -> Any:
+    def unschedulable() -> bool:
         p = core.read_namespaced_pod("plain", namespace)
+        assert not p.spec.node_name, f"scheduled onto {p.spec.node_name}"
         cond = {c.type: c for c in p.status.conditions or []}.get("PodScheduled")
-        return p if p.spec.node_name or cond is not None else None
+        return cond is not None and cond.status == "False" and cond.reason == "Unschedulable"
 
-    p = wait_for(scheduling_decided, timeout=30, what="the scheduler to consider the Pod")
-    if p.spec.node_name:  # a real node (the local node agent) may exist; never a KWOK one
-        assert core.read_node(p.spec.node_name).metadata.labels.get("type") != "kwok"
+    wait_for(unschedulable, timeout=30, what="the scheduler to report the Pod Unschedulable")
+    message = {c.type: c for c in core.read_namespaced_pod("plain", namespace).status.conditions}[
+        "PodScheduled"
+    ].message
+    assert "untolerated taint" in message, message
 
 
 def test_garbage_collection_deletes_dependents(kube: Any, namespace: str) -> None:

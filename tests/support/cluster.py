@@ -19,6 +19,7 @@ Stable API (other test modules import these; keep them compatible):
 * :data:`KWOK_POD_PLACEMENT` -- Pod spec fields that put a Pod on a fake KWOK node.
 * :func:`wait_for` -- poll a condition with a bounded timeout.
 * :func:`create_namespace` / :func:`delete_namespace`.
+* :data:`REPO_ROOT` -- the checkout's root directory.
 """
 
 from __future__ import annotations
