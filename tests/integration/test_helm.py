@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -182,6 +183,16 @@ def operator_process(release: Release, kubeconfig: Path, log_path: Path) -> Iter
 def probe(url: str) -> dict[str, Any]:
     with urllib.request.urlopen(url, timeout=5) as resp:
         return json.loads(resp.read() or b"{}")
+
+
+def api_requests(run: OperatorRun) -> dict[str, int]:
+    """{"<verb> <resource>": count} of the controller's API calls, from /metrics (kopf caches
+    the liveness endpoint's probe results for 10 s; /metrics is always current)."""
+    assert run.metrics_url, "the chart enables metrics by default"
+    with urllib.request.urlopen(run.metrics_url, timeout=5) as resp:
+        text = resp.read().decode()
+    pattern = r'^kerasjob_operator_api_requests_total\{verb="([^"]+)",resource="([^"]+)"\} (\S+)$'
+    return {f"{v} {r}": int(float(n)) for v, r, n in re.findall(pattern, text, re.M)}
 
 
 def granted(release: Release, namespace: str) -> dict[str, set[str]]:
@@ -376,15 +387,10 @@ def test_operator_with_sa_permissions_runs_a_job_through_a_disruption(
         )
         assert peering.get("status"), f"no heartbeat in the peering object: {peering}"
 
-        # The metrics Service's target: Prometheus text on the chart's metrics port.
-        assert run.metrics_url, "the chart enables metrics by default"
-        with urllib.request.urlopen(run.metrics_url, timeout=5) as resp:
-            metrics = resp.read().decode()
-        assert 'kerasjob_operator_api_requests_total{verb="create",resource="pods"}' in metrics
-
-        # Every request the controller made is covered by the chart's RBAC.
-        requests = probe(url).get("apiRequests") or {}
-        assert requests, f"no API requests counted: {probe(url)}"
+        # Every request the controller made (counted on the chart's metrics port, the
+        # metrics Service's target) is covered by the chart's RBAC.
+        requests = api_requests(run)
+        assert requests.get("create pods", 0) >= 3, requests
         allowed = granted(rel, ns)
         for call in requests:
             verb, resource = call.split(" ", 1)
@@ -536,3 +542,76 @@ def test_uninstall_removes_rbac(cluster: Cluster, kube: Any) -> None:
     finally:
         support.delete_namespace(kube, jobs_ns)
         support.delete_namespace(kube, op_ns)
+
+
+def test_two_replicas_one_active_and_the_standby_takes_over(
+    cluster: Cluster,
+    kube: Any,
+    namespaced_release: Release,
+    sa_kubeconfig: Path,
+    tmp_path: Path,
+) -> None:
+    """replicaCount: 2 as the chart runs it: each replica draws a random kopf priority, only
+    the highest works; when it stops, the other resumes and handles the jobs."""
+    ns = namespaced_release.jobs_namespace
+    custom = client.CustomObjectsApi(kube)
+    core = client.CoreV1Api(kube)
+
+    def created_pods(run: OperatorRun) -> int:
+        return api_requests(run).get("create pods", 0)
+
+    with contextlib.ExitStack() as stack:
+        runs = []
+        for i in range(2):
+            run = stack.enter_context(
+                operator_process(namespaced_release, sa_kubeconfig, tmp_path / f"op{i}.log")
+            )
+            wait_for(
+                lambda r=run: probe(r.probe_url) is not None,
+                timeout=60,
+                interval=0.5,
+                what=f"operator {i} liveness",
+            )
+            runs.append(run)
+        before = {id(r): created_pods(r) for r in runs}
+
+        job = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "KerasJob",
+            "metadata": {"name": "ha", "namespace": ns},
+            "spec": {
+                "workers": 2,
+                "checkpoint": {"volume": {"hostPath": {"path": "/tmp/kerasjob-ha-test"}}},
+                "template": {"spec": dict(KWOK_POD_PLACEMENT)},
+            },
+        }
+        custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, job)
+
+        def pod_uid(name: str) -> str | None:
+            pod = core.read_namespaced_pod(name, ns)
+            running = pod.status.phase == "Running" and pod.metadata.deletion_timestamp is None
+            return pod.metadata.uid if running else None
+
+        wait_for(
+            lambda: pod_uid("ha-worker-0") and pod_uid("ha-worker-1"),
+            timeout=90,
+            interval=0.5,
+            what="ha workers Running",
+        )
+        made = [created_pods(r) - before[id(r)] for r in runs]
+        assert sorted(made) == [0, 2], f"exactly one replica should work: {made}"
+        active, standby = (runs[0], runs[1]) if made[0] else (runs[1], runs[0])
+
+        # The active replica stops (a rollout, a lost node): kopf deregisters it from the
+        # peering object on the way out, and the standby resumes.
+        active.proc.send_signal(signal.SIGTERM)
+        active.proc.wait(timeout=30)
+        old = pod_uid("ha-worker-1")
+        core.delete_namespaced_pod("ha-worker-1", ns)
+        wait_for(
+            lambda: pod_uid("ha-worker-1") not in (None, old),
+            timeout=120,
+            interval=0.5,
+            what="ha-worker-1 re-created by the standby",
+        )
+        assert created_pods(standby) >= 1
