@@ -1,0 +1,145 @@
+"""What ships next to the chart: the operator Dockerfile, .dockerignore, the kind workflow
+(hack/kind) and the Makefile's image target. Docker and kind are not available on every
+machine, so these check the files and the failure modes without them."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCKERFILE = (ROOT / "Dockerfile").read_text()
+
+
+def instructions(text: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) of a Dockerfile, continuation lines joined."""
+    joined = re.sub(r"\\\n", " ", text)
+    out = []
+    for line in joined.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            word, _, rest = line.partition(" ")
+            out.append((word.upper(), rest.strip()))
+    return out
+
+
+def test_dockerfile_runs_the_operator_as_non_root_without_tensorflow() -> None:
+    ins = instructions(DOCKERFILE)
+    froms = [a for i, a in ins if i == "FROM"]
+    assert froms and all("PYTHON_IMAGE" in f for f in froms)
+    (base,) = [a for i, a in ins if i == "ARG" and a.startswith("PYTHON_IMAGE=")]
+    assert "slim" in base
+    assert ("ENTRYPOINT", '["python", "-m", "kerasjob"]') in ins
+    users = [a for i, a in ins if i == "USER"]
+    assert users and users[-1].split(":")[0].isdigit() and users[-1].split(":")[0] != "0"
+    runs = " ".join(a for i, a in ins if i == "RUN")
+    assert "pip install ." in runs
+    installs = re.findall(r"pip install ([^&;]*)", runs)
+    assert all("trainer" not in i and "tensorflow" not in i for i in installs), installs
+    # The build itself proves TensorFlow did not sneak in through a dependency.
+    assert '! /opt/kerasjob/bin/python -c "import tensorflow"' in runs
+
+
+def test_dockerfile_copies_only_what_exists_and_is_not_ignored() -> None:
+    ignored = {
+        line.strip().strip("/")
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
+    assert {".git", ".venv", "tests", ".run"} <= ignored
+    for instruction, args in instructions(DOCKERFILE):
+        if instruction == "COPY" and "--from" not in args:
+            *sources, _dest = args.split()
+            for src in sources:
+                assert (ROOT / src).exists(), f"COPY {src}: missing"
+                assert src.strip("/").split("/")[0] not in ignored, f"COPY {src} is ignored"
+
+
+def test_image_user_matches_the_chart_pod_security_context() -> None:
+    values = yaml.safe_load((ROOT / "charts/kerasjob-operator/values.yaml").read_text())
+    uid, _, gid = [a for i, a in instructions(DOCKERFILE) if i == "USER"][-1].partition(":")
+    assert values["podSecurityContext"]["runAsUser"] == int(uid)
+    assert values["podSecurityContext"]["runAsGroup"] == int(gid)
+
+
+def test_kind_cluster_has_two_workers_sharing_the_checkpoint_directory() -> None:
+    config = yaml.safe_load((ROOT / "hack/kind/kind-config.yaml").read_text())
+    roles = [n["role"] for n in config["nodes"]]
+    assert roles == ["control-plane", "worker", "worker"]
+    mounts = [
+        (m["hostPath"], m["containerPath"])
+        for n in config["nodes"]
+        if n["role"] == "worker"
+        for m in n["extraMounts"]
+    ]
+    assert len(set(mounts)) == 1 and len(mounts) == 2, "every worker mounts the same directory"
+    script = (ROOT / "hack/kind/e2e.sh").read_text()
+    assert f"hostPath: {{path: {mounts[0][1]}/pv-" in script
+    assert "accessModes: [ReadWriteMany]" in script
+
+
+def bare_path(tmp_path: Path, docker: str | None) -> dict[str, str]:
+    """An environment whose PATH has the basics, and `docker` only as given."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("bash", "env", "dirname", "cat", "make", "sed", "grep", "mkdir", "sh"):
+        found = shutil.which(tool)
+        if found:
+            (bin_dir / tool).symlink_to(found)
+    if docker is not None:
+        (bin_dir / "docker").write_text(docker)
+        (bin_dir / "docker").chmod(0o755)
+    return {"PATH": str(bin_dir), "HOME": os.environ.get("HOME", "/tmp")}
+
+
+def test_kind_e2e_explains_a_missing_docker(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        ["bash", str(ROOT / "hack/kind/e2e.sh")],
+        env=bare_path(tmp_path, None),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 1
+    assert "docker not found" in proc.stderr and "make test-e2e" in proc.stderr
+
+
+def test_kind_e2e_explains_a_stopped_docker_daemon(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        ["bash", str(ROOT / "hack/kind/e2e.sh")],
+        env=bare_path(tmp_path, "#!/bin/sh\nexit 1\n"),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 1
+    assert "daemon is not reachable" in proc.stderr
+
+
+def test_kind_e2e_explains_a_missing_kind(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        ["bash", str(ROOT / "hack/kind/e2e.sh")],
+        env=bare_path(tmp_path, "#!/bin/sh\nexit 0\n"),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 1
+    assert "kind not found" in proc.stderr
+
+
+def test_make_images_explains_a_missing_docker(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        ["make", "-s", "-C", str(ROOT), "images"],
+        env=bare_path(tmp_path, None),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode != 0
+    assert "docker not found" in proc.stderr
