@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end tests on kind: create a 3-node kind cluster, build and load the dev images,
-# give it ReadWriteMany checkpoint storage, install the Helm chart, run the e2e suite against
-# it (KERASJOB_TEST_CLUSTER=current), delete the cluster.  Entry point: `make kind-e2e`.
+# give it ReadWriteMany checkpoint storage, install the Helm chart, train examples/mnist.yaml
+# through a worker deletion under the installed operator, run the e2e suite against the
+# cluster (KERASJOB_TEST_CLUSTER=current), delete the cluster.  Entry point: `make kind-e2e`.
 #
 # Needs: docker (with a running daemon), kind, and kubectl + helm (ours from `make binaries`
 # when built, otherwise whatever is on PATH).
@@ -23,6 +24,7 @@ CLUSTER="${KIND_CLUSTER_NAME:-kerasjob-e2e}"
 SHARED_DIR="${KIND_SHARED_DIR:-/tmp/kerasjob-kind-shared}"
 RUN_DIR="${KERASJOB_RUN:-$PWD/.run}/kind"
 NAMESPACE=kerasjob-system
+SMOKE_NS=kerasjob-examples
 OPERATOR_IMAGE=kerasjob/operator:dev
 TRAINER_IMAGE=kerasjob/trainer:dev-cpu
 PV_COUNT=8
@@ -55,6 +57,7 @@ cleanup() {
     log "failed (exit $rc); operator logs and cluster state follow"
     kubectl -n "$NAMESPACE" logs deployment/kerasjob-operator --tail=200 2>/dev/null || true
     kubectl get kerasjobs,pods,pvc -A -o wide 2>/dev/null || true
+    kubectl describe kerasjob -n "$SMOKE_NS" 2>/dev/null | tail -40 || true
   fi
   if [ "${KEEP_CLUSTER:-0}" = 1 ]; then
     log "keeping cluster '$CLUSTER': export KUBECONFIG=$KUBECONFIG"
@@ -122,22 +125,45 @@ YAML
 } | kubectl apply -f -
 
 # --- the operator, as a user installs it --------------------------------------------------
-log "installing the chart into $NAMESPACE"
+# The chart's operator handles one namespace, where the examples run. The e2e suite below
+# starts its own operator for its own t-* namespaces (as it does on any cluster), so the
+# two never reconcile the same job.
+log "installing the chart into $NAMESPACE (handling namespace $SMOKE_NS)"
+kubectl create namespace "$SMOKE_NS"
 helm install kerasjob-operator charts/kerasjob-operator \
   --namespace "$NAMESPACE" --create-namespace \
   --set image.tag=dev --set image.pullPolicy=Never \
   --set trainerImage.tag=dev --set trainerImage.variant=cpu \
+  --set-json "watchNamespaces=[\"$SMOKE_NS\"]" \
   --wait --timeout 5m
 kubectl -n "$NAMESPACE" rollout status deployment/kerasjob-operator --timeout=120s
 
+# --- the examples, as a user runs them ----------------------------------------------------
+# examples/mnist.yaml on its checkpoint claim (given kind's ReadWriteMany class), with one
+# worker deleted mid-run: the job must still succeed, with the deletion counted as a
+# disruption.
+log "running examples/mnist.yaml in $SMOKE_NS"
+sed 's|# storageClassName: standard-rwx|storageClassName: kerasjob-shared|' \
+  examples/checkpoint-pvc.yaml | kubectl apply -n "$SMOKE_NS" -f -
+kubectl apply -n "$SMOKE_NS" -f examples/mnist.yaml
+kubectl wait -n "$SMOKE_NS" kerasjob/mnist --for=jsonpath='{.status.phase}'=Running --timeout=10m
+# Right after Running, the trainers are still starting TensorFlow: the deletion lands well
+# before the 300 steps are done.
+log "deleting mnist-worker-1 (a disruption)"
+kubectl delete pod -n "$SMOKE_NS" mnist-worker-1 --wait=false
+kubectl wait -n "$SMOKE_NS" kerasjob/mnist --for=jsonpath='{.status.phase}'=Succeeded --timeout=20m
+disruptions="$(kubectl get -n "$SMOKE_NS" kerasjob/mnist -o jsonpath='{.status.restarts.disruptions}')"
+[ "${disruptions:-0}" -ge 1 ] || die "mnist succeeded but recorded ${disruptions:-no} disruptions"
+log "examples/mnist.yaml succeeded through a disruption ($disruptions)"
+
 # --- the suite ----------------------------------------------------------------------------
-# The same tests as `make test-e2e`; "current" points them at $KUBECONFIG, the installed
-# operator does the reconciling, and checkpoints go to PVCs of the kerasjob-shared class.
+# The same tests as `make test-e2e`, pointed at $KUBECONFIG by "current". Jobs that need
+# shared checkpoints can use the kerasjob-shared class; the default trainer image is the one
+# loaded above.
 log "running tests/e2e against kind"
 # shellcheck disable=SC2086
 KERASJOB_TEST_CLUSTER=current \
-KERASJOB_TEST_OPERATOR=installed \
 KERASJOB_TEST_STORAGE_CLASS=kerasjob-shared \
-KERASJOB_TEST_TRAINER_IMAGE="$TRAINER_IMAGE" \
+KERASJOB_DEFAULT_IMAGE="$TRAINER_IMAGE" \
   "$PYTEST" ${PYTEST_ARGS:-} tests/e2e
 log "passed"

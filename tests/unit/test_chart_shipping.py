@@ -143,3 +143,14 @@ def test_make_images_explains_a_missing_docker(tmp_path: Path) -> None:
     )
     assert proc.returncode != 0
     assert "docker not found" in proc.stderr
+
+
+def test_kind_e2e_gives_the_example_claim_the_kind_storage_class() -> None:
+    """e2e.sh rewrites one comment line of examples/checkpoint-pvc.yaml: it must exist."""
+    script = (ROOT / "hack/kind/e2e.sh").read_text()
+    (pattern,) = re.findall(r"sed 's\|([^|]+)\|([^|]+)\|'", script)
+    pvc = (ROOT / "examples/checkpoint-pvc.yaml").read_text()
+    assert pattern[0] in pvc
+    patched = yaml.safe_load(pvc.replace(pattern[0], pattern[1]))
+    assert patched["spec"]["storageClassName"] == "kerasjob-shared"
+    assert 'kubectl apply -n "$SMOKE_NS" -f examples/mnist.yaml' in script
