@@ -19,11 +19,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from kerasjob_trainer import contract
 from kerasjob_trainer.contract import Env
 
-STEP_LINE = re.compile(r"^kerasjob: step (\d+)/(\d+)")
-RESUMED_LINE = re.compile(r"^kerasjob: resumed at step (\d+)")
-FINAL_LINE = re.compile(r"^kerasjob: final (?:test_accuracy=([0-9.]+) )?steps=(\d+)")
+STEP_LINE = re.compile(contract.LOG_STEP_RE)
+RESUMED_LINE = re.compile(contract.LOG_RESUMED_RE)
+PREEMPTED_LINE = re.compile(contract.LOG_PREEMPTED_RE)
+FINAL_LINE = re.compile(contract.LOG_FINAL_RE)
 
 
 def free_ports(n: int) -> list[int]:

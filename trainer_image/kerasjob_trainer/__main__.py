@@ -23,7 +23,8 @@ from kerasjob_trainer.config import (
     parse_config,
     validate_dataset_files,
 )
-from kerasjob_trainer.contract import Env, ExitCode
+from kerasjob_trainer.contract import DEFAULT_OUTPUT_SUBDIR, Env, ExitCode
+from kerasjob_trainer.train import RunContext  # cheap: TensorFlow loads inside train.run()
 
 DEFAULT_CHECKPOINT_DIR = "kerasjob-checkpoints"
 
@@ -55,9 +56,7 @@ def _port(text: str | None) -> int | None:
     return int(text)
 
 
-def build_context(argv: list[str] | None = None) -> object:
-    from kerasjob_trainer.train import RunContext
-
+def build_context(argv: list[str] | None = None) -> RunContext:
     args = _parser().parse_args(argv)
     env = os.environ
     config_text = args.config if args.config is not None else env.get(Env.TRAINER_CONFIG.value)
@@ -69,7 +68,7 @@ def build_context(argv: list[str] | None = None) -> object:
     checkpoint_dir = (args.checkpoint_dir or env.get(Env.CHECKPOINT_DIR.value)
                       or DEFAULT_CHECKPOINT_DIR)
     output_dir = (args.output_dir or env.get(Env.OUTPUT_DIR.value)
-                  or os.path.join(checkpoint_dir, "output"))
+                  or os.path.join(checkpoint_dir, DEFAULT_OUTPUT_SUBDIR))
     port = _port(args.metrics_port if args.metrics_port is not None
                  else env.get(Env.METRICS_PORT.value))
     validate_dataset_files(config.dataset)
@@ -88,7 +87,6 @@ def main(argv: list[str] | None = None) -> int:
     train.install_early_sigterm_handler()
     try:
         ctx = build_context(argv)
-        assert isinstance(ctx, train.RunContext)
         if ctx.cluster.is_evaluator:
             from kerasjob_trainer import evaluator
 

@@ -21,11 +21,16 @@ class ExitCode(enum.IntEnum):
 
     PREEMPTED_SAVED = 42
     """SIGTERM received; the state at the current step was saved. A disruption: restart,
-    never counted against backoffLimit. 42 is what tf_keras's own preemption handler uses."""
+    never counted against backoffLimit. 42 is what tf_keras's own preemption handler uses.
+    Under MultiWorkerMirroredStrategy a SIGTERM to ONE worker makes EVERY worker save at one
+    agreed step and exit 42 (see trainer_image/README.md)."""
 
     PEER_LOST = 43
-    """A peer worker vanished (UnavailableError or collective/heartbeat timeout). This worker
-    exited at once so the whole group can restart from the last backup. A disruption."""
+    """A peer worker vanished (UnavailableError, its server port closed, collective/heartbeat
+    timeout, stalled steps). This worker exited at once (well under 2 s) so the whole group
+    can restart from the last backup. Also used for SIGTERM when save-before-preemption is
+    unavailable (unpinned TensorFlow): the last periodic backup is then the state. A
+    disruption."""
 
     INVALID_CONFIG = 78
     """The configuration cannot work (unknown model, missing data, malformed TF_CONFIG, batch
@@ -85,3 +90,23 @@ METRIC_TRAINING_METRIC = "kerasjob_metric"
 """Labelled by name, e.g. kerasjob_metric{name="accuracy"} 0.93"""
 
 PROGRESS_FILE = "progress.json"
+
+#: Files and directories below KERASJOB_CHECKPOINT_DIR / KERASJOB_OUTPUT_DIR.
+BACKUP_SUBDIR = "backup"
+"""BackupAndRestore state: <CHECKPOINT_DIR>/backup/chief/ckpt-N (deleted after success)."""
+DEFAULT_OUTPUT_SUBDIR = "output"
+MODEL_FILE = "model.keras"
+"""The final model (tf_keras .keras), written by the chief into OUTPUT_DIR."""
+EVAL_FILE = "eval.json"
+"""Written by the sidecar evaluator into OUTPUT_DIR."""
+
+#: Regular expressions for the stdout lines the trainer prints (stable: the demo and the
+#: tests parse them). Examples:
+#:   kerasjob: resumed at step 275
+#:   kerasjob: step 300/600 epoch 1 loss=0.2317 accuracy=0.9344 samples/s=4120
+#:   kerasjob: preempted: state saved at step 312; exiting 42
+#:   kerasjob: final test_accuracy=0.9312 steps=600
+LOG_RESUMED_RE = r"^kerasjob: resumed at step (\d+)"
+LOG_STEP_RE = r"^kerasjob: step (\d+)/(\d+)"
+LOG_PREEMPTED_RE = r"^kerasjob: preempted: state saved at step (\d+)"
+LOG_FINAL_RE = r"^kerasjob: final (?:test_accuracy=([0-9.]+) )?steps=(\d+)"

@@ -19,7 +19,7 @@ from kerasjob_trainer.metrics import now_iso, write_json_atomic
 from kerasjob_trainer.train import MODEL_FILE, RunContext
 
 POLL_SECONDS = 2.0
-EVAL_FILE = "eval.json"
+EVAL_FILE = contract.EVAL_FILE
 
 
 def _done(output_dir: str) -> bool:

@@ -10,15 +10,15 @@ import threading
 import time
 from typing import Any
 
-from kerasjob_trainer import faults, preemption
+from kerasjob_trainer import contract, faults, preemption
 from kerasjob_trainer.cluster import ClusterInfo
 from kerasjob_trainer.config import TrainerConfig
 from kerasjob_trainer.contract import ExitCode
 from kerasjob_trainer.faults import hard_exit, say
 from kerasjob_trainer.metrics import ProgressReporter
 
-MODEL_FILE = "model.keras"
-BACKUP_SUBDIR = "backup"
+MODEL_FILE = contract.MODEL_FILE
+BACKUP_SUBDIR = contract.BACKUP_SUBDIR
 TENSORBOARD_SUBDIR = "tensorboard"
 #: A successful run that is still tearing TensorFlow down after this long exits anyway.
 SUCCESS_TEARDOWN_SECONDS = 20.0
