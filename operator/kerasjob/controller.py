@@ -117,8 +117,12 @@ class WorkQueue:
 #: Seconds a created child counts as existing before the index shows it (client-go's
 #: "expectations"): saves redundant creates (409s) when a job is reconciled again before
 #: the watch delivered its new Pods. Purely an optimisation: creates are idempotent anyway.
-EXPECTATION_SECONDS = 10.0
+EXPECTATION_SECONDS = 30.0
 _SERVICE = "\0service"
+
+
+def _namespace_terminating(error: BaseException) -> bool:
+    return isinstance(error, ApiError) and error.status == 403 and "being terminated" in str(error)
 
 
 def _rv(body: Mapping[str, Any] | None) -> int:
@@ -248,24 +252,32 @@ class Controller:
                 raise
             except Exception as e:  # the loop must survive anything; retried with backoff
                 self.reconcile_errors += 1
-                errors = self._errors[key] = self._errors.get(key, 0) + 1
-                delay = min(0.25 * 2**errors, 30.0)
-                level = (
-                    logging.WARNING if not isinstance(e, ApiError) or errors > 2 else (logging.INFO)
-                )
-                log.log(
-                    level,
-                    "reconcile %s/%s failed (retry in %.1fs): %s",
-                    key[0],
-                    key[1],
-                    delay,
-                    e,
-                    exc_info=not isinstance(e, ApiError),
-                )
+                delay = self._failed(key, e)
             finally:
                 self.queue.done(key)
             if delay is not None:
                 self.queue.add_after(key, delay)
+
+    def _failed(self, key: Key, error: Exception) -> float | None:
+        """Log a failed reconcile; the delay before the next try (None: do not retry)."""
+        if _namespace_terminating(error):
+            # The namespace, and with it the job, is going away: nothing left to do.
+            log.debug("%s/%s: namespace terminating, not retrying", key[0], key[1])
+            self._errors.pop(key, None)
+            return None
+        errors = self._errors[key] = self._errors.get(key, 0) + 1
+        delay = min(0.25 * 2**errors, 30.0)
+        api_error = isinstance(error, ApiError)
+        log.log(
+            logging.WARNING if not api_error or errors > 2 else logging.INFO,
+            "reconcile %s/%s failed (retry in %.1fs): %s",
+            key[0],
+            key[1],
+            delay,
+            error,
+            exc_info=not api_error,
+        )
+        return delay
 
     async def _resync(self) -> None:
         await self.ready.wait()

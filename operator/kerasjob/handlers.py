@@ -39,6 +39,21 @@ def _plain(value: Any) -> Any:
     return value
 
 
+class NoDiffBase(kopf.DiffBaseStorage):
+    """kopf computes a deep-copied "essence" of every object on every event, for change
+    handlers. We have none (only event and index handlers), so skip it: it was the largest
+    share of the operator's CPU per Pod event."""
+
+    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> Any:
+        return {}
+
+    def fetch(self, *, body: kopf.Body) -> Any:
+        return None
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: Any) -> None:
+        return None
+
+
 @kopf.index(API_GROUP, API_VERSION, PLURAL)
 async def kerasjob_bodies(namespace: str, name: str, body: kopf.Body, **_: Any) -> Any:
     return {(namespace, name): {k: _plain(body.get(k)) for k in _JOB_FIELDS if k in body}}
@@ -73,6 +88,7 @@ async def startup(
     config: OperatorConfig = memo.get("config") or OperatorConfig()
     # We post our own, meaningful events; kopf's per-handler events would be noise.
     settings.posting.enabled = False
+    settings.persistence.diffbase_storage = NoDiffBase()
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.networking.request_timeout = 60
