@@ -38,7 +38,7 @@ import pytest
 import yaml
 from kubernetes import client
 from support import cluster as support
-from support.cluster import KWOK_POD_PLACEMENT, Cluster, wait_for
+from support.cluster import Cluster, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -218,6 +218,9 @@ def namespaced_release(cluster: Cluster, kube: Any) -> Iterator[Release]:
     op_ns = support.create_namespace(kube, "op")
     jobs_ns = support.create_namespace(kube, "jobs")
     name = f"kj-{uuid.uuid4().hex[:6]}"
+    # Helm will not adopt CRDs another release created (say, a run that was killed before
+    # its uninstall, on a cluster that outlived it): reuse them when they exist.
+    peering_crds = cluster.kubectl("get", "crd", "kopfpeerings.kopf.dev", check=False)
     try:
         yield helm_install(
             cluster,
@@ -226,6 +229,7 @@ def namespaced_release(cluster: Cluster, kube: Any) -> Iterator[Release]:
             {
                 "watchNamespaces": [jobs_ns],
                 "replicaCount": 2,
+                "peering.createCRDs": peering_crds.returncode != 0,
                 "image.tag": "dev",
                 "trainerImage.tag": "dev",
                 "nodeSelector": NEVER_SCHEDULE,
@@ -302,6 +306,7 @@ def test_operator_with_sa_permissions_runs_a_job_through_a_disruption(
     kube: Any,
     namespaced_release: Release,
     sa_kubeconfig: Path,
+    kwok_placement: dict[str, Any],
     tmp_path: Path,
 ) -> None:
     rel = namespaced_release
@@ -327,7 +332,7 @@ def test_operator_with_sa_permissions_runs_a_job_through_a_disruption(
                 "workers": 2,
                 "trainer": {"epochs": 1, "stepsPerEpoch": 10},
                 "checkpoint": {"volume": {"hostPath": {"path": "/tmp/kerasjob-rbac-test"}}},
-                "template": {"spec": dict(KWOK_POD_PLACEMENT)},
+                "template": {"spec": kwok_placement},
             },
         }
         custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, job)
@@ -549,6 +554,7 @@ def test_two_replicas_one_active_and_the_standby_takes_over(
     kube: Any,
     namespaced_release: Release,
     sa_kubeconfig: Path,
+    kwok_placement: dict[str, Any],
     tmp_path: Path,
 ) -> None:
     """replicaCount: 2 as the chart runs it: each replica draws a random kopf priority, only
@@ -582,7 +588,7 @@ def test_two_replicas_one_active_and_the_standby_takes_over(
             "spec": {
                 "workers": 2,
                 "checkpoint": {"volume": {"hostPath": {"path": "/tmp/kerasjob-ha-test"}}},
-                "template": {"spec": dict(KWOK_POD_PLACEMENT)},
+                "template": {"spec": kwok_placement},
             },
         }
         custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, job)
