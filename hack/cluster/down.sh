@@ -2,8 +2,8 @@
 # Stop every process hack/cluster/up.sh started and remove the cluster's runtime state.
 # Safe to run twice, and when nothing is running. Leaves no process and no bound port behind.
 #
-# Order: each component's process group (from its pid file), newest first, SIGTERM then
-# SIGKILL after a grace period; then any leftover process whose command line names this
+# Order: every component's process group (from its pid file) gets SIGTERM at once, SIGKILL
+# after a grace period; then any leftover component process whose command line names this
 # cluster's state directory (e.g. after the pid files were lost); then it waits for the ports.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -11,16 +11,16 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 GRACE="${CLUSTER_STOP_GRACE:-10}"
 cluster_lock
 
-# is_ours PID: the process is one of our components (its executable is named like one) and its
-# command line names this cluster's state directory. Pure bash, so no helper process matches.
+# is_ours PID: the process is one of our components (argv[0] is named like one) and its
+# command line names this cluster's state directory. Bash builtins only: no helper process
+# can match, and scanning /proc stays fast.
 is_ours() {
-  local pid="$1" exe cmd c
-  exe="$(readlink "/proc/$pid/exe" 2>/dev/null)" || return 1
-  exe="${exe##*/}"; exe="${exe% (deleted)}"
+  local args=() c
+  mapfile -d '' args 2>/dev/null < "/proc/$1/cmdline" || return 1
+  [ ${#args[@]} -gt 0 ] || return 1
   for c in "${COMPONENTS[@]}"; do
-    if [ "$exe" = "$c" ]; then
-      cmd="$(tr '\0' ' ' 2>/dev/null < "/proc/$pid/cmdline")" || return 1
-      [[ "$cmd" == *"$STATE_DIR/"* ]]
+    if [ "${args[0]##*/}" = "$c" ]; then
+      [[ "${args[*]}" == *"$STATE_DIR/"* ]]
       return
     fi
   done
@@ -36,34 +36,35 @@ strays() {
   return 0
 }
 
-stop_group() {  # stop_group NAME PID
-  local name="$1" pid="$2" i
-  kill -0 "$pid" 2>/dev/null || return 0
-  # Only signal it if it is still what we started (not a reused pid).
-  is_ours "$pid" || return 0
-  kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
-  for ((i = 0; i < GRACE * 10; i++)); do
-    kill -0 "$pid" 2>/dev/null || return 0
-    sleep 0.1
-  done
-  log "$name (pid $pid) did not stop in ${GRACE}s; killing it"
-  kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
-}
-
+# All components at once (the state is thrown away, so no ordered shutdown is needed):
+# SIGTERM to each process group, wait up to $GRACE s for all, then SIGKILL what is left.
 stopped=0
+pids=()
 if [ -d "$STATE_DIR/pids" ]; then
   for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do
     c="${COMPONENTS[$i]}"
     pid="$(cat "$STATE_DIR/pids/$c.pid" 2>/dev/null || true)"
-    [ -n "$pid" ] || continue
-    if kill -0 "$pid" 2>/dev/null; then stopped=$((stopped + 1)); fi
-    stop_group "$c" "$pid"
+    # Only signal it if it is still what we started (not a reused pid).
+    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && is_ours "$pid" || continue
+    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+    pids+=("$pid"); stopped=$((stopped + 1))
   done
 fi
+for ((i = 0; i < GRACE * 10 && ${#pids[@]} > 0; i++)); do
+  alive=()
+  for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive+=("$pid"); done
+  pids=("${alive[@]}")
+  [ ${#pids[@]} -gt 0 ] && sleep 0.1
+done
+for pid in "${pids[@]}"; do
+  log "pid $pid did not stop in ${GRACE}s; killing its process group"
+  kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+done
 
 left="$(strays)"
 if [ -n "$left" ]; then
   log "stopping leftover processes of this cluster: $(echo $left)"
+  stopped=$((stopped + $(wc -w <<< "$left")))
   # shellcheck disable=SC2086
   kill -TERM $left 2>/dev/null || true
   for ((i = 0; i < GRACE * 10; i++)); do
