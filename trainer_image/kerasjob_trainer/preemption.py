@@ -129,7 +129,9 @@ def backup_and_restore(backup_dir: str, save_freq: int,
             handler._exit_fn = exit_fn
 
     return PreemptibleBackupAndRestore(
-        backup_dir, save_freq=save_freq, delete_checkpoint=True,
+        # Kept after fit(): the chief deletes it only once the final model is on disk, so a
+        # kill between the two resumes near the end instead of starting over.
+        backup_dir, save_freq=save_freq, delete_checkpoint=False,
         save_before_preemption=enabled,
     )
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import signal
 import tempfile
 import threading
@@ -167,7 +168,7 @@ def run(ctx: RunContext) -> int:
                                       int(model.output_shape[-1]), cfg.seed)
     train_ds = data.make_train_dataset(examples, global_batch, cfg.seed)
 
-    reporter = ProgressReporter(ctx.output_dir, ctx.metrics_port) if is_chief else None
+    reporter = _reporter(ctx) if is_chief else None
     watchdog = faults.Watchdog(cfg.stall_timeout_seconds)
     peers = faults.PeerMonitor(_peer_addresses(ctx.cluster))
     peers.quiet_when(lambda: preemption.preemption_in_progress(model))
@@ -198,6 +199,8 @@ def run(ctx: RunContext) -> int:
                                     verbose=0, return_dict=True)
             test_accuracy = result.get("accuracy")
         _save_model(model, ctx, is_chief)
+        if is_chief:
+            shutil.rmtree(ctx.backup_dir, ignore_errors=True)  # the model is safe now
     except Exception as e:  # every error must end in a contract exit code, fast
         code = faults.classify(e) if ctx.cluster.num_workers > 1 else ExitCode.FAILURE
         hard_exit(code, f"{type(e).__name__}: {faults.summary(e)} -> exiting {int(code)}")
@@ -214,6 +217,14 @@ def run(ctx: RunContext) -> int:
         say(f"done steps={steps}")
     _exit_after_teardown()
     return int(ExitCode.SUCCESS)
+
+
+def _reporter(ctx: RunContext) -> ProgressReporter:
+    try:
+        return ProgressReporter(ctx.output_dir, ctx.metrics_port)
+    except OSError as e:  # a busy port must not stop training; progress.json still works
+        say(f"warning: cannot serve /metrics on port {ctx.metrics_port}: {e}")
+        return ProgressReporter(ctx.output_dir, None)
 
 
 def _save_model(model: Any, ctx: RunContext, is_chief: bool) -> None:
