@@ -276,3 +276,17 @@ def _write_tfrecords(path: Path, x, y) -> None:
                 "y": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(yi)])),
             }))
             w.write(ex.SerializeToString())
+
+
+@pytest.mark.timeout(60)
+def test_sigterm_before_the_first_step_exits_42_at_once(tmp_path: Path) -> None:
+    env = {
+        contract.Env.TRAINER_CONFIG.value: json.dumps({"epochs": 1, "stepsPerEpoch": 10}),
+        contract.Env.CHECKPOINT_DIR.value: str(tmp_path / "ckpt"),
+        contract.Env.TF_CONFIG.value: "",
+    }
+    t = Trainer("early", tmp_path, env)
+    time.sleep(1.0)  # still importing TensorFlow
+    t.signal(signal.SIGTERM)
+    assert t.wait(10) == ExitCode.PREEMPTED_SAVED, t.text()
+    assert "before the first step" in t.text()
