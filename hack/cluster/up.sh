@@ -245,7 +245,7 @@ EOF
   echo ']}'
 }
 if [ "$KWOK_NODES" -gt 0 ]; then
-  nodes | kctl apply -f - > /dev/null || fail "could not create the KWOK nodes"
+  nodes | kctl create -f - > /dev/null || fail "could not create the KWOK nodes"
 fi
 
 # --- wait: nodes Ready, default ServiceAccount, controllers healthy ----------------------
