@@ -318,9 +318,10 @@ class Controller:
         self.reconciles += 1
         namespace, name = key
         body = self._body(key)
-        if body is None:
+        if body is None:  # deleted: forget everything about it
             self.queue.forget(key)
             self._errors.pop(key, None)
+            self._expected.pop(key, None)
             return None
         parsed = self._parse(body)
         job = parsed.view(body)

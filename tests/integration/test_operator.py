@@ -364,3 +364,20 @@ def test_progress_is_scraped_from_the_chief(
         )
     finally:
         server.shutdown()
+
+
+def test_restart_policy_never_fails_on_the_first_failure_but_survives_disruptions(
+    operator: OperatorProcess, cluster: Cluster, kube: Any, namespace: str
+) -> None:
+    running_job(kube, namespace, workers=2, restartPolicy="Never")
+    assert all(p.spec.restart_policy == "Never" for p in pods(kube, namespace, "mnist").values())
+    # A peer-lost exit (43) ends the Pod (no in-place restart): a disruption, re-created.
+    uid = pod_uid(kube, namespace, "mnist-worker-1")
+    set_container_exit(cluster, namespace, "mnist-worker-1", 43, in_place=False)
+    replaced(kube, namespace, "mnist-worker-1", uid)
+    wait_phase(kube, namespace, "mnist", "Running")
+    # An error exit fails the job at once.
+    set_container_exit(cluster, namespace, "mnist-worker-0", 1, in_place=False)
+    status = wait_phase(kube, namespace, "mnist", "Failed")
+    assert condition(status, "Failed")["reason"] == "PodFailed"
+    assert status["restarts"] == {"disruptions": 1, "failures": 1}
