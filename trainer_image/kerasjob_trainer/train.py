@@ -23,6 +23,7 @@ BACKUP_SUBDIR = contract.BACKUP_SUBDIR
 TENSORBOARD_SUBDIR = "tensorboard"
 #: A successful run that is still tearing TensorFlow down after this long exits anyway.
 SUCCESS_TEARDOWN_SECONDS = 20.0
+PREEMPTED_EXIT_DELAY_SECONDS = 0.3
 _SCALAR_METADATA: bytes = b""
 
 
@@ -174,6 +175,9 @@ def run(ctx: RunContext) -> int:
     peers.quiet_when(lambda: preemption.preemption_in_progress(model))
 
     def on_preempted_saved() -> None:
+        # Peers may still be pulling this worker's last collective chunks (gRPC RecvBuf is
+        # served by the sender); a brief pause keeps them from seeing a lost peer (43).
+        time.sleep(PREEMPTED_EXIT_DELAY_SECONDS)
         hard_exit(ExitCode.PREEMPTED_SAVED,
                   f"preempted: state saved at step {int(model.optimizer.iterations.numpy())}; "
                   f"exiting {int(ExitCode.PREEMPTED_SAVED)}")
