@@ -13,7 +13,7 @@ from typing import Any
 
 from kerasjob_trainer import contract, faults, preemption
 from kerasjob_trainer.cluster import ClusterInfo
-from kerasjob_trainer.config import TrainerConfig
+from kerasjob_trainer.config import ConfigError, TrainerConfig
 from kerasjob_trainer.contract import ExitCode
 from kerasjob_trainer.faults import hard_exit, say
 from kerasjob_trainer.metrics import ProgressReporter
@@ -145,6 +145,18 @@ def _progress_callback(ctx: RunContext, reporter: ProgressReporter | None,
 
 
 def run(ctx: RunContext) -> int:
+    """Train; every error after TensorFlow starts ends in a contract exit code, fast."""
+    try:
+        return _run(ctx)
+    except ConfigError:
+        raise  # user code that returned the wrong thing: exit 78 in __main__
+    except Exception as e:
+        # e.g. a peer that died while the group was still forming (UnavailableError)
+        code = faults.classify(e) if ctx.cluster.num_workers > 1 else ExitCode.FAILURE
+        hard_exit(code, f"{type(e).__name__}: {faults.summary(e)} -> exiting {int(code)}")
+
+
+def _run(ctx: RunContext) -> int:
     import tensorflow as tf
 
     from kerasjob_trainer import data, models
