@@ -30,10 +30,15 @@ COPY --from=build /opt/kerasjob /opt/kerasjob
 # chart's podSecurityContext uses the same numbers.
 RUN groupadd --system --gid 10001 kerasjob \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /tmp kerasjob
+# USER/LOGNAME: kopf names its peering identity after getpass.getuser(), which fails for a
+# UID without a passwd entry (OpenShift and runAsUser overrides pick arbitrary UIDs) unless
+# one of these is set. HOME: the root filesystem is read-only; /tmp is the chart's emptyDir.
 ENV PATH=/opt/kerasjob/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
-    HOME=/tmp
+    HOME=/tmp \
+    USER=kerasjob \
+    LOGNAME=kerasjob
 USER 10001:10001
 # kopf's liveness endpoint and the operator's Prometheus metrics (see the chart's values).
 EXPOSE 8080 9090

@@ -154,3 +154,11 @@ def test_kind_e2e_gives_the_example_claim_the_kind_storage_class() -> None:
     patched = yaml.safe_load(pvc.replace(pattern[0], pattern[1]))
     assert patched["spec"]["storageClassName"] == "kerasjob-shared"
     assert 'kubectl apply -n "$SMOKE_NS" -f examples/mnist.yaml' in script
+
+
+def test_image_works_for_a_uid_without_a_passwd_entry() -> None:
+    """kopf calls getpass.getuser(), which needs USER/LOGNAME when the UID has no passwd entry
+    (OpenShift's arbitrary UIDs, a runAsUser override); verified by running the operator as
+    an unknown UID 10001 with in-cluster credentials."""
+    env = " ".join(a for i, a in instructions(DOCKERFILE) if i == "ENV")
+    assert "USER=" in env and "LOGNAME=" in env and "HOME=/tmp" in env
