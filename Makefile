@@ -66,8 +66,8 @@ cluster-env: ## Print exports for kubectl/helm against the local cluster: eval "
 
 crds: venv ## Regenerate crds/ from the pydantic models
 	$(BIN)/python -m kerasjob.crdgen --out crds
-	# The chart ships the same file (Helm installs CRDs only from its own crds/ folder);
-	# tests/unit/test_chart.py fails if the two copies differ.
+# The chart ships the same file (Helm installs CRDs only from its own crds/ folder);
+# tests/unit/test_chart.py fails if the two copies differ.
 	cp crds/kerasjob.dev_kerasjobs.yaml charts/kerasjob-operator/crds/
 
 demo: venv ## Train MNIST on 2 workers under the real operator, evict one, resume (CLUSTER=current to use KUBECONFIG)
