@@ -535,6 +535,23 @@ def test_uninstall_removes_rbac(cluster: Cluster, kube: Any) -> None:
         (role,) = rel.of_kind("Role")
         role_name = role["metadata"]["name"]
         cluster.kubectl("--namespace", jobs_ns, "get", "role", role_name)
+
+        # Scaling to 2 replicas by upgrade turns peering on: the post-upgrade hook creates
+        # the peering object (the CRDs come with it unless another release owns them).
+        peering_crds = cluster.kubectl("get", "crd", "kopfpeerings.kopf.dev", check=False)
+        cluster.helm(
+            "upgrade",
+            name,
+            str(CHART),
+            "--namespace",
+            op_ns,
+            "--reuse-values",
+            "--set",
+            "replicaCount=2",
+            "--set",
+            f"peering.createCRDs={str(peering_crds.returncode != 0).lower()}",
+        )
+        cluster.kubectl("--namespace", jobs_ns, "get", "kopfpeerings.kopf.dev", role_name)
         cluster.helm("uninstall", name, "--namespace", op_ns)
 
         def gone() -> bool:
