@@ -12,6 +12,7 @@ helm-based tests are skipped (the file-level checks still run).
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import tarfile
@@ -415,3 +416,13 @@ def test_schema_rejects_bad_values(values: dict[str, Any]) -> None:
     proc = helm("template", "kj", str(CHART), *set_args(values), check=False)
     assert proc.returncode != 0, f"{values} was accepted"
     assert "schema" in proc.stderr, proc.stderr
+
+
+def test_readme_permission_table_matches_the_rules() -> None:
+    readme = (CHART / "README.md").read_text()
+    table = {
+        res: {v.strip() for v in verbs.split(",")}
+        for res, verbs in re.findall(r"^\| `([a-z/]+)` \| ([a-z, ]+) \|", readme, re.M)
+    }
+    expected = {key.split("/", 1)[1]: verbs for key, verbs in NAMESPACED_PERMISSIONS.items()}
+    assert table == expected
