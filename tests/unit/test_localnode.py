@@ -336,3 +336,23 @@ def test_mountpoints_created_and_removed(tmp_path: Path) -> None:
     assert str(tmp_path / "a") in removed and not (tmp_path / "a").exists()
     assert not (tmp_path / "f").exists()
     assert not (tmp_path / "record.json").exists()
+
+
+# ----------------------------------------------------------------------------- kubectl logs
+
+
+def test_log_runs_for_kubectl_logs() -> None:
+    from kerasjob.localnode.logserver import select_run, tail_lines
+
+    data = (
+        b"==== kerasjob-localnode t0: starting container c of pod ns/p (restart 0) ====\n"
+        b"first run\n"
+        b"==== kerasjob-localnode t1: container c exited with code 1 ====\n"
+        b"==== kerasjob-localnode t2: starting container c of pod ns/p (restart 1) ====\n"
+        b"second run a\nsecond run b\n"
+    )
+    assert select_run(data, previous=False) == b"second run a\nsecond run b\n"
+    assert select_run(data, previous=True) == b"first run\n"
+    assert select_run(b"no markers\n", previous=False) == b"no markers\n"
+    assert tail_lines(b"a\nb\nc\n", 2) == b"b\nc\n"
+    assert tail_lines(b"a\n", None) == b"a\n"

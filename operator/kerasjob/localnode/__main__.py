@@ -39,6 +39,7 @@ def _run(args: argparse.Namespace) -> int:
         cidr=args.cidr,
         bridge=args.bridge,
         capacity=capacity,
+        log_port=args.log_port,
     )
     agent = Agent(cfg)
     agent.install_signal_handlers()
@@ -116,6 +117,12 @@ def main(argv: list[str] | None = None) -> int:
         )
         p.add_argument("--cpu", help="override the CPU capacity reported (e.g. 4)")
         p.add_argument("--memory", help="override the memory capacity reported (e.g. 8Gi)")
+        p.add_argument(
+            "--log-port",
+            type=int,
+            default=10250,
+            help="port of the `kubectl logs` endpoint on the bridge address",
+        )
         p.add_argument("-v", "--verbose", action="store_true")
     logs = sub.add_parser("logs", help="print a pod's container log")
     logs.add_argument("pod")

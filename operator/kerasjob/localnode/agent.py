@@ -31,6 +31,7 @@ from . import hosts, netns
 from .ipam import IPAllocator
 from .kube import STRATEGIC_MERGE, ApiError, Kube, lookup, pod_path
 from .launch import EnvError, LaunchSpec, Tools, build_argv, build_env, container_command
+from .logserver import LogServer
 from .mountpoints import MountPoints
 from .node import NodeKeeper, machine_capacity
 from .status import (
@@ -79,6 +80,8 @@ class AgentConfig:
     bridge: str = "kjbr0"
     capacity: dict[str, str] = field(default_factory=machine_capacity)
     shutdown_grace_s: float = 5.0
+    log_port: int = 10250
+    """Port of the `kubectl logs` endpoint on the bridge address (0: any free port)."""
 
     @property
     def logs_dir(self) -> Path:
@@ -154,6 +157,7 @@ class Agent:
         self.mountpoints = MountPoints(cfg.state_dir / "created-mountpoints.json")
         self.node = NodeKeeper(self.kube, cfg.node_name, self.host_ip, cfg.capacity)
         self._lock_fd: IO[str] | None = None
+        self.log_server: LogServer | None = None
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -163,6 +167,7 @@ class Agent:
         try:
             self._clean_leftovers()
             netns.setup_bridge(self.cfg.bridge, self.host_ip, self.ipam.prefixlen)
+            self._start_log_server()
             self.node.register()
             log.info(
                 "node %s registered: bridge %s %s/%d, state in %s",
@@ -177,6 +182,18 @@ class Agent:
                     self._sync(rt)
         finally:
             self._shutdown()
+
+    def _start_log_server(self) -> None:
+        try:
+            self.log_server = LogServer(
+                self.cfg.logs_dir, self.cfg.state_dir, self.host_ip, self.cfg.log_port,
+                self.cfg.node_name,
+            )  # fmt: skip
+        except (OSError, subprocess.CalledProcessError) as e:
+            log.warning("no `kubectl logs` for this node: %s", e)
+            return
+        self.log_server.start()
+        self.node.port = self.log_server.port
 
     def install_signal_handlers(self) -> None:
         def handle(signum: int, _frame: object) -> None:
@@ -234,6 +251,8 @@ class Agent:
                     rt.proc.wait(timeout=5)
             self._teardown(rt, rewrite_hosts=False)
         self.pods.clear()
+        if self.log_server is not None:
+            self.log_server.stop()
         netns.cleanup_all(self.cfg.bridge)
         self.mountpoints.remove_all()
         if self.node.uid:

@@ -12,7 +12,6 @@ import contextlib
 import logging
 import os
 import platform
-import socket
 import threading
 from pathlib import Path
 
@@ -70,7 +69,9 @@ def node_conditions(at_str: str, since: str) -> list[dict]:
     ]
 
 
-def build_node(name: str, host_ip: str, capacity: dict[str, str], since: str) -> dict:
+def build_node(
+    name: str, host_ip: str, capacity: dict[str, str], since: str, port: int = 0
+) -> dict:
     arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
     boot_id = ""
     with contextlib.suppress(OSError):
@@ -92,11 +93,10 @@ def build_node(name: str, host_ip: str, capacity: dict[str, str], since: str) ->
             "capacity": capacity,
             "allocatable": capacity,
             "conditions": node_conditions(since, since),
-            "addresses": [
-                {"type": "InternalIP", "address": host_ip},
-                {"type": "Hostname", "address": socket.gethostname()},
-            ],
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
+            # Only the bridge address: the API server proxies `kubectl logs` to the first
+            # address type it prefers, and a Hostname would resolve to something else.
+            "addresses": [{"type": "InternalIP", "address": host_ip}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": port}},
             "nodeInfo": {
                 "machineID": _read("/etc/machine-id"),
                 "systemUUID": "",
@@ -125,13 +125,15 @@ class NodeKeeper:
 
     def __init__(self, kube: Kube, name: str, host_ip: str, capacity: dict[str, str]) -> None:
         self.kube, self.name, self.host_ip, self.capacity = kube, name, host_ip, capacity
+        self.port = 0
+        """Port of the log server (daemonEndpoints.kubeletEndpoint)."""
         self.since = rfc3339(now()) or ""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.uid = ""
 
     def register(self) -> None:
-        node = build_node(self.name, self.host_ip, self.capacity, self.since)
+        node = build_node(self.name, self.host_ip, self.capacity, self.since, self.port)
         path = f"/api/v1/nodes/{self.name}"
         try:
             created = self.kube.request("POST", "/api/v1/nodes", body=node)
@@ -157,9 +159,8 @@ class NodeKeeper:
                 "capacity": self.capacity,
                 "allocatable": self.capacity,
                 "conditions": node_conditions(at, self.since),
-                "addresses": build_node(self.name, self.host_ip, self.capacity, at)["status"][
-                    "addresses"
-                ],
+                "addresses": [{"type": "InternalIP", "address": self.host_ip}],
+                "daemonEndpoints": {"kubeletEndpoint": {"Port": self.port}},
             }
         }
         self.kube.request(
