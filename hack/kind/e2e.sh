@@ -27,7 +27,8 @@ NAMESPACE=kerasjob-system
 SMOKE_NS=kerasjob-examples
 OPERATOR_IMAGE=kerasjob/operator:dev
 TRAINER_IMAGE=kerasjob/trainer:dev-cpu
-PV_COUNT=8
+# One host directory per PersistentVolume of hack/kind/shared-storage.yaml.
+PV_COUNT="$(grep -c '^kind: PersistentVolume$' hack/kind/shared-storage.yaml)"
 
 # --- prerequisites, each with the way out -------------------------------------------------
 command -v docker >/dev/null \
@@ -72,8 +73,8 @@ trap cleanup EXIT
 # per PersistentVolume, world-writable because the trainer runs as a non-root user and
 # hostPath volumes get no fsGroup ownership change.
 mkdir -p "$SHARED_DIR"
-for i in $(seq -w 0 $((PV_COUNT - 1))); do mkdir -p "$SHARED_DIR/pv-$i"; done
-chmod -R 1777 "$SHARED_DIR"
+for i in $(seq 0 $((PV_COUNT - 1))); do mkdir -p "$SHARED_DIR/$(printf 'pv-%02d' "$i")"; done
+chmod 1777 "$SHARED_DIR" "$SHARED_DIR"/pv-*
 config="$RUN_DIR/kind-config.yaml"
 sed "s#hostPath: /tmp/kerasjob-kind-shared#hostPath: $SHARED_DIR#" hack/kind/kind-config.yaml > "$config"
 
@@ -94,35 +95,8 @@ log "loading $OPERATOR_IMAGE and $TRAINER_IMAGE into every node"
 kind load docker-image --name "$CLUSTER" "$OPERATOR_IMAGE" "$TRAINER_IMAGE"
 
 # --- ReadWriteMany checkpoint storage -----------------------------------------------------
-# Static hostPath PVs under the shared directory, bound by any PVC that asks for the
-# kerasjob-shared class (one PV per PVC, so PV_COUNT PVCs at most per run).
-log "creating StorageClass kerasjob-shared and $PV_COUNT ReadWriteMany PersistentVolumes"
-{
-  cat <<YAML
-apiVersion: storage.k8s.io/v1
-kind: StorageClass
-metadata:
-  name: kerasjob-shared
-provisioner: kubernetes.io/no-provisioner
-volumeBindingMode: Immediate
-reclaimPolicy: Retain
-YAML
-  for i in $(seq -w 0 $((PV_COUNT - 1))); do
-    cat <<YAML
----
-apiVersion: v1
-kind: PersistentVolume
-metadata:
-  name: kerasjob-shared-$i
-spec:
-  storageClassName: kerasjob-shared
-  capacity: {storage: 10Gi}
-  accessModes: [ReadWriteMany]
-  persistentVolumeReclaimPolicy: Retain
-  hostPath: {path: /var/kerasjob-shared/pv-$i, type: Directory}
-YAML
-  done
-} | kubectl apply -f -
+log "creating StorageClass kerasjob-shared and its ReadWriteMany PersistentVolumes"
+kubectl apply -f hack/kind/shared-storage.yaml
 
 # --- the operator, as a user installs it --------------------------------------------------
 # The chart's operator handles one namespace, where the examples run. The e2e suite below

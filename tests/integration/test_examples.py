@@ -6,6 +6,7 @@ field docs reach `kubectl explain`; the user-code example's module really builds
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 import textwrap
@@ -210,3 +211,52 @@ def test_kubectl_explain_prints_the_field_docs(cluster: Cluster, crd_installed: 
 
     out = cluster.kubectl("explain", "kerasjob.spec.checkpoint.saveFreq").stdout
     assert "BackupAndRestore" in out
+
+
+@pytest.mark.cluster
+def test_kind_storage_binds_the_example_claim(cluster: Cluster, namespace: str) -> None:
+    """hack/kind/shared-storage.yaml + examples/checkpoint-pvc.yaml as hack/kind/e2e.sh patches
+    it: the ReadWriteMany claim binds one of the hostPath PersistentVolumes. Applied under
+    unique names (they are cluster-scoped) and removed afterwards."""
+    suffix = namespace
+    storage = [
+        d for d in yaml.safe_load_all((ROOT / "hack/kind/shared-storage.yaml").read_text()) if d
+    ]
+    script = (ROOT / "hack/kind/e2e.sh").read_text()
+    ((old, new),) = re.findall(r"sed 's\|([^|]+)\|([^|]+)\|'", script)
+    (pvc,) = docs_from_text((ROOT / "examples/checkpoint-pvc.yaml").read_text().replace(old, new))
+    cls = f"kerasjob-shared-{suffix}"
+    for doc in storage:
+        doc["metadata"]["name"] = f"{doc['metadata']['name']}-{suffix}"
+        if doc["kind"] == "PersistentVolume":
+            doc["spec"]["storageClassName"] = cls
+    assert pvc["spec"]["storageClassName"] == "kerasjob-shared"
+    pvc["spec"]["storageClassName"] = cls
+    text = yaml.safe_dump_all(storage)
+    try:
+        cluster.kubectl("apply", "-f", "-", input=text)
+        cluster.kubectl("apply", "--namespace", namespace, "-f", "-", input=yaml.safe_dump(pvc))
+
+        def bound() -> str:
+            out = cluster.kubectl(
+                "get",
+                "pvc",
+                "kerasjob-ckpt",
+                "--namespace",
+                namespace,
+                "-o",
+                "jsonpath={.status.phase} {.spec.volumeName}",
+            ).stdout
+            return out if out.startswith("Bound ") else ""
+
+        volume = wait_for(bound, timeout=60, interval=1, what="the claim to bind").split()[1]
+        assert volume.startswith("kerasjob-shared-")
+    finally:
+        cluster.kubectl(
+            "delete", "--namespace", namespace, "pvc", "kerasjob-ckpt", "--wait=false", check=False
+        )
+        cluster.kubectl("delete", "--wait=false", "-f", "-", input=text, check=False)
+
+
+def docs_from_text(text: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(text) if d]

@@ -78,9 +78,13 @@ def test_kind_cluster_has_two_workers_sharing_the_checkpoint_directory() -> None
         for m in n["extraMounts"]
     ]
     assert len(set(mounts)) == 1 and len(mounts) == 2, "every worker mounts the same directory"
-    script = (ROOT / "hack/kind/e2e.sh").read_text()
-    assert f"hostPath: {{path: {mounts[0][1]}/pv-" in script
-    assert "accessModes: [ReadWriteMany]" in script
+    storage = list(yaml.safe_load_all((ROOT / "hack/kind/shared-storage.yaml").read_text()))
+    pvs = [d for d in storage if d["kind"] == "PersistentVolume"]
+    assert len(pvs) >= 4
+    for pv in pvs:
+        assert pv["spec"]["accessModes"] == ["ReadWriteMany"]
+        assert pv["spec"]["hostPath"]["path"].startswith(mounts[0][1] + "/pv-")
+        assert pv["spec"]["storageClassName"] == "kerasjob-shared"
 
 
 def bare_path(tmp_path: Path, docker: str | None) -> dict[str, str]:
