@@ -376,8 +376,19 @@ class Demo:
         self.start_agent()
         self.start_operator()
         self.install(kube)
+        t_applied = time.monotonic()
+
+        claim = f"/api/v1/namespaces/{NAMESPACE}/persistentvolumeclaims/{CLAIM}"
+        hinted = []
 
         def running() -> list[dict] | None:
+            late = not hinted and time.monotonic() - t_applied > 30
+            if late and (kube.get(claim) or {}).get("status", {}).get("phase") != "Bound":
+                hinted.append(True)
+                self.say(
+                    f"claim {CLAIM} is not bound yet: the cluster needs a ReadWriteMany "
+                    "StorageClass (see examples/checkpoint-pvc.yaml)"
+                )
             pods = [self.pod(kube, p) for p in WORKERS]
             ok = all(p and p.get("status", {}).get("phase") == "Running" for p in pods)
             return pods if ok else None  # type: ignore[return-value]
@@ -413,11 +424,14 @@ class Demo:
 
         # --- watch for the resume
         resumed: dict[str, int] = {}
+        shown: set[tuple[str, str]] = set()
 
         def resume_seen() -> bool:
             for pod in WORKERS:
                 for line in logs.new_lines(pod):
-                    if "kerasjob:" in line and ("exiting" in line or "preempted" in line):
+                    exiting = "exiting" in line or "preempted" in line
+                    if "kerasjob:" in line and exiting and (pod, line) not in shown:
+                        shown.add((pod, line))  # API logs may repeat a run's last lines
                         self.say(f"{pod}: {line.split('kerasjob: ', 1)[1]}")
                     m = RESUMED.search(line)
                     if m and pod not in resumed:
@@ -522,7 +536,12 @@ class Demo:
             stopped += ["local node agent (no kj-* netns left)"] if self.agent else []
             stopped += ["control plane"] if self.owns_cluster else []
             self.say("stopped " + ", ".join(stopped) if stopped else "nothing to stop")
-        self.say(f"logs: {self.demo_dir} (agent, operator), {paths.state_dir() / 'logs'} (pods)")
+        if self.local:
+            self.say(
+                f"logs: {self.demo_dir} (agent, operator), {paths.state_dir() / 'logs'} (pods)"
+            )
+        elif self.operator is not None:
+            self.say(f"operator log: {self.demo_dir / 'operator.log'}")
 
 
 def main(argv: list[str] | None = None) -> int:
