@@ -313,6 +313,18 @@ class _Planner:
         if self.prev_phase != st.SUSPENDED:
             self.event("Normal", "Suspended", message)
 
+    def concluded(self) -> bool:
+        """After `observe`: finish the job if an outcome decided it; True if it did."""
+        if self.fail_verdict is not None:
+            self.finish(st.FAILED, self.fail_verdict.reason, self.fail_verdict.message)
+        elif self.tracked.get(self.job.chief, {}).get("succeeded"):
+            chief = self.job.chief
+            self.finish(st.SUCCEEDED, REASON_SUCCEEDED, f"{chief} completed successfully")
+        else:
+            return False
+        self.finished()
+        return True
+
     def active(self) -> None:
         job = self.job
         if self.prev_phase == st.SUSPENDED:
@@ -322,13 +334,9 @@ class _Planner:
         if not self.status.get("startTime"):
             self.status["startTime"] = st.fmt_time(self.now)
         self.observe()
+        if self.concluded():
+            return None
         succeeded = {n for n, r in self.tracked.items() if r.get("succeeded")}
-        if self.fail_verdict is not None:
-            self.finish(st.FAILED, self.fail_verdict.reason, self.fail_verdict.message)
-            return self.finished()
-        if job.chief in succeeded:
-            self.finish(st.SUCCEEDED, REASON_SUCCEEDED, f"{job.chief} completed successfully")
-            return self.finished()
         if job.active_deadline_seconds is not None:
             start = parse_time(self.status.get("startTime")) or self.now
             left = start + timedelta(seconds=job.active_deadline_seconds) - self.now
@@ -400,7 +408,10 @@ class _Planner:
             self.finish(st.FAILED, REASON_INVALID_SPEC, f"invalid spec: {message}")
             self.finished()
         elif self.job.suspend:
-            self.suspended()
+            # What happened before the suspension still counts (and may end the job).
+            self.observe()
+            if not self.concluded():
+                self.suspended()
         else:
             self.active()
         self.finalize_status()

@@ -28,6 +28,7 @@ from support.operator import (
     install_crds,
     job_manifest,
     job_status,
+    patch_job,
     pods,
     set_container_exit,
 )
@@ -65,9 +66,13 @@ class Ledger:
     def __init__(self) -> None:
         self.expected: dict[str, dict[str, int]] = {}
         self.deleted: set[str] = set()
+        self.suspended: set[str] = set()
 
     def live(self) -> list[str]:
         return [j for j in self.expected if j not in self.deleted]
+
+    def running(self) -> list[str]:
+        return [j for j in self.live() if j not in self.suspended]
 
 
 def tracked_running_pod(kube: Any, ns: str, job: str, rng: random.Random) -> Any | None:
@@ -87,15 +92,30 @@ def tracked_running_pod(kube: Any, ns: str, job: str, rng: random.Random) -> Any
 
 
 def inject(kube: Any, cluster: Cluster, ns: str, ledger: Ledger, rng: random.Random) -> str:
-    live = ledger.live()
-    action = rng.choice(["create", "delete", "evict", "fail", "fail"] if live else ["create"])
+    live = ledger.running()
+    choices = ["create", "delete", "evict", "fail", "fail", "suspend", "resume"]
+    action = rng.choice(choices if live else ["create", "resume"])
+    if action == "resume":
+        if not ledger.suspended:
+            return "resume: nothing suspended"
+        job = rng.choice(sorted(ledger.suspended))
+        patch_job(kube, ns, job, {"spec": {"suspend": False}})
+        ledger.suspended.discard(job)
+        return f"resume {job}"
+    if action == "suspend" and live:
+        job = rng.choice(live)
+        patch_job(kube, ns, job, {"spec": {"suspend": True}})
+        ledger.suspended.add(job)
+        return f"suspend {job}"
     if action == "create" and len(ledger.expected) < MAX_JOBS:
         name = f"c{len(ledger.expected)}"
         create_job(kube, ns, job_manifest(name, workers=WORKERS, backoffLimit=100))
         ledger.expected[name] = {"disruptions": 0, "failures": 0}
         return f"create {name}"
-    if action == "create":
+    if action in ("create", "suspend"):
         action = "fail"
+    if not live:
+        return f"{action}: no running job"
     job = rng.choice(live)
     pod = tracked_running_pod(kube, ns, job, rng)
     if pod is None:
@@ -164,9 +184,14 @@ def test_operator_killed_at_random_moments_converges(
             victim = ledger.live()[0]
             delete_job(kube, chaos_ns, victim)
             ledger.deleted.add(victim)
+            ledger.suspended.discard(victim)
             log.append(f"  deleted job {victim}")
         chaos_operator.start()
         check_no_duplicates_or_orphans(kube, chaos_ns)
+
+    for job in sorted(ledger.suspended):
+        patch_job(kube, chaos_ns, job, {"spec": {"suspend": False}})
+        log.append(f"resume {job} (end)")
 
     def converged() -> bool:
         for job in ledger.live():

@@ -326,3 +326,19 @@ def test_a_stale_index_entry_of_the_old_incarnation_is_ignored() -> None:
         assert p.status["restarts"]["disruptions"] == 1
         assert p.status["trackedPods"]["j-worker-1"]["uid"] == "u1b"
         assert not p.actions
+
+
+def test_what_happened_before_a_suspension_is_still_counted() -> None:
+    j = job()
+    s = settle(j, [pod(i) for i in range(3)])
+    crashed = [pod(0), pod(1, restart_count=1, last_termination=Termination(1, "Error")), pod(2)]
+    sj = replace(j, suspend=True)
+    p = run(sj, s, crashed)
+    assert p.status["phase"] == "Suspended"
+    assert p.status["restarts"] == {"disruptions": 0, "failures": 1}
+    # The Pods it deletes itself are not disruptions, whenever they go.
+    s = run(sj, p.status, [pod(0, deletion_timestamp=NOW), pod(2)]).status
+    assert s["restarts"] == {"disruptions": 0, "failures": 1}
+    # A permanent exit seen while suspending fails the job instead.
+    fatal = [pod(0), pod(1, restart_count=1, last_termination=Termination(78)), pod(2)]
+    assert run(sj, settle(j, [pod(i) for i in range(3)]), fatal).status["phase"] == "Failed"
