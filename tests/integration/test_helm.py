@@ -256,7 +256,7 @@ def sa_kubeconfig(
 def test_install_creates_everything(cluster: Cluster, namespaced_release: Release) -> None:
     rel = namespaced_release
     kinds = {o["kind"] for o in rel.manifest}
-    assert {"ServiceAccount", "Role", "RoleBinding", "Deployment"} <= kinds
+    assert {"ServiceAccount", "Role", "RoleBinding", "Deployment", "PodDisruptionBudget"} <= kinds
     assert not kinds & {"ClusterRole", "ClusterRoleBinding"}
     status = json.loads(
         cluster.helm("status", rel.name, "--namespace", rel.namespace, "-o", "json").stdout

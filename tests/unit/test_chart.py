@@ -315,6 +315,7 @@ def test_single_replica_is_standalone_without_peering() -> None:
         o["spec"]["group"] == "kerasjob.dev" for o in of_kind(objects, "CustomResourceDefinition")
     )
     assert not {o["kind"] for o in objects} & PEERING_KINDS
+    assert not of_kind(objects, "PodDisruptionBudget")  # it would block every node drain
     dep = one(objects, "Deployment")
     assert dep["spec"]["strategy"] == {"type": "Recreate"}
     c = container(objects)
@@ -337,6 +338,9 @@ def test_replicas_enable_peering_cluster_wide() -> None:
     c = container(objects)
     assert env_of(c)["KERASJOB_PEERING"] == name
     assert "KERASJOB_PRIORITY=" in " ".join(c["command"])  # a random priority per Pod
+    pdb = one(objects, "PodDisruptionBudget")
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"] == dep["spec"]["selector"]
     perms = rules_by_resource(one(objects, "ClusterRole"))
     assert perms["kopf.dev/clusterkopfpeerings"] == {"list", "watch"}
     assert perms[f"kopf.dev/clusterkopfpeerings:{name}"] == {"get", "patch"}
