@@ -54,7 +54,7 @@ def container_status(pod: dict[str, Any]) -> dict[str, Any]:
     return pod["status"]["containerStatuses"][0]
 
 
-def test_pod_runs_and_reports_its_exit(localnode, kj: Kube, namespace: str) -> None:
+def test_pod_runs_and_reports_its_exit(localnode, kj: Kube, namespace: str, cluster) -> None:
     script = (
         "echo pod=$POD ns=$NS ip=$IP host=$(cat /proc/sys/kernel/hostname); "
         "ls /scratch >/dev/null; echo bye > /dev/termination-log; exit 3"
@@ -77,6 +77,9 @@ def test_pod_runs_and_reports_its_exit(localnode, kj: Kube, namespace: str) -> N
     assert term["message"] == "bye"
     log = localnode.log(namespace, "runner", "main")
     assert f"pod=runner ns={namespace} ip={status['podIP']} host=runner" in log
+    # `kubectl logs` goes through the API server to the agent's containerLogs endpoint.
+    api_log = cluster.kubectl("logs", "-n", namespace, "runner").stdout
+    assert api_log.startswith(f"pod=runner ns={namespace}")
 
 
 def test_pods_talk_over_dns_names(localnode, kj: Kube, namespace: str) -> None:
