@@ -188,6 +188,53 @@ def test_user_code_example_trains_with_the_bundled_trainer(tmp_path: Path) -> No
     ]  # a CNN on MNIST after a few hundred steps: ~0.9
 
 
+@pytest.mark.slow
+def test_cifar10_example_data_layout_trains(tmp_path: Path) -> None:
+    """The .npz layout the CIFAR-10 example tells users to write (fake pixels here, no
+    download) trains cifar10-cnn with the example's dataset settings, a few steps on CPU."""
+    pytest.importorskip("tf_keras", reason="the trainer extra (TensorFlow) is not installed")
+    import numpy as np
+
+    (job,) = kerasjobs(ROOT / "examples" / "cifar10-gpu.yaml")
+    trainer = job["spec"]["trainer"]
+    rng = np.random.default_rng(0)
+
+    def images(n: int) -> Any:  # what the example's conversion one-liner produces
+        return (rng.integers(0, 256, (n, 32, 32, 3), dtype=np.uint8) / 255.0).astype("float32")
+
+    data = tmp_path / "cifar10.npz"
+    labels = rng.integers(0, 10, 512)  # keras' load_data gives (n, 1); the example ravels it
+    np.savez(data, x_train=images(512), y_train=labels, x_test=images(64), y_test=labels[:64])
+    config = {
+        **trainer,
+        "dataset": {**trainer["dataset"], "path": str(data)},
+        "epochs": 1,
+        "stepsPerEpoch": 3,
+        "batchSizePerReplica": 16,
+        "saveFreq": 2,
+    }
+    env = {
+        **os.environ,
+        "KERASJOB_TRAINER_CONFIG": json.dumps(config),
+        "KERASJOB_CHECKPOINT_DIR": str(tmp_path / "checkpoint"),
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+        "CUDA_VISIBLE_DEVICES": "",
+    }
+    env.pop("TF_CONFIG", None)
+    env.pop("KERASJOB_METRICS_PORT", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "kerasjob_trainer"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "step 3/3" in out and "final test_accuracy=" in out, out[-3000:]
+
+
 # --- against the API server -------------------------------------------------------------------
 
 
