@@ -1,6 +1,11 @@
-"""Real training under the real operator on the local node: examples/mnist.yaml (2 workers,
-300 steps, a backup every 50) survives an eviction and a SIGKILLed worker, resumes from the
-backup, and ends with exactly the configured number of steps."""
+"""Real training under the real operator: examples/mnist.yaml (2 workers, 300 steps, a backup
+every 50) survives an eviction and a SIGKILLed worker, resumes from the backup, and ends with
+exactly the configured number of steps.
+
+On the local control plane the Pods run on the local node agent; with
+KERASJOB_TEST_CLUSTER=current (e.g. hack/kind/e2e.sh) on the cluster's own nodes, with
+checkpoints on a claim of KERASJOB_TEST_STORAGE_CLASS and logs read through the API (the
+SIGKILL test needs the local node)."""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ import os
 import re
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +33,66 @@ FINAL = re.compile(r"^kerasjob: final (?:test_accuracy=([\d.]+) )?steps=(\d+)", 
 JOBS = "/apis/kerasjob.dev/v1alpha1/namespaces/{ns}/kerasjobs"
 
 
-def mnist_job(name: str, checkpoint_dir: Path) -> dict[str, Any]:
-    """examples/mnist.yaml with its checkpoint volume on a directory of this machine."""
+class Env:
+    """Where the job runs: the local node (logs and checkpoints are files on this machine) or
+    the cluster of KUBECONFIG (KERASJOB_TEST_CLUSTER=current: logs through the API, checkpoints
+    on a claim of the ReadWriteMany class named by KERASJOB_TEST_STORAGE_CLASS)."""
+
+    def __init__(self, kj: Kube, localnode: Any | None, tmp_path: Path) -> None:
+        self.kj, self.localnode, self.tmp_path = kj, localnode, tmp_path
+        self.ckpt = tmp_path / "ckpt"
+
+    def log(self, ns: str, pod: str) -> str:
+        if self.localnode is not None:
+            return self.localnode.log(ns, pod)
+        try:
+            resp = self.kj.pool.request(
+                "GET",
+                f"{self.kj.base}{pod_path(ns, pod, 'log')}?container=trainer",
+                headers={**self.kj.headers, "Accept": "*/*"},
+                timeout=10,
+            )
+        except OSError:
+            return ""
+        return resp.data.decode(errors="replace") if resp.status == 200 else ""
+
+    def checkpoint_volume(self, ns: str) -> dict[str, Any]:
+        if self.localnode is not None:
+            return {"hostPath": {"path": str(self.ckpt), "type": "DirectoryOrCreate"}}
+        storage_class = os.environ.get("KERASJOB_TEST_STORAGE_CLASS")
+        if not storage_class:
+            pytest.skip("KERASJOB_TEST_STORAGE_CLASS (a ReadWriteMany class) is not set")
+        claim = {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "ckpt"},
+            "spec": {
+                "accessModes": ["ReadWriteMany"],
+                "storageClassName": storage_class,
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        }
+        self.kj.request("POST", f"/api/v1/namespaces/{ns}/persistentvolumeclaims", body=claim)
+        return {"persistentVolumeClaim": {"claimName": "ckpt"}}
+
+    def progress_files(self) -> list[dict[str, Any]] | None:
+        """progress.json files the chief wrote (None: not readable from here)."""
+        if self.localnode is None:
+            return None
+        return [json.loads(p.read_text()) for p in self.ckpt.rglob("progress.json")]
+
+
+@pytest.fixture
+def env(request: pytest.FixtureRequest, cluster: Cluster, kj: Kube, tmp_path: Path) -> Env:
+    localnode = request.getfixturevalue("localnode") if cluster.local else None
+    return Env(kj, localnode, tmp_path)
+
+
+def mnist_job(name: str, volume: dict[str, Any]) -> dict[str, Any]:
+    """examples/mnist.yaml, with its checkpoint volume replaced by `volume`."""
     job = yaml.safe_load((REPO_ROOT / "examples" / "mnist.yaml").read_text())
     job["metadata"]["name"] = name
-    job["spec"]["checkpoint"]["volume"] = {
-        "hostPath": {"path": str(checkpoint_dir), "type": "DirectoryOrCreate"}
-    }
+    job["spec"]["checkpoint"]["volume"] = volume
     job["spec"].pop("ttlSecondsAfterFinished", None)  # keep it for the assertions
     return job
 
@@ -52,29 +111,33 @@ def last_step(text: str) -> int:
     return int(steps[-1][0]) if steps else 0
 
 
-def run_and_disrupt(localnode, kj: Kube, ns: str, tmp_path: Path, disrupt) -> dict[str, Any]:
+def run_and_disrupt(env: Env, ns: str, disrupt: Callable[[], None]) -> dict[str, Any]:
     """Start the job, call `disrupt()` once the chief is past step 100 (two backups made),
-    wait for Succeeded; return what the assertions need."""
-    name = "mnist"
-    ckpt = tmp_path / "ckpt"
-    kj.request("POST", JOBS.format(ns=ns), body=mnist_job(name, ckpt))
-    chief = f"{name}-worker-0"
+    wait for Succeeded; return what the assertions need.
+
+    Before the disruption no worker has resumed (first runs log "starting at step 0"), so
+    every "resumed at step" line is a resume from the disruption.
+    """
+    name, kj = "mnist", env.kj
+    slow = env.localnode is None  # a remote cluster may pull images, schedule slowly ...
+    kj.request("POST", JOBS.format(ns=ns), body=mnist_job(name, env.checkpoint_volume(ns)))
+    workers = (f"{name}-worker-0", f"{name}-worker-1")
+    chief = workers[0]
     wait_for(
-        lambda: last_step(localnode.log(ns, chief)) >= 100,
-        timeout=180,
+        lambda: last_step(env.log(ns, chief)) >= 100,
+        timeout=900 if slow else 180,
         interval=0.1,
         what="the chief to pass step 100",
     )
-    offsets = {p: len(localnode.log(ns, p)) for p in (chief, f"{name}-worker-1")}
-    step_at_disruption = last_step(localnode.log(ns, chief))
+    step_at_disruption = last_step(env.log(ns, chief))
     t0 = time.monotonic()
     disrupt()
 
     def resumed() -> float | None:
-        after = [localnode.log(ns, p)[o:] for p, o in offsets.items()]
-        return time.monotonic() - t0 if any(RESUMED.search(a) for a in after) else None
+        any_resumed = any(RESUMED.search(env.log(ns, p)) for p in workers)
+        return time.monotonic() - t0 if any_resumed else None
 
-    recovery_s = wait_for(resumed, timeout=120, interval=0.1, what="training to resume")
+    recovery_s = wait_for(resumed, timeout=600 if slow else 120, interval=0.2, what="a resume")
 
     def finished() -> dict[str, Any] | None:
         status = job_status(kj, ns, name)
@@ -82,13 +145,9 @@ def run_and_disrupt(localnode, kj: Kube, ns: str, tmp_path: Path, disrupt) -> di
             raise AssertionError(f"job failed: {status}")
         return status if status.get("phase") == "Succeeded" else None
 
-    status = wait_for(finished, timeout=240, interval=0.5, what="the job to succeed")
-    chief_log = localnode.log(ns, chief)
-    final = FINAL.findall(chief_log)
-    resumed_at = [
-        int(s) for p, o in offsets.items() for s in RESUMED.findall(localnode.log(ns, p)[o:])
-    ]
-    progress = [json.loads(p.read_text()) for p in ckpt.rglob("progress.json")]
+    status = wait_for(finished, timeout=900 if slow else 240, interval=0.5, what="Succeeded")
+    final = wait_for(lambda: FINAL.findall(env.log(ns, chief)), timeout=30, what="final line")
+    resumed_at = [int(s) for p in workers for s in RESUMED.findall(env.log(ns, p))]
     print(
         f"disrupted at step {step_at_disruption}, resumed at {sorted(set(resumed_at))} "
         f"after {recovery_s:.1f}s; restarts {status.get('restarts')}; final {final}"
@@ -98,7 +157,7 @@ def run_and_disrupt(localnode, kj: Kube, ns: str, tmp_path: Path, disrupt) -> di
         "final": final,
         "resumed_at": resumed_at,
         "step_at_disruption": step_at_disruption,
-        "progress": progress,
+        "progress": env.progress_files(),
     }
 
 
@@ -112,12 +171,13 @@ def assert_exact_resume(result: dict[str, Any], save_freq: int = 50, total: int 
         # From a BackupAndRestore backup (a multiple of saveFreq) or from the state saved at
         # SIGTERM; never from scratch and never past the disruption.
         assert 0 < step <= result["step_at_disruption"] + save_freq
-    assert any(p.get("step") == total for p in result["progress"]), result["progress"]
+    if result["progress"] is not None:  # the chief's progress.json on the checkpoint volume
+        assert any(p.get("step") == total for p in result["progress"]), result["progress"]
     restarts = result["status"].get("restarts") or {}
     assert restarts.get("disruptions", 0) >= 1 and restarts.get("failures", 0) == 0, restarts
 
 
-def test_eviction_resumes_from_backup(localnode, operator, kj: Kube, namespace: str, tmp_path):
+def test_eviction_resumes_from_backup(env: Env, operator, namespace: str) -> None:
     def evict() -> None:
         pod = "mnist-worker-1"
         body = {
@@ -125,18 +185,19 @@ def test_eviction_resumes_from_backup(localnode, operator, kj: Kube, namespace: 
             "kind": "Eviction",
             "metadata": {"name": pod, "namespace": namespace},
         }
-        kj.request("POST", pod_path(namespace, pod, "eviction"), body=body)
+        env.kj.request("POST", pod_path(namespace, pod, "eviction"), body=body)
 
-    assert_exact_resume(run_and_disrupt(localnode, kj, namespace, tmp_path, evict))
+    assert_exact_resume(run_and_disrupt(env, namespace, evict))
 
 
-def test_sigkilled_worker_resumes_from_backup(
-    localnode, operator, kj: Kube, namespace: str, tmp_path
-):
+def test_sigkilled_worker_resumes_from_backup(env: Env, operator, namespace: str) -> None:
+    if env.localnode is None:
+        pytest.skip("SIGKILLs the worker's process from the host: local node only")
+
     def sigkill() -> None:
         pids = pod_processes(namespace, "mnist-worker-1")
         assert pids, "worker 1 has no process"
         for pid in pids:
             os.kill(pid, signal.SIGKILL)
 
-    assert_exact_resume(run_and_disrupt(localnode, kj, namespace, tmp_path, sigkill))
+    assert_exact_resume(run_and_disrupt(env, namespace, sigkill))
