@@ -290,3 +290,21 @@ def test_sigterm_before_the_first_step_exits_42_at_once(tmp_path: Path) -> None:
     t.signal(signal.SIGTERM)
     assert t.wait(10) == ExitCode.PREEMPTED_SAVED, t.text()
     assert "before the first step" in t.text()
+
+
+@pytest.mark.timeout(120)
+def test_sigterm_without_the_override_exits_43_and_keeps_the_backup(tmp_path: Path) -> None:
+    """The fallback when the override is off (KERASJOB_SAVE_ON_SIGTERM=0 or an unpinned TF)."""
+    env = {
+        contract.Env.TRAINER_CONFIG.value: json.dumps(
+            {"epochs": 1, "stepsPerEpoch": 100000, "saveFreq": 10, "logEverySteps": 1}),
+        contract.Env.CHECKPOINT_DIR.value: str(tmp_path / "ckpt"),
+        contract.Env.TF_CONFIG.value: "",
+        "KERASJOB_SAVE_ON_SIGTERM": "0",
+    }
+    t = Trainer("fallback", tmp_path, env)
+    t.wait_for_step(25, 90)
+    t.signal(signal.SIGTERM)
+    assert t.wait(10) == ExitCode.PEER_LOST, t.tail()
+    assert "without save-before-preemption" in t.text()
+    assert list((tmp_path / "ckpt" / "backup" / "chief").glob("ckpt-*.index"))

@@ -21,12 +21,17 @@ save" (the last periodic backup stays valid). tests/trainer/test_preemption.py c
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from typing import Any
 
 #: Versions whose private internals this module was written against.
 PINNED_TF_PREFIX = "2.21."
 PINNED_TF_KERAS_PREFIX = "2.21."
+
+#: Escape hatch: KERASJOB_SAVE_ON_SIGTERM=0 turns the override off (SIGTERM then exits 43
+#: and the restart resumes from the last periodic backup).
+DISABLE_ENV = "KERASJOB_SAVE_ON_SIGTERM"
 
 log = logging.getLogger("kerasjob")
 
@@ -55,6 +60,10 @@ def enable_save_before_preemption() -> bool:
     """Patch the GCP gating. Returns False (and logs an error) when it cannot be done."""
     global _enabled
     if _enabled is not None:
+        return _enabled
+    if os.environ.get(DISABLE_ENV, "1") == "0":
+        log.warning("kerasjob: save-before-preemption off (%s=0): SIGTERM exits 43", DISABLE_ENV)
+        _enabled = False
         return _enabled
     try:
         check_versions()
