@@ -339,11 +339,21 @@ class Agent:
             container=ContainerRecord(name=main_container(pod)["name"]),
             pod_dir=self.cfg.state_dir / "pods" / uid,
         )
-        # A Pod that already ran here (agent restarted) keeps counting its restarts.
+        # A Pod that already ran here (agent restarted) keeps counting its restarts; its
+        # process is gone: a Pod that may not restart has failed, as after a node reboot.
         for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-            if cs.get("name") == rt.container.name and cs.get("restartCount"):
+            if cs.get("name") != rt.container.name:
+                continue
+            if cs.get("restartCount"):
                 rt.launches = int(cs["restartCount"]) + 1
                 rt.container.restart_count = rt.launches
+            if "running" in (cs.get("state") or {}) and pod["spec"].get("restartPolicy") == "Never":
+                at = now()
+                rt.container.waiting_reason = None
+                rt.container.terminated = Terminated(
+                    137, at, at, None, "the local node agent restarted; the process was lost"
+                )
+                rt.phase = "Failed"
         self.pods[uid] = rt
         log.info("pod %s assigned to this node", rt.key)
 
