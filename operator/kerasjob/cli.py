@@ -13,7 +13,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from kerasjob.config import OperatorConfig
 
@@ -74,10 +74,13 @@ def _status(args: argparse.Namespace) -> int:
     config.load_kube_config(config_file=args.kubeconfig, context=args.context)
     api = client.CustomObjectsApi()
     ns = args.namespace_single or "default"
+    items: list[dict[str, Any]]
     if args.name:
-        items = [api.get_namespaced_custom_object(API_GROUP, API_VERSION, ns, PLURAL, args.name)]
+        one = api.get_namespaced_custom_object(API_GROUP, API_VERSION, ns, PLURAL, args.name)
+        items = [cast(dict[str, Any], one)]
     else:
-        items = api.list_namespaced_custom_object(API_GROUP, API_VERSION, ns, PLURAL)["items"]
+        listed = api.list_namespaced_custom_object(API_GROUP, API_VERSION, ns, PLURAL)
+        items = cast(dict[str, Any], listed)["items"]
     if args.json:
         print(json.dumps([_summary(i) for i in items], indent=2))
         return 0

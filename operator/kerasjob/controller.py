@@ -3,7 +3,7 @@
 kopf feeds it: its indices hold every KerasJob and a `PodView` per child Pod (so the hot path
 never LISTs), and its event handlers put the key ``(namespace, job name)`` of whatever
 changed into the queue (`notify`). A worker takes a key, reads the job and its Pods from the
-indices, asks `reconcile.plan` what to do, writes the status with one merge patch made
+indices, asks `rc.plan` what to do, writes the status with one merge patch made
 conditional on the resourceVersion it read (a conflict just requeues), and only then acts:
 create/delete Pods and the Service (all idempotent: 409 on create and 404 on delete are
 success), post Events. One key is never processed by two workers at once; a key notified
@@ -23,13 +23,13 @@ from datetime import datetime, timezone
 from typing import Any
 
 import aiohttp
-import pydantic
 from kerasjob_trainer.contract import DEFAULT_METRICS_PORT
 
-from kerasjob import children, progress, reconcile
-from kerasjob.api import KerasJob
+from kerasjob import children, progress
+from kerasjob import reconcile as rc
 from kerasjob.config import OperatorConfig
 from kerasjob.events import build_event
+from kerasjob.jobview import ParsedJob
 from kerasjob.kube import (
     ApiError,
     KubeApi,
@@ -41,77 +41,13 @@ from kerasjob.kube import (
 )
 from kerasjob.podview import PodView
 from kerasjob.status import TERMINAL_PHASES, merge_patch
-from kerasjob.tf_config import pod_name
+from kerasjob.workqueue import Key, WorkQueue
 
 log = logging.getLogger("kerasjob.controller")
-
-Key = tuple[str, str]
-"""(namespace, job name)"""
 
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
-
-
-class WorkQueue:
-    """client-go's work queue semantics on asyncio: de-duplicated, delayed adds, one worker
-    per key at a time, keys added while in flight are re-queued when done."""
-
-    def __init__(self) -> None:
-        self._queue: asyncio.Queue[Key] = asyncio.Queue()
-        self._queued: set[Key] = set()
-        self._active: set[Key] = set()
-        self._dirty: set[Key] = set()
-        self._timers: dict[Key, asyncio.TimerHandle] = {}
-
-    def __len__(self) -> int:
-        return len(self._queued)
-
-    def add(self, key: Key) -> None:
-        if key in self._active:
-            self._dirty.add(key)
-        elif key not in self._queued:
-            self._queued.add(key)
-            self._queue.put_nowait(key)
-
-    def add_after(self, key: Key, delay: float) -> None:
-        if delay <= 0:
-            self.add(key)
-            return
-        loop = asyncio.get_running_loop()
-        when = loop.time() + delay
-        timer = self._timers.get(key)
-        if timer is not None and not timer.cancelled() and timer.when() <= when:
-            return
-        if timer is not None:
-            timer.cancel()
-        self._timers[key] = loop.call_at(when, self._fire, key)
-
-    def _fire(self, key: Key) -> None:
-        self._timers.pop(key, None)
-        self.add(key)
-
-    async def get(self) -> Key:
-        key = await self._queue.get()
-        self._queued.discard(key)
-        self._active.add(key)
-        return key
-
-    def done(self, key: Key) -> None:
-        self._active.discard(key)
-        if key in self._dirty:
-            self._dirty.discard(key)
-            self.add(key)
-
-    def forget(self, key: Key) -> None:
-        timer = self._timers.pop(key, None)
-        if timer is not None:
-            timer.cancel()
-
-    def close(self) -> None:
-        for timer in self._timers.values():
-            timer.cancel()
-        self._timers.clear()
 
 
 #: Seconds a created child counts as existing before the index shows it (client-go's
@@ -119,6 +55,15 @@ class WorkQueue:
 #: the watch delivered its new Pods. Purely an optimisation: creates are idempotent anyway.
 EXPECTATION_SECONDS = 30.0
 _SERVICE = "\0service"
+
+
+def _created_name(action: rc.Action) -> str | None:
+    """The child a create action makes (a Pod name, or _SERVICE); None for other actions."""
+    if isinstance(action, rc.CreatePod):
+        return action.task.name
+    if isinstance(action, rc.CreateService):
+        return _SERVICE
+    return None
 
 
 def _namespace_terminating(error: BaseException) -> bool:
@@ -130,56 +75,6 @@ def _rv(body: Mapping[str, Any] | None) -> int:
         return int((body or {}).get("metadata", {}).get("resourceVersion", "0"))
     except (TypeError, ValueError):
         return 0
-
-
-class _Parsed:
-    """A job body parsed once per (uid, generation): the model, its view, its problems."""
-
-    def __init__(self, body: Mapping[str, Any]) -> None:
-        meta = body.get("metadata") or {}
-        problems = children.validate_job(body)
-        self.model: KerasJob | None = None
-        if not problems:
-            try:
-                self.model = KerasJob.from_body(body)
-            except pydantic.ValidationError as e:
-                problems = [str(err.get("msg")) for err in e.errors()]
-        name = str(meta.get("name", ""))
-        self.problems = tuple(problems)
-        if self.model is not None:
-            spec = self.model.spec
-            self.tasks = tuple(
-                reconcile.Task(pod_name(name, role, i), role.value, i) for role, i in spec.tasks()
-            )
-            self.chief = pod_name(name, *spec.chief_task())
-            self.total_steps: int | None = spec.trainer.epochs * spec.trainer.steps_per_epoch
-        else:
-            self.tasks = ()
-            self.chief = ""
-            self.total_steps = None
-
-    def view(self, body: Mapping[str, Any]) -> reconcile.JobView:
-        meta = body.get("metadata") or {}
-        spec = body.get("spec") or {}
-        m = self.model.spec if self.model is not None else None
-        return reconcile.JobView(
-            name=str(meta.get("name", "")),
-            namespace=str(meta.get("namespace", "")),
-            uid=str(meta.get("uid", "")),
-            generation=meta.get("generation"),
-            tasks=self.tasks,
-            chief=self.chief,
-            restart_policy=m.restart_policy.value if m else "OnFailure",
-            backoff_limit=m.backoff_limit if m else 6,
-            active_deadline_seconds=m.active_deadline_seconds if m else None,
-            ttl_seconds_after_finished=(
-                m.ttl_seconds_after_finished if m else spec.get("ttlSecondsAfterFinished")
-            ),
-            clean_pod_policy=m.clean_pod_policy.value if m else "Running",
-            suspend=bool(m.suspend) if m else False,
-            deleting=bool(meta.get("deletionTimestamp")),
-            invalid=self.problems,
-        )
 
 
 class Controller:
@@ -201,7 +96,7 @@ class Controller:
         self._written: dict[Key, Mapping[str, Any]] = {}
         self._errors: dict[Key, int] = {}
         self._expected: dict[Key, dict[str, float]] = {}
-        self._parsed: dict[tuple[str, Any], _Parsed] = {}
+        self._parsed: dict[tuple[str, Any], ParsedJob] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._background: set[asyncio.Task[Any]] = set()
         self.reconciles = 0
@@ -303,14 +198,14 @@ class Controller:
             self._written.pop(key, None)
         return body
 
-    def _parse(self, body: Mapping[str, Any]) -> _Parsed:
+    def _parse(self, body: Mapping[str, Any]) -> ParsedJob:
         meta = body.get("metadata") or {}
         cache_key = (str(meta.get("uid", "")), meta.get("generation"))
         parsed = self._parsed.get(cache_key)
         if parsed is None:
             if len(self._parsed) > 10_000:
                 self._parsed.clear()
-            parsed = self._parsed[cache_key] = _Parsed(body)
+            parsed = self._parsed[cache_key] = ParsedJob(body)
         return parsed
 
     async def reconcile(self, key: Key) -> float | None:
@@ -328,7 +223,7 @@ class Controller:
         old_status = dict(body.get("status") or {})
         pods = list(self.pods.get(key, ()))
         now = utcnow()
-        plan = reconcile.plan(
+        plan = rc.plan(
             job, old_status, pods, now, force_delete_after=self.config.force_delete_after
         )
 
@@ -375,8 +270,8 @@ class Controller:
         return plan.requeue_after
 
     def _skip_expected(
-        self, key: Key, actions: list[reconcile.Action], observed: set[str]
-    ) -> tuple[list[reconcile.Action], float | None]:
+        self, key: Key, actions: list[rc.Action], observed: set[str]
+    ) -> tuple[list[rc.Action], float | None]:
         """Drop creates of children created moments ago and not yet seen in the index."""
         expected = self._expected.get(key)
         if not expected:
@@ -384,19 +279,13 @@ class Controller:
         now = asyncio.get_running_loop().time()
         for name in [n for n, t in expected.items() if t <= now or n in observed]:
             del expected[name]
-        out: list[reconcile.Action] = []
+        out: list[rc.Action] = []
         wait: float | None = None
         for action in actions:
-            name = (
-                action.task.name
-                if isinstance(action, reconcile.CreatePod)
-                else _SERVICE
-                if isinstance(action, reconcile.CreateService)
-                else None
-            )
-            if name is not None and name in expected:
-                if name != _SERVICE:
-                    left = expected[name] - now
+            made = _created_name(action)
+            if made is not None and made in expected:
+                if made != _SERVICE:
+                    left = expected[made] - now
                     wait = left if wait is None else min(wait, left)
                 continue
             out.append(action)
@@ -411,19 +300,19 @@ class Controller:
     async def _act(
         self,
         key: Key,
-        job: reconcile.JobView,
-        parsed: _Parsed,
-        plan: reconcile.Plan,
-        actions: list[reconcile.Action],
+        job: rc.JobView,
+        parsed: ParsedJob,
+        plan: rc.Plan,
+        actions: list[rc.Action],
     ) -> None:
         ns = job.namespace
         model = parsed.model
         calls: list[tuple[str | None, Any]] = []  # (child created, or None; the call)
         for action in actions:
-            if isinstance(action, reconcile.CreateService) and model is not None:
+            if isinstance(action, rc.CreateService) and model is not None:
                 service = children.build_service(model)
                 calls.append((_SERVICE, self.api.create(service_path(ns), service, "services")))
-            elif isinstance(action, reconcile.CreatePod) and model is not None:
+            elif isinstance(action, rc.CreatePod) and model is not None:
                 manifest = children.build_pod(
                     model,
                     action.task.role,
@@ -432,13 +321,13 @@ class Controller:
                     restart_attempt=plan.restart_attempt,
                 )
                 calls.append((action.task.name, self.api.create(pod_path(ns), manifest, "pods")))
-            elif isinstance(action, reconcile.DeletePod):
+            elif isinstance(action, rc.DeletePod):
                 grace = 0 if action.force else None
                 call = self.api.delete(
                     pod_path(ns, action.name), "pods", uid=action.uid, grace_period_seconds=grace
                 )
                 calls.append((None, call))
-            elif isinstance(action, reconcile.DeleteJob):
+            elif isinstance(action, rc.DeleteJob):
                 log.info("%s/%s: ttlSecondsAfterFinished passed, deleting the job", ns, job.name)
                 call = self.api.delete(
                     job_path(ns, job.name), "kerasjobs", uid=job.uid, propagation="Background"
@@ -455,7 +344,7 @@ class Controller:
         if errors:
             raise errors[0]
 
-    def _post_event(self, job: reconcile.JobView, event: reconcile.Event, now: datetime) -> None:
+    def _post_event(self, job: rc.JobView, event: rc.Event, now: datetime) -> None:
         body = build_event(
             namespace=job.namespace,
             name=job.name,

@@ -55,12 +55,12 @@ class NoDiffBase(kopf.DiffBaseStorage):
 
 
 @kopf.index(API_GROUP, API_VERSION, PLURAL)
-async def kerasjob_bodies(namespace: str, name: str, body: kopf.Body, **_: Any) -> Any:
+async def kerasjob_bodies(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> Any:
     return {(namespace, name): {k: _plain(body.get(k)) for k in _JOB_FIELDS if k in body}}
 
 
 @kopf.index("pods", labels={lbl.JOB_NAME: kopf.PRESENT})
-async def kerasjob_pods(namespace: str, body: kopf.Body, **_: Any) -> Any:
+async def kerasjob_pods(namespace: str | None, body: kopf.Body, **_: Any) -> Any:
     view = pod_view(body)
     if view is None:
         return None
@@ -68,23 +68,20 @@ async def kerasjob_pods(namespace: str, body: kopf.Body, **_: Any) -> Any:
 
 
 @kopf.on.event(API_GROUP, API_VERSION, PLURAL)
-async def job_event(namespace: str, name: str, memo: kopf.Memo, **_: Any) -> None:
-    memo.controller.notify((namespace, name))
+async def job_event(namespace: str | None, name: str, memo: Any, **_: Any) -> None:
+    memo.controller.notify((namespace or "", name))
 
 
 @kopf.on.event("pods", labels={lbl.JOB_NAME: kopf.PRESENT})
-async def pod_event(namespace: str, labels: kopf.Labels, memo: kopf.Memo, **_: Any) -> None:
-    memo.controller.notify((namespace, labels[lbl.JOB_NAME]))
+async def pod_event(namespace: str | None, labels: Mapping[str, str], memo: Any, **_: Any) -> None:
+    memo.controller.notify((namespace or "", labels[lbl.JOB_NAME]))
 
 
 @kopf.on.startup()
-async def startup(
-    settings: kopf.OperatorSettings,
-    memo: kopf.Memo,
-    kerasjob_bodies: kopf.Index[Any, Any],
-    kerasjob_pods: kopf.Index[Any, Any],
-    **_: Any,
-) -> None:
+async def startup(settings: kopf.OperatorSettings, memo: Any, **kwargs: Any) -> None:
+    # kopf passes every index as a keyword argument named after it (empty until listed).
+    bodies: kopf.Index[Any, Any] = kwargs["kerasjob_bodies"]
+    children_pods: kopf.Index[Any, Any] = kwargs["kerasjob_pods"]
     config: OperatorConfig = memo.get("config") or OperatorConfig()
     # We post our own, meaningful events; kopf's per-handler events would be noise.
     settings.posting.enabled = False
@@ -93,7 +90,7 @@ async def startup(
     settings.watching.client_timeout = 330
     settings.networking.request_timeout = 60
     api = KubeApi(config.kubeconfig, config.context)
-    controller = Controller(config, api, kerasjob_bodies, kerasjob_pods)
+    controller = Controller(config, api, bodies, children_pods)
     memo.controller = controller
     memo.controller_task = asyncio.create_task(controller.run(), name="kerasjob-controller")
     if config.metrics_port is not None:
@@ -106,7 +103,7 @@ async def startup(
 
 
 @kopf.on.cleanup()
-async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+async def cleanup(memo: Any, **_: Any) -> None:
     controller: Controller | None = memo.get("controller")
     if controller is not None:
         await controller.stop()
@@ -116,13 +113,13 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
 
 
 @kopf.on.probe(id="apiRequests")
-async def api_requests(memo: kopf.Memo, **_: Any) -> dict[str, int]:
+async def api_requests(memo: Any, **_: Any) -> dict[str, int]:
     """Requests the controller made, by verb and resource (kopf's watches not included)."""
     controller: Controller | None = memo.get("controller")
     return dict(controller.api.requests) if controller is not None else {}
 
 
 @kopf.on.probe(id="reconciles")
-async def reconciles(memo: kopf.Memo, **_: Any) -> int:
+async def reconciles(memo: Any, **_: Any) -> int:
     controller: Controller | None = memo.get("controller")
     return controller.reconciles if controller is not None else 0

@@ -300,9 +300,9 @@ class _Planner:
             self.delete(pod)
         for name, rec in self.tracked.items():
             # Pods deleted on purpose: their disappearance is not a disruption.
-            pod = self.owned.get(name)
-            if pod is not None:
-                rec["uid"] = pod.uid
+            current = self.owned.get(name)
+            if current is not None:
+                rec["uid"] = current.uid
             rec["counted"] = True
         self.status["phase"] = st.SUSPENDED
         self.status.pop("startTime", None)

@@ -6,9 +6,9 @@ import asyncio
 from datetime import datetime, timezone
 
 from kerasjob import progress
-from kerasjob.controller import WorkQueue
 from kerasjob.events import build_event
 from kerasjob.podview import Termination, pod_view
+from kerasjob.workqueue import WorkQueue
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 

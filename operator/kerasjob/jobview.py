@@ -1,0 +1,67 @@
+"""From a KerasJob body to the `reconcile.JobView` the planner decides on.
+
+The body is validated once per (uid, generation) with the API models and
+`children.validate_job`; an invalid job still gets a view (with its problems), so the
+planner can fail it with reason InvalidSpec.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pydantic
+
+from kerasjob import children, reconcile
+from kerasjob.api import KerasJob
+from kerasjob.tf_config import pod_name
+
+
+class ParsedJob:
+    """A job body parsed once per (uid, generation): the model, its tasks, its problems."""
+
+    def __init__(self, body: Mapping[str, Any]) -> None:
+        meta = body.get("metadata") or {}
+        problems = children.validate_job(body)
+        self.model: KerasJob | None = None
+        if not problems:
+            try:
+                self.model = KerasJob.from_body(body)
+            except pydantic.ValidationError as e:
+                problems = [str(err.get("msg")) for err in e.errors()]
+        name = str(meta.get("name", ""))
+        self.problems = tuple(problems)
+        if self.model is not None:
+            spec = self.model.spec
+            self.tasks = tuple(
+                reconcile.Task(pod_name(name, role, i), role.value, i) for role, i in spec.tasks()
+            )
+            self.chief = pod_name(name, *spec.chief_task())
+            self.total_steps: int | None = spec.trainer.epochs * spec.trainer.steps_per_epoch
+        else:
+            self.tasks = ()
+            self.chief = ""
+            self.total_steps = None
+
+    def view(self, body: Mapping[str, Any]) -> reconcile.JobView:
+        meta = body.get("metadata") or {}
+        spec = body.get("spec") or {}
+        m = self.model.spec if self.model is not None else None
+        return reconcile.JobView(
+            name=str(meta.get("name", "")),
+            namespace=str(meta.get("namespace", "")),
+            uid=str(meta.get("uid", "")),
+            generation=meta.get("generation"),
+            tasks=self.tasks,
+            chief=self.chief,
+            restart_policy=m.restart_policy.value if m else "OnFailure",
+            backoff_limit=m.backoff_limit if m else 6,
+            active_deadline_seconds=m.active_deadline_seconds if m else None,
+            ttl_seconds_after_finished=(
+                m.ttl_seconds_after_finished if m else spec.get("ttlSecondsAfterFinished")
+            ),
+            clean_pod_policy=m.clean_pod_policy.value if m else "Running",
+            suspend=bool(m.suspend) if m else False,
+            deleting=bool(meta.get("deletionTimestamp")),
+            invalid=self.problems,
+        )
