@@ -222,6 +222,8 @@ class Controller:
         job = parsed.view(body)
         old_status = dict(body.get("status") or {})
         pods = list(self.pods.get(key, ()))
+        if await self._index_behind(namespace, old_status, pods):
+            return 0.5
         now = utcnow()
         plan = rc.plan(
             job, old_status, pods, now, force_delete_after=self.config.force_delete_after
@@ -268,6 +270,35 @@ class Controller:
         if wait is not None:
             return wait if plan.requeue_after is None else min(wait, plan.requeue_after)
         return plan.requeue_after
+
+    async def _index_behind(
+        self, namespace: str, status: Mapping[str, Any], pods: list[PodView]
+    ) -> bool:
+        """True when a Pod the status has recorded is missing from the index but still exists.
+
+        A recorded Pod that is gone from the index is counted as lost. That is right when the
+        index is at least as fresh as the status, which holds when this operator wrote the
+        record; it does not when someone else did (a second operator, a standby taking over
+        with a lagging watch). So before counting such a loss, one request confirms it.
+        """
+        if status.get("phase") in TERMINAL_PHASES:  # nothing is counted any more
+            return False
+        present = {p.name for p in pods}
+        for name, rec in (status.get("trackedPods") or {}).items():
+            if name in present or rec.get("counted") or not rec.get("uid"):
+                continue
+            # A LIST narrowed to the one name: the Role grants list, not get, on Pods.
+            found = await self.api.request(
+                "GET",
+                pod_path(namespace),
+                params={"fieldSelector": f"metadata.name={name}"},
+                count_as="list pods",
+            )
+            uids = {i.get("metadata", {}).get("uid") for i in (found or {}).get("items", [])}
+            if rec.get("uid") in uids:
+                log.debug("%s/%s: Pod index behind the status; waiting", namespace, name)
+                return True
+        return False
 
     def _skip_expected(
         self, key: Key, actions: list[rc.Action], observed: set[str]

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes.client.rest import ApiException
-from support.cluster import Cluster, create_namespace, delete_namespace, wait_for
+from support.cluster import Cluster, wait_for
 from support.operator import (
     GROUP,
     PLURAL,
@@ -26,9 +26,10 @@ from support.operator import (
     create_job,
     custom,
     events_for,
+    isolated_namespace,
     job_manifest,
     pods,
-    shared_operator,
+    session_operator,
     wait_phase,
 )
 
@@ -57,16 +58,12 @@ def manifest(entry: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def corpus_ns(cluster: Cluster, kube: Any) -> Iterator[str]:
-    ns = create_namespace(kube, prefix="t")
-    try:
-        yield ns
-    finally:
-        delete_namespace(kube, ns)
+    yield from isolated_namespace(kube)
 
 
 @pytest.fixture(scope="module")
 def operator(cluster: Cluster) -> OperatorProcess:
-    return shared_operator(cluster)
+    return session_operator(cluster)
 
 
 def test_corpus_is_big_enough() -> None:

@@ -11,6 +11,7 @@ import http.server
 import json
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -25,12 +26,13 @@ from support.operator import (
     delete_job,
     events_for,
     get_job,
+    isolated_namespace,
     job_manifest,
     job_status,
     patch_job,
     pods,
+    session_operator,
     set_container_exit,
-    shared_operator,
     wait_phase,
 )
 
@@ -39,7 +41,13 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
 
 @pytest.fixture
 def operator(cluster: Cluster, kwok_placement: dict[str, Any]) -> OperatorProcess:
-    return shared_operator(cluster)
+    return session_operator(cluster)
+
+
+@pytest.fixture
+def namespace(kube: Any) -> Iterator[str]:
+    """A namespace only this session's operator watches (overrides the conftest one)."""
+    yield from isolated_namespace(kube)
 
 
 def running_job(kube: Any, ns: str, name: str = "mnist", workers: int = 3, **spec: Any) -> dict:

@@ -3,10 +3,12 @@
 * :class:`OperatorProcess` -- start / stop / ``kill()`` (SIGKILL) / ``restart()`` one operator
   watching the given namespace globs, its log in a file, its liveness/probe endpoint
   (``probes()``: API request counts, reconciles).
+* :func:`session_operator` + :func:`isolated_namespace` -- one operator per test session on
+  namespaces only this session creates (the operator's own tests use these), so concurrent
+  test sessions on one cluster never run two operators on one job.
 * :func:`shared_operator` -- one operator per test session watching ``t-*`` (the namespaces
-  of the ``namespace`` fixture), started on first use, stopped at exit. Tests that kill the
-  operator start their own on their own namespace prefix instead, so two operators never
-  reconcile the same job.
+  of the conftest ``namespace`` fixture), for tests that just need an operator running.
+  Tests that kill the operator start their own on their own namespace prefix instead.
 * :func:`install_crds` -- apply the generated CRDs (once per session).
 * KerasJob helpers: :func:`job_manifest`, :func:`create_job`, :func:`get_job`, ...
 """
@@ -24,14 +26,25 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from support.cluster import KWOK_POD_PLACEMENT, REPO_ROOT, Cluster, wait_for
+from support.cluster import (
+    KWOK_POD_PLACEMENT,
+    REPO_ROOT,
+    Cluster,
+    create_namespace,
+    delete_namespace,
+    wait_for,
+)
 
 GROUP, VERSION, PLURAL = "kerasjob.dev", "v1alpha1", "kerasjobs"
 CRD_NAME = f"{PLURAL}.{GROUP}"
 SHARED_NAMESPACES = "t-*"
+#: Namespace prefix of this test session's own operator (see `session_operator`): two test
+#: sessions on one cluster (two engineers, CI next to a laptop run) never share an operator.
+SESSION_PREFIX = f"kj{os.getpid()}"
 LOG_DIR = Path(os.environ.get("KERASJOB_TEST_LOGS", tempfile.gettempdir())) / "kerasjob-operator"
 
 
@@ -191,6 +204,7 @@ class OperatorProcess:
 
 _crds_installed: list[bool] = []
 _shared: list[OperatorProcess] = []
+_session: list[OperatorProcess] = []
 
 
 def install_crds(cluster: Cluster) -> None:
@@ -215,6 +229,30 @@ def install_crds(cluster: Cluster) -> None:
             cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", tmp)
     cluster.kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=30s")
     _crds_installed.append(True)
+
+
+def session_operator(cluster: Cluster) -> OperatorProcess:
+    """This session's operator for ``<SESSION_PREFIX>-*`` namespaces (restarted if it died);
+    create its namespaces with `isolated_namespace`."""
+    install_crds(cluster)
+    if not _session:
+        op = OperatorProcess(cluster, (f"{SESSION_PREFIX}-*",), name="session")
+        _session.append(op)
+        atexit.register(op.stop)
+        op.start()
+    elif not _session[0].alive():
+        _session[0].start()
+    return _session[0]
+
+
+def isolated_namespace(kube: Any) -> Iterator[str]:
+    """A fresh namespace only `session_operator` watches; deleted afterwards (a generator for
+    fixtures: ``yield from isolated_namespace(kube)``)."""
+    name = create_namespace(kube, prefix=SESSION_PREFIX)
+    try:
+        yield name
+    finally:
+        delete_namespace(kube, name)
 
 
 def shared_operator(cluster: Cluster) -> OperatorProcess:
