@@ -1,10 +1,12 @@
 """Fixtures of the end-to-end tests: the local node agent next to the cluster.
 
-``localnode`` (package scope): the agent (``python -m kerasjob.localnode``) registered as Node
-``kerasjob-local`` on the ``cluster`` under test, started for the first e2e test and stopped
-(leaving no process, network namespace or bridge) after the last one, so Pods of other test
-packages never land on it. Skipped, with the reason, when the cluster is not the local
-control plane or the machine lacks root / iproute2.
+``localnode`` (module scope): the agent (``python -m kerasjob.localnode``) registered as Node
+``kerasjob-local`` on the ``cluster`` under test, started for the first test of a module that
+uses it and stopped after its last one (leaving no process, network namespace or bridge), so
+Pods of other tests never land on it. (Module, not package, scope: tests/e2e is no Python
+package, and pytest would keep a "package" fixture to the end of the session.) Starting it
+takes about a second. Skipped, with the reason, when the cluster is not the local control
+plane or the machine lacks root / iproute2.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ class LocalNode:
         return path.read_text(errors="replace") if path.exists() else ""
 
 
-@pytest.fixture(scope="package")
+@pytest.fixture(scope="module")
 def localnode(cluster: Cluster) -> Iterator[LocalNode]:
     if not cluster.local:
         pytest.skip("the local node agent runs only next to the local control plane")
