@@ -274,19 +274,24 @@ class Controller:
     async def _index_behind(
         self, namespace: str, status: Mapping[str, Any], pods: list[PodView]
     ) -> bool:
-        """True when a Pod the status has recorded is missing from the index but still exists.
+        """True when the Pod index is older than the status: a Pod incarnation the status has
+        recorded still exists, yet the index shows none or an older one.
 
-        A recorded Pod that is gone from the index is counted as lost. That is right when the
-        index is at least as fresh as the status, which holds when this operator wrote the
-        record; it does not when someone else did (a second operator, a standby taking over
-        with a lagging watch). So before counting such a loss, one request confirms it.
+        The planner reads a recorded Pod missing from the index as lost, and a different
+        incarnation in the index as a replacement. Both are right when the index is at least
+        as fresh as the status, which holds when this operator wrote the record; not when
+        someone else did (a second operator, a standby taking over with a lagging watch).
+        So before such a conclusion one request checks which incarnation really exists.
         """
         if status.get("phase") in TERMINAL_PHASES:  # nothing is counted any more
             return False
-        present = {p.name for p in pods}
+        indexed = {p.name: p.uid for p in rc.newest_incarnations(pods)}
         for name, rec in (status.get("trackedPods") or {}).items():
-            if name in present or rec.get("counted") or not rec.get("uid"):
+            uid = rec.get("uid")
+            if not uid or indexed.get(name) == uid:
                 continue
+            if name not in indexed and rec.get("counted"):
+                continue  # already counted and gone: nothing to conclude
             # A LIST narrowed to the one name: the Role grants list, not get, on Pods.
             found = await self.api.request(
                 "GET",
@@ -294,8 +299,8 @@ class Controller:
                 params={"fieldSelector": f"metadata.name={name}"},
                 count_as="list pods",
             )
-            uids = {i.get("metadata", {}).get("uid") for i in (found or {}).get("items", [])}
-            if rec.get("uid") in uids:
+            live = {i.get("metadata", {}).get("uid") for i in (found or {}).get("items", [])}
+            if uid in live:
                 log.debug("%s/%s: Pod index behind the status; waiting", namespace, name)
                 return True
         return False

@@ -233,3 +233,55 @@ def test_operator_killed_at_random_moments_converges(
     )
     assert chaos_operator.starts == TRIALS + 1
     assert time.monotonic() - started < 240, services
+
+
+def test_two_operators_at_once_still_count_every_restart_once(
+    cluster: Cluster, kube: Any, chaos_ns: str
+) -> None:
+    """A misconfiguration (two standalone operators on one namespace, e.g. a standby whose
+    peering is off) must not corrupt a job: status writes are conditional on the version read,
+    so each restart is counted by exactly one of them."""
+    install_crds(cluster)
+    ops = [OperatorProcess(cluster, (chaos_ns,), name=f"twin{i}") for i in range(2)]
+    for op in ops:
+        op.start()
+    try:
+        rng = random.Random(7)
+        ledger = Ledger()
+        for name in ("a", "b"):
+            create_job(kube, chaos_ns, job_manifest(name, workers=WORKERS, backoffLimit=100))
+            ledger.expected[name] = {"disruptions": 0, "failures": 0}
+        for _ in range(8):
+            wait_for(
+                lambda: all(
+                    job_status(kube, chaos_ns, j).get("phase") == "Running" for j in ledger.live()
+                ),
+                timeout=30,
+                what="jobs Running",
+            )
+            job = rng.choice(ledger.live())
+            pod = tracked_running_pod(kube, chaos_ns, job, rng)
+            assert pod is not None
+            if rng.random() < 0.5:
+                core(kube).delete_namespaced_pod(pod.metadata.name, chaos_ns)
+                ledger.expected[job]["disruptions"] += 1
+            else:
+                status = (pod.status.container_statuses or [None])[0]
+                count = (status.restart_count if status is not None else 0) + 1
+                set_container_exit(
+                    cluster, chaos_ns, pod.metadata.name, 1, in_place=True, restart_count=count
+                )
+                ledger.expected[job]["failures"] += 1
+            wait_for(
+                lambda j=job: job_status(kube, chaos_ns, j).get("restarts") == ledger.expected[j],
+                timeout=30,
+                what=f"{job} counted",
+            )
+        time.sleep(1)
+        for job in ledger.live():
+            assert job_status(kube, chaos_ns, job)["restarts"] == ledger.expected[job]
+            assert len(pods(kube, chaos_ns, job)) == WORKERS
+        check_no_duplicates_or_orphans(kube, chaos_ns)
+    finally:
+        for op in ops:
+            op.stop()
