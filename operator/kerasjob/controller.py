@@ -67,7 +67,13 @@ def _created_name(action: rc.Action) -> str | None:
 
 
 def _namespace_terminating(error: BaseException) -> bool:
-    return isinstance(error, ApiError) and error.status == 403 and "being terminated" in str(error)
+    """The job's namespace is being deleted, or is gone: its jobs go with it."""
+    if not isinstance(error, ApiError):
+        return False
+    text = str(error)
+    return (error.status == 403 and "being terminated" in text) or (
+        error.status == 404 and "namespaces" in text and "not found" in text
+    )
 
 
 def _rv(body: Mapping[str, Any] | None) -> int:
