@@ -428,10 +428,7 @@ class Controller:
         if body is None:
             return
         status = body.get("status") or {}
-        if (
-            status.get("phase") not in ("Running", "Restarting")
-            or status.get("phase") in TERMINAL_PHASES
-        ):
+        if status.get("phase") not in ("Running", "Restarting"):
             return
         parsed = self._parse(body)
         chief = next((p for p in self.pods.get(key, ()) if p.name == parsed.chief), None)
