@@ -389,3 +389,29 @@ def test_restart_policy_never_fails_on_the_first_failure_but_survives_disruption
     status = wait_phase(kube, namespace, "mnist", "Failed")
     assert condition(status, "Failed")["reason"] == "PodFailed"
     assert status["restarts"] == {"disruptions": 1, "failures": 1}
+
+
+def test_pod_stuck_terminating_on_a_lost_node_is_force_deleted_and_replaced(
+    operator: OperatorProcess, kube: Any, namespace: str
+) -> None:
+    """A Pod bound to a node whose kubelet is gone never finishes terminating; the operator
+    force-deletes it once its deletionTimestamp (grace included) is past by the margin
+    (3 s for the tests' operators) and re-creates it."""
+    template = {"spec": {"nodeName": "lost-node", "terminationGracePeriodSeconds": 1}}
+    create_job(kube, namespace, job_manifest("lost", workers=1, checkpoint={}, template=template))
+    uid = wait_for(
+        lambda: pod_uid(kube, namespace, "lost-worker-0"),
+        timeout=30,
+        what="the Pod on the lost node",
+    )
+    core(kube).delete_namespaced_pod("lost-worker-0", namespace)
+    pod = core(kube).read_namespaced_pod("lost-worker-0", namespace)
+    assert pod.metadata.deletion_timestamp is not None  # stuck: no kubelet confirms it
+    new_uid = wait_for(
+        lambda: (u := pod_uid(kube, namespace, "lost-worker-0")) != uid and u,
+        timeout=30,
+        what="the stuck Pod force-deleted and re-created",
+    )
+    assert new_uid
+    status = job_status(kube, namespace, "lost")
+    assert status["restarts"] == {"disruptions": 1, "failures": 0}

@@ -97,6 +97,8 @@ class OperatorProcess:
             "20",
             "--progress-interval",
             "1",
+            "--force-delete-after",
+            "3",
             *ns,
             *self.extra_args,
         ]
