@@ -131,6 +131,11 @@ class Logs:
     def __init__(self, kube: Kube, local_state: Path | None) -> None:
         self.kube, self.local_state = kube, local_state
         self.offsets: dict[str, int] = {}
+        if local_state is not None:
+            # Log files outlive Pods (they are per namespace/name): start at their end.
+            for pod in WORKERS:
+                path = log_file(local_state, NAMESPACE, pod)
+                self.offsets[pod] = path.stat().st_size if path.exists() else 0
         self.seen: dict[tuple[str, str, int], int] = {}
 
     def new_lines(self, pod: str) -> list[str]:
@@ -375,6 +380,7 @@ class Demo:
         self.kube = kube = Kube(self.kubeconfig)
         self.start_agent()
         self.start_operator()
+        logs = Logs(kube, paths.state_dir() if self.local else None)
         self.install(kube)
         t_applied = time.monotonic()
 
@@ -399,7 +405,6 @@ class Demo:
             for p in pods
         )
         self.say(f"pods running: {where}")
-        logs = Logs(kube, paths.state_dir() if self.local else None)
 
         # --- train until past EVICT_AT_STEP, then evict worker 1
         def chief_step() -> int | None:
@@ -490,9 +495,8 @@ class Demo:
             f"final test accuracy : {accuracy or 'n/a'}"
             + ("  (>= 0.90 expected)" * bool(accuracy)),
             f"steps               : {steps} of {self.total} planned (resumed at step {resumed_at})",
-            f"recovery time       : {recovery_s:.1f}s from the eviction to the trainers resumed "
-            f"from the backup"
-            + (f", {marks['first_step']:.1f}s to the first new step" if marks else ""),
+            f"recovery time       : {recovery_s:.1f}s eviction -> resumed from the backup"
+            + (f" ({marks['first_step']:.1f}s -> first new step)" if marks else ""),
             f"restarts            : disruptions={restarts.get('disruptions', 0)} "
             f"failures={restarts.get('failures', 0)}{last_text}",
         ]
