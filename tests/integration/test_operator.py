@@ -138,8 +138,11 @@ def test_deleted_and_evicted_pods_come_back_as_disruptions(
     assert status["lastRestart"]["pod"] == "mnist-worker-2"
     assert status["lastRestart"]["disruption"] is True
     assert len(pods(kube, namespace, "mnist")) == 3
-    reasons = {e.reason for e in events_for(kube, namespace, "mnist")}
-    assert "PodDisrupted" in reasons
+    wait_for(
+        lambda: any(e.reason == "PodDisrupted" for e in events_for(kube, namespace, "mnist")),
+        timeout=10,
+        what="a PodDisrupted event",
+    )
 
 
 def test_error_exits_count_failures_until_backoff_limit(
@@ -173,8 +176,14 @@ def test_error_exits_count_failures_until_backoff_limit(
     assert condition(status, "Failed")["reason"] == "BackoffLimitExceeded"
     assert status["restarts"] == {"disruptions": 1, "failures": 3}
     assert status["completionTime"]
-    warnings = [e for e in events_for(kube, namespace, "mnist") if e.type == "Warning"]
-    assert any(e.reason == "BackoffLimitExceeded" for e in warnings)
+    wait_for(  # events are posted right after the status write
+        lambda: any(
+            e.type == "Warning" and e.reason == "BackoffLimitExceeded"
+            for e in events_for(kube, namespace, "mnist")
+        ),
+        timeout=10,
+        what="a Warning event BackoffLimitExceeded",
+    )
     # cleanPodPolicy Running: the running Pods are deleted.
     wait_for(lambda: not pods(kube, namespace, "mnist"), timeout=20, what="Pods cleaned up")
 
