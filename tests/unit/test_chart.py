@@ -117,7 +117,7 @@ NAMESPACED_PERMISSIONS = {
 
 def test_chart_ships_the_generated_crd_unchanged() -> None:
     """One source: the chart's CRD is a byte-for-byte copy of crds/ (`make crds` copies it)."""
-    assert sorted(p.name for p in (CHART / "crds").iterdir()) == [CRD_FILE]
+    assert sorted(p.name for p in (CHART / "crds").iterdir()) == [CRD_FILE, "kopf-peering.yaml"]
     generated = (ROOT / "crds" / CRD_FILE).read_text()
     assert (CHART / "crds" / CRD_FILE).read_text() == generated, (
         "charts/kerasjob-operator/crds/ differs from crds/: run `make crds`"
@@ -171,6 +171,7 @@ def test_helm_package_contains_the_crd(tmp_path: Path) -> None:
     (archive,) = tmp_path.glob("kerasjob-operator-*.tgz")
     with tarfile.open(archive) as tar:
         names = tar.getnames()
+        assert "kerasjob-operator/crds/kopf-peering.yaml" in names
         crd = tar.extractfile(f"kerasjob-operator/crds/{CRD_FILE}")
         assert crd is not None
         assert crd.read().decode() == (ROOT / "crds" / CRD_FILE).read_text()
@@ -311,9 +312,6 @@ PEERING_KINDS = {"ClusterKopfPeering", "KopfPeering"}
 @needs_helm
 def test_single_replica_is_standalone_without_peering() -> None:
     objects = render()
-    assert not of_kind(objects, "CustomResourceDefinition") or all(
-        o["spec"]["group"] == "kerasjob.dev" for o in of_kind(objects, "CustomResourceDefinition")
-    )
     assert not {o["kind"] for o in objects} & PEERING_KINDS
     assert not of_kind(objects, "PodDisruptionBudget")  # it would block every node drain
     dep = one(objects, "Deployment")
@@ -327,10 +325,8 @@ def test_single_replica_is_standalone_without_peering() -> None:
 @needs_helm
 def test_replicas_enable_peering_cluster_wide() -> None:
     objects = render(replicaCount=2)
-    crds = {o["metadata"]["name"] for o in of_kind(objects, "CustomResourceDefinition")}
-    assert {"clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev"} <= crds
     peering = one(objects, "ClusterKopfPeering")
-    assert peering["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
+    assert "annotations" not in peering["metadata"]  # a plain release object, not a hook
     name = peering["metadata"]["name"]
     dep = one(objects, "Deployment")
     assert dep["spec"]["replicas"] == 2
@@ -357,12 +353,27 @@ def test_replicas_enable_peering_per_namespace() -> None:
         assert perms["kopf.dev/kopfpeerings"] == {"list", "watch"}
 
 
-@needs_helm
-def test_peering_crds_can_be_left_to_someone_else() -> None:
-    objects = render(replicaCount=2, **{"peering.createCRDs": False})
-    groups = {o["spec"]["group"] for o in of_kind(objects, "CustomResourceDefinition")}
-    assert "kopf.dev" not in groups
-    assert of_kind(objects, "ClusterKopfPeering")
+def test_peering_crds_are_the_ones_kopf_uses() -> None:
+    """crds/kopf-peering.yaml defines exactly the peering resources kopf looks for."""
+    from kopf._cogs.structs import references
+
+    crds = list(yaml.safe_load_all((CHART / "crds" / "kopf-peering.yaml").read_text()))
+    served = {
+        (f"{c['spec']['group']}/{v['name']}", c["spec"]["names"]["plural"], c["spec"]["scope"])
+        for c in crds
+        for v in c["spec"]["versions"]
+        if v["served"]
+    }
+    cluster, namespaced = references.CLUSTER_PEERINGS_K, references.NAMESPACED_PEERINGS_K
+    assert served == {
+        (f"{cluster.group}/{cluster.version}", cluster.any_name, "Cluster"),
+        (f"{namespaced.group}/{namespaced.version}", namespaced.any_name, "Namespaced"),
+    }
+    for crd in crds:  # kopf writes heartbeats into status, without a status subresource
+        (version,) = crd["spec"]["versions"]
+        status = version["schema"]["openAPIV3Schema"]["properties"]["status"]
+        assert status["x-kubernetes-preserve-unknown-fields"] is True
+        assert "subresources" not in version
 
 
 # --- metrics ----------------------------------------------------------------------------------
