@@ -282,7 +282,8 @@ class Demo:
         if self.agent is not None and not self.agent.alive():
             raise DemoError(f"the local node agent exited; see {self.demo_dir / 'agent.log'}")
 
-    def install(self, kube: Kube) -> None:
+    def install_crd(self, kube: Kube) -> None:
+        """Before the operator starts: kopf serves only resources whose CRD it found."""
         if self.args.operator != "installed":
             for crd_file in sorted((self.repo / "crds").glob("*.yaml")):
                 for doc in yaml.safe_load_all(crd_file.read_text()):
@@ -295,6 +296,8 @@ class Demo:
                 return any(c["type"] == "Established" and c["status"] == "True" for c in conds)
 
             wait(established, 30, "the KerasJob CRD")
+
+    def install(self, kube: Kube) -> None:
         self.delete_namespace(kube)
         apply(kube, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
         if self.local:
@@ -379,6 +382,7 @@ class Demo:
         self.start_cluster()
         self.kube = kube = Kube(self.kubeconfig)
         self.start_agent()
+        self.install_crd(kube)
         self.start_operator()
         logs = Logs(kube, paths.state_dir() if self.local else None)
         self.install(kube)
