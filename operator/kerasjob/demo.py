@@ -584,6 +584,9 @@ def main(argv: list[str] | None = None) -> int:
         raise KeyboardInterrupt(f"signal {signum}")
 
     signal.signal(signal.SIGTERM, on_sigterm)
+    # Also when started with SIGINT ignored (a background job of a script): Ctrl-C or
+    # `kill -INT` must still stop the demo through its cleanup.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     demo = Demo(args)
     code = 1
     try:
