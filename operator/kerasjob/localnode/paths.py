@@ -32,7 +32,10 @@ def default_kubeconfig() -> str | None:
     if os.environ.get("KUBECONFIG"):
         return os.environ["KUBECONFIG"]
     local = run_dir() / "cluster" / "kubeconfig"
-    return str(local) if local.exists() else None
+    try:
+        return str(local) if local.exists() else None
+    except OSError:  # not readable by this user: the prerequisite check will say why
+        return None
 
 
 def python_bin() -> Path:
