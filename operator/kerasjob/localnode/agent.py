@@ -344,10 +344,11 @@ class Agent:
         for cs in (pod.get("status") or {}).get("containerStatuses") or []:
             if cs.get("name") != rt.container.name:
                 continue
-            if cs.get("restartCount"):
-                rt.launches = int(cs["restartCount"]) + 1
+            state = cs.get("state") or {}
+            if "running" in state or "terminated" in state or cs.get("lastState"):
+                rt.launches = int(cs.get("restartCount") or 0) + 1
                 rt.container.restart_count = rt.launches
-            if "running" in (cs.get("state") or {}) and pod["spec"].get("restartPolicy") == "Never":
+            if "running" in state and pod["spec"].get("restartPolicy") == "Never":
                 at = now()
                 rt.container.waiting_reason = None
                 rt.container.terminated = Terminated(
