@@ -83,6 +83,8 @@ class KubeApi:
         concurrency: int = 32,
         timeout: float = 30.0,
     ) -> None:
+        self._kubeconfig = kubeconfig
+        self._context = context
         self._auth = _load_auth(kubeconfig, context)
         self._session: aiohttp.ClientSession | None = None
         self._concurrency = concurrency
@@ -113,6 +115,27 @@ class KubeApi:
         count_as: str,
     ) -> Any:
         """One API call; returns the decoded JSON body or raises `ApiError`."""
+        try:
+            return await self._request_once(method, path, body, params, content_type, count_as)
+        except ApiError as e:
+            if e.status != 401:
+                raise
+        # Bound ServiceAccount tokens rotate: the kubelet rewrites the projected token file
+        # and the old one expires. Reload credentials once and retry before giving up.
+        log.info("API answered 401 Unauthorized; reloading credentials")
+        await self.close()
+        self._auth = _load_auth(self._kubeconfig, self._context)
+        return await self._request_once(method, path, body, params, content_type, count_as)
+
+    async def _request_once(
+        self,
+        method: str,
+        path: str,
+        body: Any,
+        params: Mapping[str, str] | None,
+        content_type: str,
+        count_as: str,
+    ) -> Any:
         session = await self._ensure()
         self.requests[count_as] += 1
         data = None if body is None else json.dumps(body)
