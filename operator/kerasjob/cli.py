@@ -10,7 +10,6 @@ import argparse
 import asyncio
 import json
 import logging
-import os
 import sys
 from collections.abc import Sequence
 from typing import Any, cast
@@ -23,8 +22,6 @@ def _run(args: argparse.Namespace) -> int:
 
     import kerasjob.handlers  # noqa: F401  (registers the handlers)
 
-    if args.kubeconfig:
-        os.environ["KUBECONFIG"] = args.kubeconfig  # kopf's own login reads it too
     config = OperatorConfig(
         namespaces=tuple(args.namespace or ()),
         kubeconfig=args.kubeconfig,

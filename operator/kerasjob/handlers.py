@@ -23,7 +23,7 @@ from kerasjob import API_GROUP, API_VERSION, PLURAL, metrics
 from kerasjob import labels as lbl
 from kerasjob.config import OperatorConfig
 from kerasjob.controller import Controller
-from kerasjob.kube import KubeApi
+from kerasjob.kube import KubeApi, client_configuration
 from kerasjob.podview import pod_view
 
 log = logging.getLogger("kerasjob.handlers")
@@ -77,6 +77,27 @@ async def pod_event(namespace: str | None, labels: Mapping[str, str], memo: Any,
     memo.controller.notify((namespace or "", labels[lbl.JOB_NAME]))
 
 
+@kopf.on.login()
+def login(memo: Any, settings: kopf.OperatorSettings, **_: Any) -> kopf.ConnectionInfo:
+    """kopf's watches use the same credentials as the controller's writes (`--kubeconfig`)."""
+    config: OperatorConfig = memo.get("config") or OperatorConfig()
+    cfg = client_configuration(config.kubeconfig, config.context)
+    header = cfg.get_api_key_with_prefix("BearerToken") or cfg.get_api_key_with_prefix(
+        "authorization"
+    )
+    scheme, _, token = (header or "").rpartition(" ")
+    return kopf.ConnectionInfo(
+        server=cfg.host,
+        ca_path=cfg.ssl_ca_cert,
+        insecure=not cfg.verify_ssl,
+        scheme=scheme or None,
+        token=token or None,
+        certificate_path=cfg.cert_file,
+        private_key_path=cfg.key_file,
+        trust_env=settings.networking.trust_env,
+    )
+
+
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, memo: Any, **kwargs: Any) -> None:
     # kopf passes every index as a keyword argument named after it (empty until listed).
@@ -89,6 +110,10 @@ async def startup(settings: kopf.OperatorSettings, memo: Any, **kwargs: Any) -> 
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.networking.request_timeout = 60
+    # Exact namespace names need no namespace scanning, and the namespaced RBAC of the chart
+    # grants none: without this kopf retries forbidden cluster-wide LISTs, logging errors.
+    if config.namespaces and not any(set(ns) & set("*?[]!") for ns in config.namespaces):
+        settings.scanning.disabled = True
     api = KubeApi(config.kubeconfig, config.context)
     controller = Controller(config, api, bodies, children_pods)
     memo.controller = controller

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import ssl
 from collections import Counter
 from collections.abc import Mapping
@@ -43,16 +44,27 @@ class _Auth:
     headers: dict[str, str]
 
 
-def _load_auth(kubeconfig: str | None, context: str | None) -> _Auth:
+def client_configuration(kubeconfig: str | None, context: str | None) -> k8s_client.Configuration:
+    """Credentials from ``kubeconfig`` (default: $KUBECONFIG, ~/.kube/config), else in-cluster.
+
+    The path is passed explicitly: the `kubernetes` package fixes its default kubeconfig path
+    when it is imported, before the command line could have set $KUBECONFIG.
+    """
     cfg = k8s_client.Configuration()
+    default = os.path.expanduser(os.environ.get("KUBECONFIG", "~/.kube/config"))
     try:
         k8s_config.load_kube_config(
-            config_file=kubeconfig, context=context, client_configuration=cfg
+            config_file=kubeconfig or default, context=context, client_configuration=cfg
         )
     except (k8s_config.ConfigException, FileNotFoundError, TypeError):
         if kubeconfig:
             raise
         k8s_config.load_incluster_config(client_configuration=cfg)
+    return cfg
+
+
+def _load_auth(kubeconfig: str | None, context: str | None) -> _Auth:
+    cfg = client_configuration(kubeconfig, context)
     ctx: ssl.SSLContext | bool = (
         ssl.create_default_context(cafile=cfg.ssl_ca_cert) if cfg.verify_ssl else False
     )
