@@ -75,9 +75,9 @@ done
 start=$(date +%s.%N)
 mkdir -p "$PKI" "$LOGS" "$PIDS" "$STATE_DIR/etcd"
 chmod 700 "$STATE_DIR" "$PKI"
-# The pytest fixtures (tests/support/cluster.py) start clusters they may stop again; a cluster
-# started by hand (no marker) is never stopped by them.
-if [ "${KERASJOB_CLUSTER_OWNER:-}" = tests ]; then touch "$STATE_DIR/managed-by-tests"; fi
+# Started by a program (tests, demo): the last of its users stops it again. A cluster started
+# by hand (no marker) is never stopped by them (operator/kerasjob/localcluster.py).
+if [ -n "${KERASJOB_CLUSTER_OWNER:-}" ]; then touch "$STATE_DIR/managed"; fi
 
 # --- certificates (EC P-256: fast to generate) ------------------------------------------
 gen_key() { openssl ecparam -name prime256v1 -genkey -noout -out "$1" 2>/dev/null; }

@@ -17,20 +17,20 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import os
 import re
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import urllib3
 import yaml
 
+from kerasjob.localcluster import LocalCluster, LocalClusterError
 from kerasjob.localnode import netns, paths
 from kerasjob.localnode.kube import ApiError, Kube, pod_path
 from kerasjob.localnode.runner import AgentProcess, leftover_namespaces, log_file
@@ -104,27 +104,6 @@ def apply(kube: Kube, obj: dict, namespace: str | None = None) -> None:
         kube.request("PUT", f"{path}/{obj['metadata']['name']}", body=obj)
 
 
-@contextlib.contextmanager
-def cluster_lock(state_dir: Path) -> Iterator[None]:
-    """The lock test sessions take to start or stop the local control plane."""
-    state_dir.parent.mkdir(parents=True, exist_ok=True)
-    with open(state_dir.parent / ".cluster.lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def live_users(users: Path) -> list[int]:
-    """Pids registered as users of the local control plane that are still alive."""
-    live = []
-    for f in users.glob("*") if users.is_dir() else []:
-        if f.name.isdigit() and Path(f"/proc/{f.name}").exists():
-            live.append(int(f.name))
-    return live
-
-
 class Logs:
     """New lines of a Pod's trainer log: from the local node's files, or through the API."""
 
@@ -185,21 +164,13 @@ class Demo:
         self.demo_dir = self.run_dir / "demo"
         self.kubeconfig = ""
         self.owns_cluster = False
+        self.cluster: LocalCluster | None = None
         self.agent: AgentProcess | None = None
         self.operator: subprocess.Popen[bytes] | None = None
         self.kube: Kube | None = None
         self.total = 0
 
     # ------------------------------------------------------------------ setup
-
-    def script(self, name: str, *args: str, timeout: float = 1800) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [str(self.repo / "hack" / "cluster" / name), *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
 
     def start_cluster(self) -> None:
         if not self.local:
@@ -211,32 +182,24 @@ class Demo:
         problems = netns.missing_prerequisites()
         if problems:
             raise DemoError("the local node cannot run here: " + "; ".join(problems))
-        bin_dir = Path(self.script("env.sh", "--bin-dir").stdout.strip())
-        if not (bin_dir / "kube-apiserver").exists():
-            self.say("building the control plane from the Go modules (first run only) ...")
-            built = subprocess.run([str(self.repo / "hack" / "cluster" / "build.sh")], check=False)
-            if built.returncode != 0:
-                raise DemoError("hack/cluster/build.sh failed")
-        self.kubeconfig = self.script("env.sh", "--kubeconfig").stdout.strip()
-        state = Path(self.kubeconfig).parent
-        with cluster_lock(state):
-            if self.script("up.sh", "--check").returncode == 0:
-                self.say("control plane already running: using it (and leaving it running)")
-            else:
-                self.owns_cluster = True
-                up = self.script("up.sh", timeout=300)
-                if up.returncode != 0:
-                    raise DemoError(f"hack/cluster/up.sh failed:\n{up.stderr[-3000:]}")
-                summary = [ln for ln in up.stderr.splitlines() if "cluster up in" in ln]
-                detail = summary[-1].split("up.sh: ", 1)[-1] if summary else "up"
-                self.say(
-                    f"control plane (etcd, apiserver, controller-manager, scheduler): {detail}"
-                )
-            # Join the test sessions' protocol (tests/support/cluster.py): a live pid under
-            # users/ keeps another session from stopping the cluster under us, and we stop
-            # it only when nobody else uses it.
-            (state / "users").mkdir(parents=True, exist_ok=True)
-            (state / "users" / str(os.getpid())).touch()
+        try:
+            self.cluster = LocalCluster(owner="demo", repo=self.repo)
+            if not (self.cluster.bin_dir / "kube-apiserver").exists():
+                self.say("building the control plane from the Go modules (first run only) ...")
+                built = subprocess.run([str(self.cluster.scripts / "build.sh")], check=False)
+                if built.returncode != 0:
+                    raise DemoError("hack/cluster/build.sh failed")
+            self.kubeconfig = str(self.cluster.kubeconfig)
+            up = self.cluster.acquire()
+        except LocalClusterError as e:
+            raise DemoError(str(e)) from e
+        self.owns_cluster = self.cluster.started
+        if not self.cluster.started:
+            self.say("control plane already running: using it")
+        elif up is not None:
+            summary = [ln for ln in up.stderr.splitlines() if "cluster up in" in ln]
+            detail = summary[-1].split("up.sh: ", 1)[-1] if summary else "up"
+            self.say(f"control plane (etcd, apiserver, controller-manager, scheduler): {detail}")
 
     def start_agent(self) -> None:
         if not self.local:
@@ -529,18 +492,15 @@ class Demo:
                 self.operator.wait(timeout=10)
         if self.agent is not None:
             self.agent.stop()
-        if self.local and self.kubeconfig:
-            state = Path(self.kubeconfig).parent
-            with cluster_lock(state):
-                (state / "users" / str(os.getpid())).unlink(missing_ok=True)
-                others = live_users(state / "users")
-                if self.owns_cluster and others:
+        if self.cluster is not None:
+            try:
+                others = self.cluster.release()
+            except LocalClusterError as e:
+                self.say(str(e))
+            else:
+                if others:
                     self.say(f"control plane left running: also used by pid(s) {others}")
                     self.owns_cluster = False
-                elif self.owns_cluster:
-                    down = self.script("down.sh", timeout=120)
-                    if down.returncode != 0:
-                        self.say(f"hack/cluster/down.sh failed: {down.stderr[-1000:]}")
         left = leftover_namespaces() if self.local else []
         if self.local and (left or netns.link_exists("kjbr0")):
             bridge = "kjbr0" if netns.link_exists("kjbr0") else ""

@@ -26,17 +26,18 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import fcntl
 import os
 import shutil
 import signal
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
+
+from kerasjob.localcluster import LocalCluster, LocalClusterError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CLUSTER_SCRIPTS = REPO_ROOT / "hack" / "cluster"
@@ -203,93 +204,7 @@ def delete_namespace(api_client: Any, name: str) -> None:
 # --- the local control plane's lifecycle across test sessions ----------------------------
 
 
-def _script(name: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "KERASJOB_CLUSTER_OWNER": "tests"}
-    return _run([str(CLUSTER_SCRIPTS / name), *args], check=False, env=env, timeout=timeout)
-
-
-def local_paths() -> tuple[Path, Path]:
-    """(kubeconfig, bin_dir) of the local control plane, as hack/cluster/env.sh reports them."""
-    kubeconfig = _run([str(CLUSTER_SCRIPTS / "env.sh"), "--kubeconfig"]).stdout.strip()
-    bin_dir = _run([str(CLUSTER_SCRIPTS / "env.sh"), "--bin-dir"]).stdout.strip()
-    return Path(kubeconfig), Path(bin_dir)
-
-
-@contextlib.contextmanager
-def _lock(state_dir: Path) -> Iterator[None]:
-    # One lock per checkout: sessions sharing .run/ take turns starting/stopping the cluster.
-    state_dir.parent.mkdir(parents=True, exist_ok=True)
-    with open(state_dir.parent / ".cluster.lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _live_users(users: Path) -> list[int]:
-    live = []
-    for f in users.glob("*") if users.is_dir() else []:
-        pid = int(f.name) if f.name.isdigit() else -1
-        if pid > 0 and _pid_alive(pid):
-            live.append(pid)
-        else:
-            f.unlink(missing_ok=True)
-    return live
-
-
-class _LocalLease:
-    """This process's claim on the local control plane (see :func:`acquire_local`)."""
-
-    def __init__(self) -> None:
-        self.kubeconfig, self.bin_dir = local_paths()
-        self.state_dir = self.kubeconfig.parent
-        self.users = self.state_dir / "users"
-        self.managed = self.state_dir / "managed-by-tests"
-        self.held = False
-        self.started = False
-
-    def acquire(self) -> None:
-        with _lock(self.state_dir):
-            healthy_before = _script("up.sh", "--check").returncode == 0
-            if healthy_before and not self.managed.exists():
-                # Started by hand (make cluster-up): use it, never stop it.
-                return
-            # From here on, release() stops the cluster if nobody else uses it, even when
-            # up.sh is interrupted half-way.
-            self.held = self.started = True
-            proc = _script("up.sh")
-            if proc.returncode != 0:
-                raise RuntimeError(
-                    "hack/cluster/up.sh failed (run `make binaries` first if the binaries are "
-                    "missing; set KERASJOB_SKIP_CLUSTER=1 to skip cluster tests):\n"
-                    + (proc.stderr or proc.stdout)[-6000:]
-                )
-            # up.sh marked the cluster managed-by-tests if it started it.
-            self.users.mkdir(exist_ok=True)
-            (self.users / str(os.getpid())).touch()
-
-    def release(self) -> None:
-        if not self.held:
-            return
-        self.held = False
-        with _lock(self.state_dir):
-            (self.users / str(os.getpid())).unlink(missing_ok=True)
-            if (self.started or self.managed.exists()) and not _live_users(self.users):
-                _script("down.sh", timeout=120)
-
-
-_lease: _LocalLease | None = None
+_lease: LocalCluster | None = None
 
 
 def acquire_local() -> Cluster:
@@ -300,10 +215,15 @@ def acquire_local() -> Cluster:
     """
     global _lease
     if _lease is None:
-        _lease = _LocalLease()
+        _lease = LocalCluster(owner="tests", repo=REPO_ROOT)
         atexit.register(release_local)
         _install_signal_handlers()
-        _lease.acquire()
+        try:
+            _lease.acquire()
+        except LocalClusterError as e:
+            raise RuntimeError(
+                f"{e}\n(set KERASJOB_SKIP_CLUSTER=1 to skip the cluster tests)"
+            ) from e
     return Cluster(kubeconfig=_lease.kubeconfig, bin_dir=_lease.bin_dir, local=True)
 
 
