@@ -91,7 +91,7 @@ fi
 
 mkdir -p "$BIN"
 log "building Kubernetes $KUBE_VERSION, etcd $ETCD_VERSION, helm $HELM_VERSION, kwok $KWOK_VERSION with $("$GOBIN_" env GOVERSION) into $BIN"
-log "(a cold build downloads ~0.5 GB of modules and compiles for ~12-15 min on 2 cores; later builds are cached)"
+log "(a cold build downloads ~0.5 GB of modules and compiles for ~10 min on 2 cores; later builds are cached)"
 
 build_start=$SECONDS
 # build MODULE_DIR LDFLAGS PACKAGE...: one `go build` per wrapper module, several commands at once.
