@@ -3,7 +3,7 @@
 The agent needs a dozen calls (Pods, their status, Nodes, Leases, a watch). Working on the
 JSON the API server speaks keeps status building and volume resolution pure functions of
 dicts, and avoids depending on the generated client's model classes. Credentials come from
-the kubeconfig through the official client's loader.
+the kubeconfig through `kerasjob.kube.client_configuration`, as for the operator.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 import urllib3
-from kubernetes import client, config
+
+from kerasjob.kube import client_configuration
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +36,7 @@ class ApiError(RuntimeError):
 
 class Kube:
     def __init__(self, kubeconfig: str | None = None) -> None:
-        cfg = client.Configuration()
-        config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+        cfg = client_configuration(kubeconfig, None)
         self.base = cfg.host.rstrip("/")
         self.headers = {"Accept": "application/json", "User-Agent": "kerasjob-localnode"}
         token = cfg.get_api_key_with_prefix("BearerToken") or cfg.get_api_key_with_prefix(
