@@ -147,25 +147,17 @@ def test_user_code_is_mounted_and_importable_by_name() -> None:
     assert volumes[mount["name"]]["configMap"]["name"] == cm["metadata"]["name"]
 
 
-@pytest.mark.slow
-def test_user_code_example_trains_with_the_bundled_trainer(tmp_path: Path) -> None:
-    """The ConfigMap's module, on PYTHONPATH as the example mounts it, trained by the real
-    trainer with the example's spec.trainer (one worker, CPU): it must build, train and
-    evaluate. About 10 s plus TensorFlow's import."""
-    pytest.importorskip("tf_keras", reason="the trainer extra (TensorFlow) is not installed")
-    cm, job = user_code()
-    code = tmp_path / "code"
-    code.mkdir()
-    for name, source in cm["data"].items():
-        (code / name).write_text(source)
-    # What the operator passes: spec.trainer plus checkpoint.saveFreq (see contract.py).
-    config = {**job["spec"]["trainer"], "saveFreq": job["spec"]["checkpoint"]["saveFreq"]}
+def run_single_trainer(
+    config: dict[str, Any], checkpoint_dir: Path, extra_env: dict[str, str]
+) -> str:
+    """Run `python -m kerasjob_trainer` as one worker (no TF_CONFIG) the way a Pod would;
+    assert it exits 0 and return its output."""
     env = {
         **os.environ,
-        "PYTHONPATH": str(code),
         "KERASJOB_TRAINER_CONFIG": json.dumps(config),
-        "KERASJOB_CHECKPOINT_DIR": str(tmp_path / "checkpoint"),
+        "KERASJOB_CHECKPOINT_DIR": str(checkpoint_dir),
         "TF_CPP_MIN_LOG_LEVEL": "2",
+        **extra_env,
     }
     env.pop("TF_CONFIG", None)
     env.pop("KERASJOB_METRICS_PORT", None)
@@ -179,6 +171,23 @@ def test_user_code_example_trains_with_the_bundled_trainer(tmp_path: Path) -> No
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
+    return out
+
+
+@pytest.mark.slow
+def test_user_code_example_trains_with_the_bundled_trainer(tmp_path: Path) -> None:
+    """The ConfigMap's module, on PYTHONPATH as the example mounts it, trained by the real
+    trainer with the example's spec.trainer (one worker, CPU): it must build, train and
+    evaluate. About 10 s plus TensorFlow's import."""
+    pytest.importorskip("tf_keras", reason="the trainer extra (TensorFlow) is not installed")
+    cm, job = user_code()
+    code = tmp_path / "code"
+    code.mkdir()
+    for name, source in cm["data"].items():
+        (code / name).write_text(source)
+    # What the operator passes: spec.trainer plus checkpoint.saveFreq (see contract.py).
+    config = {**job["spec"]["trainer"], "saveFreq": job["spec"]["checkpoint"]["saveFreq"]}
+    out = run_single_trainer(config, tmp_path / "checkpoint", {"PYTHONPATH": str(code)})
     total = config["epochs"] * config["stepsPerEpoch"]
     assert f"step {total}/{total}" in out, out[-3000:]
     match = re.search(r"final test_accuracy=([0-9.]+)", out)
@@ -213,25 +222,7 @@ def test_cifar10_example_data_layout_trains(tmp_path: Path) -> None:
         "batchSizePerReplica": 16,
         "saveFreq": 2,
     }
-    env = {
-        **os.environ,
-        "KERASJOB_TRAINER_CONFIG": json.dumps(config),
-        "KERASJOB_CHECKPOINT_DIR": str(tmp_path / "checkpoint"),
-        "TF_CPP_MIN_LOG_LEVEL": "2",
-        "CUDA_VISIBLE_DEVICES": "",
-    }
-    env.pop("TF_CONFIG", None)
-    env.pop("KERASJOB_METRICS_PORT", None)
-    proc = subprocess.run(
-        [sys.executable, "-m", "kerasjob_trainer"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-        check=False,
-    )
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-3000:]
+    out = run_single_trainer(config, tmp_path / "checkpoint", {"CUDA_VISIBLE_DEVICES": ""})
     assert "step 3/3" in out and "final test_accuracy=" in out, out[-3000:]
 
 
