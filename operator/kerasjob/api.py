@@ -724,7 +724,7 @@ class KerasJob(_Model):
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> KerasJob:
         """Parse a KerasJob from a kopf body or any mapping (raises pydantic.ValidationError)."""
-        return cls.model_validate(_plain(body))
+        return cls.model_validate(plain(body))
 
     def to_manifest(self) -> dict[str, Any]:
         """The object as the API server expects it (camelCase, no nulls)."""
@@ -753,10 +753,10 @@ def checkpoint_dir(mount_path: str, namespace: str, name: str, uid: str) -> str:
     return "/".join([mount_path.rstrip("/") or "", namespace, name, uid or "no-uid"])
 
 
-def _plain(value: Any) -> Any:
-    # kopf bodies are read-only Mapping views; pydantic wants plain dicts/lists.
+def plain(value: Any) -> Any:
+    """A deep copy as plain dicts and lists: kopf bodies are read-only Mapping views."""
     if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [plain(v) for v in value]
     return value

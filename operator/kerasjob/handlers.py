@@ -21,6 +21,7 @@ import kopf
 
 from kerasjob import API_GROUP, API_VERSION, PLURAL, metrics
 from kerasjob import labels as lbl
+from kerasjob.api import plain
 from kerasjob.config import OperatorConfig
 from kerasjob.controller import Controller
 from kerasjob.kube import KubeApi, client_configuration
@@ -29,14 +30,6 @@ from kerasjob.podview import pod_view
 log = logging.getLogger("kerasjob.handlers")
 
 _JOB_FIELDS = ("apiVersion", "kind", "metadata", "spec", "status")
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
 
 
 class NoDiffBase(kopf.DiffBaseStorage):
@@ -56,7 +49,7 @@ class NoDiffBase(kopf.DiffBaseStorage):
 
 @kopf.index(API_GROUP, API_VERSION, PLURAL)
 async def kerasjob_bodies(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> Any:
-    return {(namespace, name): {k: _plain(body.get(k)) for k in _JOB_FIELDS if k in body}}
+    return {(namespace, name): {k: plain(body.get(k)) for k in _JOB_FIELDS if k in body}}
 
 
 @kopf.index("pods", labels={lbl.JOB_NAME: kopf.PRESENT})

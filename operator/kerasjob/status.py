@@ -10,14 +10,16 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
+from kerasjob.api import Phase
 from kerasjob.podview import PodView
 
-PENDING = "Pending"
-RUNNING = "Running"
-RESTARTING = "Restarting"
-SUCCEEDED = "Succeeded"
-FAILED = "Failed"
-SUSPENDED = "Suspended"
+# The phase names are the API's (kerasjob.api.Phase); plain strings here, as stored in status.
+PENDING = Phase.PENDING.value
+RUNNING = Phase.RUNNING.value
+RESTARTING = Phase.RESTARTING.value
+SUCCEEDED = Phase.SUCCEEDED.value
+FAILED = Phase.FAILED.value
+SUSPENDED = Phase.SUSPENDED.value
 TERMINAL_PHASES = frozenset({SUCCEEDED, FAILED})
 
 #: Condition types (metav1.Condition), as TFJob and JobSet use them.
