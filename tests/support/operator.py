@@ -30,6 +30,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from kerasjob import metrics
+
 from support.cluster import (
     KWOK_POD_PLACEMENT,
     REPO_ROOT,
@@ -147,13 +149,7 @@ class OperatorProcess:
         """The operator's Prometheus counters, uncached: ``{"name{labels}": value}``."""
         url = f"http://127.0.0.1:{self.metrics_port}/metrics"
         with urllib.request.urlopen(url, timeout=5) as resp:
-            text = resp.read().decode()
-        out: dict[str, float] = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#"):
-                key, _, value = line.rpartition(" ")
-                out[key] = float(value)
-        return out
+            return metrics.parse(resp.read().decode())
 
     def api_requests(self) -> dict[str, float]:
         """API requests so far by "verb resource" (from the metrics endpoint)."""
