@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the pinned etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
-# helm, kwok and kwokctl from the Go module proxy into $KERASJOB_CACHE/bin/<version>-<pin hash>/.
+# helm, kwok, kwokctl, kubelet, kube-proxy, containerd (+ shim, ctr) and CoreDNS from the Go module proxy into $KERASJOB_CACHE/bin/<version>-<pin hash>/.
 #
 # The pins live in the committed wrapper modules under hack/cluster/gomod/*/go.mod (+ go.sum).
 # Idempotent: exits at once when every binary of the pinned set is already there.
@@ -117,7 +117,8 @@ for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 done
 build kube "$kube_ld" \
   k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-  k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
+  k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl \
+  k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy
 build etcd "" go.etcd.io/etcd/server/v3
 build helm "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean \
   -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$kube_minor \
@@ -125,6 +126,11 @@ build helm "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X helm.sh
   helm.sh/helm/v3/cmd/helm
 build kwok "-X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}" \
   sigs.k8s.io/kwok/cmd/kwok sigs.k8s.io/kwok/cmd/kwokctl
+# The real node's runtime and cluster DNS (hack/cluster/node.sh).
+build containerd "-X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION" \
+  github.com/containerd/containerd/v2/cmd/containerd github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 \
+  github.com/containerd/containerd/v2/cmd/ctr
+build coredns "" github.com/coredns/coredns
 
 # Sanity: the binaries run and report the pinned versions.
 "$BIN/kube-apiserver" --version | grep -qF "$KUBE_VERSION" \

@@ -11,6 +11,12 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 GRACE="${CLUSTER_STOP_GRACE:-10}"
 cluster_lock
 
+# The real node first: its kubelet must not outlive the API server's state, and its
+# containers, mounts, cgroups, iptables rules and bridge go with it.
+if [ -d "$NODE_DIR" ] || ip link show "$NODE_BRIDGE" >/dev/null 2>&1; then
+  "$CLUSTER_DIR/node.sh" down
+fi
+
 # is_ours PID: the process is one of our components (argv[0] is named like one) and its
 # command line names this cluster's state directory. Bash builtins only: no helper process
 # can match, and scanning /proc stays fast.
@@ -21,6 +27,12 @@ is_ours() {
   for c in "${COMPONENTS[@]}"; do
     if [ "${args[0]##*/}" = "$c" ]; then
       [[ "${args[*]}" == *"$STATE_DIR/"* ]]
+      return
+    fi
+  done
+  for c in "${NODE_COMPONENTS[@]}"; do
+    if [ "${args[0]##*/}" = "$c" ]; then
+      [[ "${args[*]}" == *"$NODE_DIR/"* ]]
       return
     fi
   done

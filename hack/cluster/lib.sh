@@ -26,15 +26,45 @@ KCM_PORT="${KCM_PORT:-20257}"
 SCHEDULER_PORT="${SCHEDULER_PORT:-20259}"
 KWOK_PORT="${KWOK_PORT:-20247}"
 KWOK_NODES="${KWOK_NODES:-4}"
-# The API server listens on APISERVER_BIND_ADDRESS (0.0.0.0 to reach it from network
-# namespaces) and advertises APISERVER_ADVERTISE_ADDRESS as the `kubernetes` Service endpoint.
-APISERVER_BIND_ADDRESS="${APISERVER_BIND_ADDRESS:-127.0.0.1}"
-APISERVER_ADVERTISE_ADDRESS="${APISERVER_ADVERTISE_ADDRESS:-127.0.0.1}"
+# The real node (hack/cluster/node.sh): on unless KERASJOB_NODE=0 (then: KWOK nodes only).
+KERASJOB_NODE="${KERASJOB_NODE:-1}"
+NODE_NAME="${NODE_NAME:-kerasjob-node}"
+NODE_BRIDGE="${NODE_BRIDGE:-kjbr0}"
+NODE_POD_CIDR="${NODE_POD_CIDR:-10.213.0.0/24}"
+NODE_IP="${NODE_IP:-10.213.0.1}"          # on the bridge: the Node's InternalIP
+NODE_CGROUP="${NODE_CGROUP:-kerasjob-$NODE_BRIDGE}"
+NODE_DIR="$KERASJOB_RUN/node"
+SERVICE_CIDR="10.96.0.0/16"
+DNS_IP="10.96.0.10"
+KUBELET_PORT="${KUBELET_PORT:-20250}"
+KUBELET_HEALTHZ_PORT="${KUBELET_HEALTHZ_PORT:-20248}"
+KUBE_PROXY_HEALTHZ_PORT="${KUBE_PROXY_HEALTHZ_PORT:-20256}"
+KUBE_PROXY_METRICS_PORT="${KUBE_PROXY_METRICS_PORT:-20249}"
+COREDNS_PORT="${COREDNS_PORT:-1053}"
+COREDNS_HEALTH_PORT="${COREDNS_HEALTH_PORT:-20280}"
+COREDNS_READY_PORT="${COREDNS_READY_PORT:-20281}"
+CNI_BIN_DIR="${CNI_BIN_DIR:-/usr/lib/cni}"
+PAUSE_IMAGE="kerasjob.local/pause:dev"
+
+# The API server listens on APISERVER_BIND_ADDRESS and advertises APISERVER_ADVERTISE_ADDRESS
+# as the `kubernetes` Service endpoint. With the real node both are the node's bridge address,
+# so Pods reach the API server through the `kubernetes` Service (in-cluster config), and
+# nothing listens outside this machine; without it, loopback.
+if [ "$KERASJOB_NODE" = 1 ]; then _api_default="$NODE_IP"; else _api_default=127.0.0.1; fi
+APISERVER_BIND_ADDRESS="${APISERVER_BIND_ADDRESS:-$_api_default}"
+APISERVER_ADVERTISE_ADDRESS="${APISERVER_ADVERTISE_ADDRESS:-$_api_default}"
+case "$APISERVER_BIND_ADDRESS" in
+  0.0.0.0) API_SERVER_URL="https://127.0.0.1:$APISERVER_PORT" ;;
+  *) API_SERVER_URL="https://$APISERVER_BIND_ADDRESS:$APISERVER_PORT" ;;
+esac
 
 # The components up.sh starts, in start order (down.sh stops them in reverse).
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
+# The real node's processes (node.sh starts and stops them; down.sh also finds strays).
+NODE_COMPONENTS=(containerd kubelet kube-proxy coredns)
 # Binaries build.sh produces.
-BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl helm kwok kwokctl)
+BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl helm kwok kwokctl
+          kubelet kube-proxy containerd containerd-shim-runc-v2 ctr coredns)
 
 die() { echo "$(basename "$0"): $*" >&2; exit 1; }
 log() { echo "$(basename "$0"): $*" >&2; }
@@ -49,6 +79,8 @@ KUBE_VERSION="$(pinned_version kube k8s.io/kubernetes)"
 ETCD_VERSION="$(pinned_version etcd go.etcd.io/etcd/server/v3)"
 HELM_VERSION="$(pinned_version helm helm.sh/helm/v3)"
 KWOK_VERSION="$(pinned_version kwok sigs.k8s.io/kwok)"
+CONTAINERD_VERSION="$(pinned_version containerd github.com/containerd/containerd/v2)"
+COREDNS_VERSION="$(pinned_version coredns github.com/coredns/coredns)"
 
 # The binary directory is keyed by the Kubernetes version and a hash of every pin
 # (go.mod + go.sum of the wrapper modules) and of the build recipe revision, so changing

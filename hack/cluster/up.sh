@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Start the local control plane as plain processes on 127.0.0.1:
+# Start the local cluster as plain processes:
 #   etcd, kube-apiserver, kube-controller-manager, kube-scheduler, and the KWOK controller,
-# then register $KWOK_NODES fake KWOK nodes. State (certificates, etcd data, logs, pid files,
+# then register $KWOK_NODES fake KWOK nodes, then the real node (hack/cluster/node.sh:
+# containerd, kubelet, kube-proxy, CoreDNS; KERASJOB_NODE=0 leaves it out). State (certificates, etcd data, logs, pid files,
 # kubeconfig) lives in $KERASJOB_RUN/cluster/; hack/cluster/down.sh removes it.
 #
 #   hack/cluster/up.sh           start it (or confirm it is up)
@@ -20,7 +21,7 @@ PKI="$STATE_DIR/pki"
 LOGS="$STATE_DIR/logs"
 PIDS="$STATE_DIR/pids"
 KUBECONFIG_FILE="$STATE_DIR/kubeconfig"
-SERVER="https://127.0.0.1:$APISERVER_PORT"
+SERVER="$API_SERVER_URL"
 
 api() {  # api PATH: GET an API path with the admin client certificate; prints the body
   curl -fsS --max-time 5 --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" "$SERVER$1"
@@ -34,7 +35,10 @@ healthy() {
   [ "$(api /readyz 2>/dev/null)" = ok ] || return 1
   local want="$KWOK_NODES" ready
   ready="$(kctl get nodes -l type=kwok -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' 2>/dev/null | grep -c True || true)"
-  [ "$ready" -ge "$want" ]
+  [ "$ready" -ge "$want" ] || return 1
+  [ "$KERASJOB_NODE" = 1 ] || return 0
+  for c in "${NODE_COMPONENTS[@]}"; do alive "$c" || return 1; done
+  [ "$(kctl get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
 }
 
 if [ "${1:-}" = --check ]; then  # exit 0 when up and healthy, 1 otherwise; no output
@@ -47,6 +51,7 @@ for b in "${BINARIES[@]}"; do
 done
 command -v openssl >/dev/null || die "openssl not found: apt-get install openssl"
 command -v curl >/dev/null || die "curl not found: apt-get install curl"
+[ "$KERASJOB_NODE" != 1 ] || "$CLUSTER_DIR/node.sh" check
 
 cluster_lock
 if [ -d "$STATE_DIR" ]; then
@@ -73,6 +78,8 @@ for port in "${!PORT_ENV[@]}"; do
 done
 
 start=$(date +%s.%N)
+# The API server binds to the node's bridge address: the bridge comes first.
+[ "$KERASJOB_NODE" != 1 ] || "$CLUSTER_DIR/node.sh" network
 mkdir -p "$PKI" "$LOGS" "$PIDS" "$STATE_DIR/etcd"
 chmod 700 "$STATE_DIR" "$PKI"
 # Started by a program (tests, demo): the last of its users stops it again. A cluster started
@@ -98,7 +105,11 @@ gen_key() { openssl ecparam -name prime256v1 -genkey -noout -out "$1" 2>/dev/nul
   sign apiserver "/CN=kube-apiserver" "$(printf '%s\n' \
     "basicConstraints=critical,CA:FALSE" "keyUsage=critical,digitalSignature,keyEncipherment" \
     "extendedKeyUsage=serverAuth" \
-    "subjectAltName=IP:127.0.0.1,IP:$APISERVER_ADVERTISE_ADDRESS,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local")"
+    "subjectAltName=IP:127.0.0.1,IP:$APISERVER_ADVERTISE_ADDRESS,IP:${APISERVER_BIND_ADDRESS/0.0.0.0/127.0.0.1},IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local")"
+  # The API server's client certificate towards kubelets (logs, exec, port-forward).
+  sign apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" "$(printf '%s\n' \
+    "basicConstraints=critical,CA:FALSE" "keyUsage=critical,digitalSignature,keyEncipherment" \
+    "extendedKeyUsage=clientAuth")"
   sign admin "/O=system:masters/CN=kubernetes-admin" "$(printf '%s\n' \
     "basicConstraints=critical,CA:FALSE" "keyUsage=critical,digitalSignature,keyEncipherment" \
     "extendedKeyUsage=clientAuth")"
@@ -163,6 +174,8 @@ launch kube-apiserver "$BIN/kube-apiserver" \
   --service-cluster-ip-range=10.96.0.0/16 \
   --allow-privileged=true \
   --endpoint-reconciler-type="$endpoint_reconciler" \
+  --kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt" --kubelet-client-key="$PKI/apiserver-kubelet-client.key" \
+  --kubelet-preferred-address-types=InternalIP,Hostname \
   --profiling=false \
   --v=1 ${APISERVER_EXTRA_ARGS:-}
 
@@ -256,9 +269,12 @@ nodes_ready=$(date +%s.%N)
 until api /api/v1/namespaces/default/serviceaccounts/default > /dev/null 2>&1; do
   check_alive_and_time "the default ServiceAccount in namespace default"; sleep 0.2
 done
+if [ "$KERASJOB_NODE" = 1 ]; then
+  "$CLUSTER_DIR/node.sh" start || fail "the real node did not start"
+fi
 end=$(date +%s.%N)
 
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
-log "cluster up in $(secs "$start" "$end") s (API server ready after $(secs "$start" "$api_ready") s, nodes Ready after $(secs "$start" "$nodes_ready") s); Kubernetes $KUBE_VERSION, $KWOK_NODES KWOK nodes"
+log "cluster up in $(secs "$start" "$end") s (API server ready after $(secs "$start" "$api_ready") s, nodes Ready after $(secs "$start" "$nodes_ready") s); Kubernetes $KUBE_VERSION, $KWOK_NODES KWOK nodes$([ "$KERASJOB_NODE" = 1 ] && echo ", real node $NODE_NAME")"
 log "  kubeconfig: $KUBECONFIG_FILE   (eval \"\$(make -s cluster-env)\" for kubectl/helm)"
 log "  logs:       $LOGS"
