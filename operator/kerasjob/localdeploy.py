@@ -1,0 +1,195 @@
+"""Run kerasjob on the local cluster the way users run it: `make demo` and the e2e tests.
+
+One place for the steps both take:
+
+* :func:`build_images` -- the operator and trainer images (``hack/images/build.sh``, cached),
+  exported as archives for the node's containerd;
+* :func:`load_images` -- imported into the real node (``hack/cluster/node.sh load``);
+* :func:`install_operator` / :func:`uninstall_operator` -- ``helm upgrade --install`` of
+  ``charts/kerasjob-operator`` with the built operator image: the operator runs in-cluster,
+  as the chart's hardened Pod, with the chart's ServiceAccount and RBAC;
+* :func:`shared_claim` -- a ReadWriteMany checkpoint claim bound to a hostPath volume of the
+  node (the node is this machine, so its files are readable here).
+
+Nothing here imitates a part of Kubernetes: every step is what a user types, run for them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kerasjob.synckube import ApiError, Kube
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CHART = REPO_ROOT / "charts" / "kerasjob-operator"
+IMAGE_TAG = "dev"
+OPERATOR_IMAGE = f"kerasjob/operator:{IMAGE_TAG}"
+TRAINER_IMAGE = f"kerasjob/trainer:{IMAGE_TAG}-cpu"
+#: Archives `hack/images/build.sh --export` writes (name -> file stem).
+ARCHIVES = {OPERATOR_IMAGE: "operator", TRAINER_IMAGE: "trainer-cpu"}
+
+
+class DeployError(RuntimeError):
+    """A step failed; the message says which and where its output is."""
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("KERASJOB_CACHE", Path.home() / ".cache" / "kerasjob"))
+
+
+def export_dir() -> Path:
+    return cache_dir() / "images" / "export"
+
+
+def _run(argv: list[str], what: str, timeout: float, env: dict[str, str] | None = None) -> str:
+    try:
+        proc = subprocess.run(
+            argv, capture_output=True, text=True, timeout=timeout, env=env, check=False
+        )
+    except subprocess.TimeoutExpired as e:
+        raise DeployError(f"{what}: timed out after {timeout:g} s") from e
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
+        raise DeployError(f"{what} failed (exit {proc.returncode}):\n{tail}")
+    return proc.stdout
+
+
+@dataclass(frozen=True)
+class Images:
+    """Built image archives and how long building (or confirming) them took."""
+
+    archives: dict[str, Path]
+    seconds: float
+    summary: str
+
+
+def build_images(timeout: float = 3600) -> Images:
+    """Build (or confirm, in seconds when nothing changed) the images and export them."""
+    t0 = time.monotonic()
+    out = _run(
+        [str(REPO_ROOT / "hack/images/build.sh"), "--export", str(export_dir()), "--quiet"],
+        "building the images (hack/images/build.sh)",
+        timeout,
+    )
+    archives = {image: export_dir() / f"{stem}.tar" for image, stem in ARCHIVES.items()}
+    missing = [str(p) for p in archives.values() if not p.exists()]
+    if missing:
+        raise DeployError(f"hack/images/build.sh wrote no {', '.join(missing)}")
+    return Images(archives, time.monotonic() - t0, out.strip())
+
+
+def load_images(images: Images, timeout: float = 900) -> float:
+    """Import the archives into the real node's containerd (skipped for ones already there)."""
+    t0 = time.monotonic()
+    _run(
+        [str(REPO_ROOT / "hack/cluster/node.sh"), "load", *map(str, images.archives.values())],
+        "loading the images into the node (hack/cluster/node.sh load)",
+        timeout,
+    )
+    return time.monotonic() - t0
+
+
+def install_operator(
+    helm: str,
+    kubeconfig: str,
+    *,
+    release: str,
+    namespace: str,
+    watch_namespaces: list[str],
+    timeout_s: int = 240,
+    extra: dict[str, Any] | None = None,
+) -> None:
+    """``helm upgrade --install`` the chart with the built images; waits for the Pod Ready."""
+    values: dict[str, Any] = {
+        "image": {"tag": IMAGE_TAG, "pullPolicy": "Never"},
+        "trainerImage": {"tag": IMAGE_TAG, "variant": "cpu"},
+        "watchNamespaces": watch_namespaces,
+        **(extra or {}),
+    }
+    argv = [helm, "--kubeconfig", kubeconfig, "upgrade", "--install", release, str(CHART)]
+    argv += ["--namespace", namespace, "--create-namespace", "--wait"]
+    argv += ["--timeout", f"{timeout_s}s"]
+    for key, value in values.items():
+        argv += ["--set-json", f"{key}={json.dumps(value)}"]
+    _run(argv, f"helm install of {release} into {namespace}", timeout_s + 60)
+
+
+def uninstall_operator(helm: str, kubeconfig: str, *, release: str, namespace: str) -> None:
+    argv = [helm, "--kubeconfig", kubeconfig, "uninstall", release, "--namespace", namespace]
+    _run([*argv, "--wait", "--ignore-not-found"], f"helm uninstall of {release}", 180)
+
+
+def shared_claim(kube: Kube, namespace: str, claim: str, directory: Path) -> str:
+    """A ReadWriteMany claim ``claim`` in ``namespace``, bound to a hostPath volume at
+    ``directory`` (created world-writable: the trainer runs as a non-root user and hostPath
+    volumes get no fsGroup ownership change). Returns the PersistentVolume's name, which the
+    caller deletes when done (PersistentVolumes are cluster-scoped)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    directory.chmod(0o1777)
+    pv = f"{namespace}-{claim}"
+    kube.request(
+        "POST",
+        "/api/v1/persistentvolumes",
+        body={
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": pv, "labels": {"app.kubernetes.io/part-of": "kerasjob-dev"}},
+            "spec": {
+                "capacity": {"storage": "5Gi"},
+                "accessModes": ["ReadWriteMany"],
+                "persistentVolumeReclaimPolicy": "Retain",
+                "storageClassName": "",
+                "claimRef": {"namespace": namespace, "name": claim},
+                "hostPath": {"path": str(directory), "type": "Directory"},
+            },
+        },
+    )
+    kube.request(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/persistentvolumeclaims",
+        body={
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": claim},
+            "spec": {
+                "accessModes": ["ReadWriteMany"],
+                "storageClassName": "",
+                "volumeName": pv,
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        },
+    )
+    return pv
+
+
+def delete_volume(kube: Kube, pv: str) -> None:
+    try:
+        kube.request("DELETE", f"/api/v1/persistentvolumes/{pv}")
+    except ApiError as e:
+        if e.status != 404:
+            raise
+
+
+def container_id(pod: dict[str, Any], container: str = "trainer") -> str | None:
+    """The runtime's id of a Pod's running container (``containerd://<id>`` -> ``<id>``)."""
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        if status.get("name") == container and "running" in (status.get("state") or {}):
+            cid = status.get("containerID") or ""
+            return cid.split("://", 1)[-1] or None
+    return None
+
+
+def kill_container(cid: str, signal: str = "SIGKILL") -> None:
+    """Send a signal to a container's main process through the node's containerd (what an
+    OOM kill or a crashed process looks like to the kubelet)."""
+    _run(
+        [str(REPO_ROOT / "hack/cluster/node.sh"), "kill", cid, signal],
+        f"{signal} to container {cid[:12]}",
+        30,
+    )
