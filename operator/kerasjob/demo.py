@@ -1,16 +1,19 @@
 """`make demo`: MNIST on two workers under the real operator, one eviction, a resume.
 
-    python -m kerasjob.demo                     # local control plane + local node (no Docker)
+    python -m kerasjob.demo                     # local cluster with its real node
     python -m kerasjob.demo --cluster current   # the cluster of $KUBECONFIG, as it is
     python -m kerasjob.demo --cluster current --operator installed   # e.g. after helm install
 
-Stages (a line each): control plane up -> local node agent -> operator -> CRD, checkpoint
-volume, examples/mnist.yaml -> training progress from the chief's log -> evict a worker
-through the Eviction API -> training resumes from the last backup (recovery time measured
-from the eviction to the first "resumed at step" log line) -> job Succeeded, final test
-accuracy, restart counters. Whatever happens (failure, Ctrl-C, SIGTERM), everything the demo
-started is stopped again: operator, agent (its Pods, network namespaces, bridge, Node) and
-the control plane, if the demo started it.
+What a user does, run for them (a line each): local cluster up (control plane + the real
+node: containerd, kubelet, kube-proxy, CoreDNS) -> the operator and trainer images built from
+this checkout (cached) and imported into the node -> `helm install` of the chart with the
+operator image (in-cluster, the chart's ServiceAccount and RBAC) -> checkpoint claim and
+examples/mnist.yaml with the trainer image -> training progress from the chief's log ->
+evict a worker through the Eviction API -> training resumes from the last backup (recovery
+time measured from the eviction to the first "resumed at step" log line) -> job Succeeded,
+final test accuracy, restart counters. Whatever happens (failure, Ctrl-C, SIGTERM),
+everything the demo started is removed again: the Helm release, the demo's namespace and
+volume, and the local cluster if the demo started it.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import argparse
 import contextlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -30,17 +34,17 @@ from typing import Any
 import urllib3
 import yaml
 
+from kerasjob import localdeploy
 from kerasjob.localcluster import LocalCluster, LocalClusterError
-from kerasjob.localnode import netns, paths
-from kerasjob.localnode.kube import ApiError, Kube, pod_path
-from kerasjob.localnode.runner import AgentProcess, leftover_namespaces, log_file
+from kerasjob.synckube import ApiError, Kube, pod_path
 
 NAMESPACE = "kerasjob-demo"
 JOB = "mnist"
 WORKERS = (f"{JOB}-worker-0", f"{JOB}-worker-1")
 CHIEF, VICTIM = WORKERS
 CLAIM = "kerasjob-ckpt"
-PV_NAME = "kerasjob-demo-ckpt"
+RELEASE = "kerasjob-demo"
+OPERATOR_NAMESPACE = "kerasjob-demo-system"
 #: Evict once the chief has passed this step (two backups made with saveFreq 50).
 EVICT_AT_STEP = 100
 JOBS = "/apis/kerasjob.dev/v1alpha1/namespaces/{ns}/kerasjobs"
@@ -105,30 +109,13 @@ def apply(kube: Kube, obj: dict, namespace: str | None = None) -> None:
 
 
 class Logs:
-    """New lines of a Pod's trainer log: from the local node's files, or through the API."""
+    """New lines of a Pod's trainer log, read through the API server (`kubectl logs`)."""
 
-    def __init__(self, kube: Kube, local_state: Path | None) -> None:
-        self.kube, self.local_state = kube, local_state
-        self.offsets: dict[str, int] = {}
-        if local_state is not None:
-            # Log files outlive Pods (they are per namespace/name): start at their end.
-            for pod in WORKERS:
-                path = log_file(local_state, NAMESPACE, pod)
-                self.offsets[pod] = path.stat().st_size if path.exists() else 0
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
         self.seen: dict[tuple[str, str, int], int] = {}
 
     def new_lines(self, pod: str) -> list[str]:
-        if self.local_state is not None:
-            path = log_file(self.local_state, NAMESPACE, pod)
-            if not path.exists():
-                return []
-            with path.open("rb") as f:
-                f.seek(self.offsets.get(pod, 0))
-                data = f.read()
-            # Only whole lines; a partial last line is read again next time.
-            cut = data.rfind(b"\n") + 1
-            self.offsets[pod] = self.offsets.get(pod, 0) + cut
-            return data[:cut].decode(errors="replace").splitlines()
         obj = self.kube.get(pod_path(NAMESPACE, pod))
         if not obj:
             return []
@@ -159,14 +146,15 @@ class Demo:
         self.local = args.cluster == "local"
         self.clock = Clock()
         self.say = self.clock.say
-        self.repo = paths.repo_root() or Path.cwd()
-        self.run_dir = paths.run_dir()
+        self.repo = localdeploy.REPO_ROOT
+        self.run_dir = Path(os.environ.get("KERASJOB_RUN") or self.repo / ".run")
         self.demo_dir = self.run_dir / "demo"
         self.kubeconfig = ""
         self.owns_cluster = False
         self.cluster: LocalCluster | None = None
-        self.agent: AgentProcess | None = None
-        self.operator: subprocess.Popen[bytes] | None = None
+        self.helm = "helm"
+        self.installed = False
+        self.pv: str | None = None
         self.kube: Kube | None = None
         self.total = 0
 
@@ -179,9 +167,6 @@ class Demo:
             )
             self.say(f"using the current cluster of {self.kubeconfig}")
             return
-        problems = netns.missing_prerequisites()
-        if problems:
-            raise DemoError("the local node cannot run here: " + "; ".join(problems))
         try:
             self.cluster = LocalCluster(owner="demo", repo=self.repo)
             if not (self.cluster.bin_dir / "kube-apiserver").exists():
@@ -190,6 +175,7 @@ class Demo:
                 if built.returncode != 0:
                     raise DemoError("hack/cluster/build.sh failed")
             self.kubeconfig = str(self.cluster.kubeconfig)
+            self.helm = str(self.cluster.bin_dir / "helm")
             up = self.cluster.acquire()
         except LocalClusterError as e:
             raise DemoError(str(e)) from e
@@ -199,121 +185,57 @@ class Demo:
         elif up is not None:
             summary = [ln for ln in up.stderr.splitlines() if "cluster up in" in ln]
             detail = summary[-1].split("up.sh: ", 1)[-1] if summary else "up"
-            self.say(f"control plane (etcd, apiserver, controller-manager, scheduler): {detail}")
+            self.say(f"local cluster (control plane + real node): {detail}")
 
-    def start_agent(self) -> None:
+    def images(self) -> None:
         if not self.local:
             return
-        self.agent = AgentProcess(
-            self.kubeconfig, self.demo_dir / "agent.log", state_dir=paths.state_dir()
-        )
-        self.agent.start()
-        self.say(
-            f"local node agent: Node {self.agent.node} Ready (pods run as processes in "
-            "network namespaces on bridge kjbr0, 10.213.0.0/24)"
-        )
+        self.say("building the operator and trainer images (cached after the first run) ...")
+        try:
+            built = localdeploy.build_images()
+            self.say(f"images ready in {built.seconds:.1f}s: {', '.join(built.archives)}")
+            load_s = localdeploy.load_images(built)
+        except localdeploy.DeployError as e:
+            raise DemoError(str(e)) from e
+        self.say(f"images imported into the node's containerd in {load_s:.1f}s")
 
-    def start_operator(self) -> None:
+    def install_operator(self, kube: Kube) -> None:
         if self.args.operator == "installed":
             self.say("using the operator installed in the cluster")
             return
-        log = (self.demo_dir / "operator.log").open("ab")
-        argv = [sys.executable, "-m", "kerasjob", "--kubeconfig", self.kubeconfig, "run"]
-        argv += ["--standalone", "--liveness", "", "--namespace", NAMESPACE]
-        argv += ["--progress-interval", "2"]
-        # KUBECONFIG too: the kubernetes client reads it when imported, before any flag.
-        env = {**os.environ, "KUBECONFIG": self.kubeconfig}
-        self.operator = subprocess.Popen(
-            argv,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
+        self.say(f"helm install {RELEASE} charts/kerasjob-operator -n {OPERATOR_NAMESPACE} ...")
+        t0 = time.monotonic()
+        try:
+            localdeploy.install_operator(
+                self.helm,
+                self.kubeconfig,
+                release=RELEASE,
+                namespace=OPERATOR_NAMESPACE,
+                watch_namespaces=[NAMESPACE],
+            )
+        except localdeploy.DeployError as e:
+            raise DemoError(str(e)) from e
+        self.installed = True
+        pods = kube.get(f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/pods") or {}
+        where = ", ".join(
+            f"{p['metadata']['name']} on {p['spec'].get('nodeName')}"
+            for p in pods.get("items", [])
         )
-        log.close()
-        time.sleep(1.0)
-        if self.operator.poll() is not None:
-            raise DemoError(f"the operator exited at once; see {self.demo_dir / 'operator.log'}")
-        self.say(f"operator: python -m kerasjob run (pid {self.operator.pid}), out of cluster")
-        GUARDS.append(self.check_processes)
-
-    def check_processes(self) -> None:
-        log = self.demo_dir / "operator.log"
-        if self.operator is not None and self.operator.poll() is not None:
-            raise DemoError(f"the operator exited ({self.operator.returncode}); see {log}")
-        if self.agent is not None and not self.agent.alive():
-            raise DemoError(f"the local node agent exited; see {self.demo_dir / 'agent.log'}")
-
-    def install_crd(self, kube: Kube) -> None:
-        """Before the operator starts: kopf serves only resources whose CRD it found."""
-        if self.args.operator != "installed":
-            for crd_file in sorted((self.repo / "crds").glob("*.yaml")):
-                for doc in yaml.safe_load_all(crd_file.read_text()):
-                    if doc:
-                        apply(kube, doc)
-            crd = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/kerasjobs.kerasjob.dev"
-
-            def established() -> bool:
-                conds = (kube.get(crd) or {}).get("status", {}).get("conditions") or []
-                return any(c["type"] == "Established" and c["status"] == "True" for c in conds)
-
-            wait(established, 30, "the KerasJob CRD")
+        self.say(f"operator running in-cluster ({where}), Ready in {time.monotonic() - t0:.1f}s")
 
     def install(self, kube: Kube) -> None:
-        self.delete_namespace(kube)
-        apply(kube, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
         if self.local:
+            # A ReadWriteMany claim on a hostPath volume of the node (this machine).
             ckpt = self.demo_dir / "checkpoints"
-            ckpt.mkdir(parents=True, exist_ok=True)
-            # A hostPath PV pre-bound to the example's claim: the local node's "RWX storage".
-            with contextlib.suppress(ApiError):
-                kube.request("DELETE", f"/api/v1/persistentvolumes/{PV_NAME}")
-            wait(lambda: kube.get(f"/api/v1/persistentvolumes/{PV_NAME}") is None, 30, "old PV")
-            apply(
-                kube,
-                {
-                    "apiVersion": "v1",
-                    "kind": "PersistentVolume",
-                    "metadata": {"name": PV_NAME},
-                    "spec": {
-                        "capacity": {"storage": "5Gi"},
-                        "accessModes": ["ReadWriteMany"],
-                        "persistentVolumeReclaimPolicy": "Retain",
-                        "storageClassName": "",
-                        "hostPath": {"path": str(ckpt), "type": "DirectoryOrCreate"},
-                        "claimRef": {"namespace": NAMESPACE, "name": CLAIM},
-                    },
-                },
-            )
-            apply(
-                kube,
-                {
-                    "apiVersion": "v1",
-                    "kind": "PersistentVolumeClaim",
-                    "metadata": {"name": CLAIM},
-                    "spec": {
-                        "accessModes": ["ReadWriteMany"],
-                        "storageClassName": "",
-                        "volumeName": PV_NAME,
-                        "resources": {"requests": {"storage": "5Gi"}},
-                    },
-                },
-                NAMESPACE,
-            )
+            if ckpt.exists():
+                shutil.rmtree(ckpt)
+            self.pv = localdeploy.shared_claim(kube, NAMESPACE, CLAIM, ckpt)
         else:
             for doc in yaml.safe_load_all(
                 (self.repo / "examples" / "checkpoint-pvc.yaml").read_text()
             ):
                 if doc:
                     apply(kube, doc, NAMESPACE)
-        claim = f"/api/v1/namespaces/{NAMESPACE}/persistentvolumeclaims/{CLAIM}"
-        if self.local:
-            wait(
-                lambda: (kube.get(claim) or {}).get("status", {}).get("phase") == "Bound",
-                30,
-                "the checkpoint claim to bind",
-            )
         job = yaml.safe_load((self.repo / "examples" / "mnist.yaml").read_text())
         apply(kube, job, NAMESPACE)
         spec = job["spec"]
@@ -344,10 +266,11 @@ class Demo:
         self.demo_dir.mkdir(parents=True, exist_ok=True)
         self.start_cluster()
         self.kube = kube = Kube(self.kubeconfig)
-        self.start_agent()
-        self.install_crd(kube)
-        self.start_operator()
-        logs = Logs(kube, paths.state_dir() if self.local else None)
+        self.images()
+        self.delete_namespace(kube)
+        apply(kube, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+        self.install_operator(kube)
+        logs = Logs(kube)
         self.install(kube)
         t_applied = time.monotonic()
 
@@ -477,21 +400,24 @@ class Demo:
 
     def cleanup(self) -> None:
         self.say("cleaning up ...")
+        removed = []
+        if self.installed:
+            try:
+                localdeploy.uninstall_operator(
+                    self.helm, self.kubeconfig, release=RELEASE, namespace=OPERATOR_NAMESPACE
+                )
+                removed.append(f"helm release {RELEASE}")
+            except localdeploy.DeployError as e:
+                self.say(str(e))
         if self.kube is not None and not self.owns_cluster:
             # A cluster we did not start stays, without the demo's objects.
-            with contextlib.suppress(Exception):
-                self.delete_namespace(self.kube, timeout=60)
-            with contextlib.suppress(Exception):
-                self.kube.request("DELETE", f"/api/v1/persistentvolumes/{PV_NAME}")
-        if self.operator is not None and self.operator.poll() is None:
-            self.operator.send_signal(signal.SIGTERM)
-            try:
-                self.operator.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.operator.kill()
-                self.operator.wait(timeout=10)
-        if self.agent is not None:
-            self.agent.stop()
+            for ns in (NAMESPACE, OPERATOR_NAMESPACE):
+                with contextlib.suppress(Exception):
+                    self.kube.request("DELETE", f"/api/v1/namespaces/{ns}")
+            if self.pv:
+                with contextlib.suppress(Exception):
+                    localdeploy.delete_volume(self.kube, self.pv)
+            removed.append(f"namespaces {NAMESPACE}, {OPERATOR_NAMESPACE}")
         if self.cluster is not None:
             try:
                 others = self.cluster.release()
@@ -499,23 +425,11 @@ class Demo:
                 self.say(str(e))
             else:
                 if others:
-                    self.say(f"control plane left running: also used by pid(s) {others}")
+                    self.say(f"local cluster left running: also used by pid(s) {others}")
                     self.owns_cluster = False
-        left = leftover_namespaces() if self.local else []
-        if self.local and (left or netns.link_exists("kjbr0")):
-            bridge = "kjbr0" if netns.link_exists("kjbr0") else ""
-            self.say(f"WARNING: left behind: {' '.join(left)} {bridge}")
-        else:
-            stopped = ["operator"] if self.operator is not None else []
-            stopped += ["local node agent (no kj-* netns left)"] if self.agent else []
-            stopped += ["control plane"] if self.owns_cluster else []
-            self.say("stopped " + ", ".join(stopped) if stopped else "nothing to stop")
-        if self.local:
-            self.say(
-                f"logs: {self.demo_dir} (agent, operator), {paths.state_dir() / 'logs'} (pods)"
-            )
-        elif self.operator is not None:
-            self.say(f"operator log: {self.demo_dir / 'operator.log'}")
+        if self.owns_cluster:
+            removed.append("the local cluster (its node's containers, mounts, bridge, cgroups)")
+        self.say("removed " + ", ".join(removed) if removed else "nothing to remove")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -528,15 +442,15 @@ def main(argv: list[str] | None = None) -> int:
         "--cluster",
         choices=("local", "current"),
         default="local",
-        help="local: start the control plane and the local node (default); "
+        help="local: start the local cluster with its real node (default); "
         "current: the cluster of $KUBECONFIG, as it is",
     )
     parser.add_argument(
         "--operator",
-        choices=("local", "installed"),
-        default="local",
-        help="run the operator here out of cluster (default), or use the one "
-        "installed in the cluster",
+        choices=("chart", "installed"),
+        default="chart",
+        help="helm install the chart with the operator image (default), or use the one "
+        "already installed in the cluster",
     )
     args = parser.parse_args(argv)
 

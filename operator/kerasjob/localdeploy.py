@@ -20,6 +20,7 @@ import json
 import os
 import subprocess
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -132,7 +133,8 @@ def shared_claim(kube: Kube, namespace: str, claim: str, directory: Path) -> str
     caller deletes when done (PersistentVolumes are cluster-scoped)."""
     directory.mkdir(parents=True, exist_ok=True)
     directory.chmod(0o1777)
-    pv = f"{namespace}-{claim}"
+    # Unique: a deleted PersistentVolume lingers until its protection finalizer is done.
+    pv = f"{namespace}-{claim}-{uuid.uuid4().hex[:6]}"
     kube.request(
         "POST",
         "/api/v1/persistentvolumes",

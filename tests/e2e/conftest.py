@@ -1,63 +1,94 @@
-"""Fixtures of the end-to-end tests: the local node agent next to the cluster.
+"""Fixtures of the end-to-end tests: kerasjob run the way users run it.
 
-``localnode`` (module scope): the agent (``python -m kerasjob.localnode``) registered as Node
-``kerasjob-local`` on the ``cluster`` under test, started for the first test of a module that
-uses it and stopped after its last one (leaving no process, network namespace or bridge), so
-Pods of other tests never land on it. (Module, not package, scope: tests/e2e is no Python
-package, and pytest would keep a "package" fixture to the end of the session.) Starting it
-takes about a second. Skipped, with the reason, when the cluster is not the local control
-plane or the machine lacks root / iproute2.
+``deployment`` (session): on the local cluster, the operator and trainer images are built
+from this checkout (``hack/images/build.sh``, cached) and imported into the real node
+(containerd + kubelet); on any cluster, the operator chart is ``helm install``ed with the
+operator image, in-cluster, with the chart's ServiceAccount and RBAC, watching one namespace
+made for this session, and uninstalled at the end. With ``KERASJOB_TEST_CLUSTER=current``
+(kind, through ``hack/kind/e2e.sh``) the images must already be on the nodes.
+
+``images`` (session): just the images on the nodes (the node tests need no operator).
+
+``kj``: a dict-based API client (:class:`kerasjob.synckube.Kube`) for the cluster under test.
 """
 
 from __future__ import annotations
 
-import os
+import contextlib
+import uuid
 from collections.abc import Iterator
-from pathlib import Path
+from dataclasses import dataclass
 
 import pytest
-from kerasjob.localnode import netns
-from kerasjob.localnode.kube import Kube
-from kerasjob.localnode.runner import AgentProcess, leftover_namespaces, log_file
-from support.cluster import REPO_ROOT, Cluster
+from kerasjob import localdeploy
+from kerasjob.synckube import ApiError, Kube
+from support.cluster import Cluster
 
 
-class LocalNode:
-    """The running agent and what tests need from it."""
+@dataclass(frozen=True)
+class Deployment:
+    """The installed operator and the namespace whose KerasJobs it handles."""
 
-    def __init__(self, agent: AgentProcess, state_dir: Path, kube: Kube) -> None:
-        self.agent, self.state_dir, self.kube = agent, state_dir, kube
-        self.name = agent.node
+    cluster: Cluster
+    kube: Kube
+    namespace: str
+    release: str
+    operator_namespace: str
 
-    def log_path(self, namespace: str, pod: str, container: str = "trainer") -> Path:
-        return log_file(self.state_dir, namespace, pod, container)
+    def operator_logs(self) -> str:
+        proc = self.cluster.kubectl(
+            "logs", "-n", self.operator_namespace, f"deployment/{self.release}-kerasjob-operator",
+            "--tail=200", check=False,
+        )
+        return proc.stdout + proc.stderr
 
-    def log(self, namespace: str, pod: str, container: str = "trainer") -> str:
-        path = self.log_path(namespace, pod, container)
-        return path.read_text(errors="replace") if path.exists() else ""
+
+def _create_namespace(kube: Kube, name: str) -> None:
+    kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": name}})
 
 
-@pytest.fixture(scope="module")
-def localnode(cluster: Cluster) -> Iterator[LocalNode]:
-    if not cluster.local:
-        pytest.skip("the local node agent runs only next to the local control plane")
-    problems = netns.missing_prerequisites()
-    if problems:
-        pytest.skip("local node agent: " + "; ".join(problems))
-    run_dir = Path(os.environ.get("KERASJOB_RUN", REPO_ROOT / ".run"))
-    state_dir = run_dir / "localnode"
-    agent = AgentProcess(
-        str(cluster.kubeconfig), run_dir / "e2e" / "localnode-agent.log", state_dir=state_dir
-    )
-    agent.start()
+def _delete_namespace(kube: Kube, name: str) -> None:
+    with contextlib.suppress(ApiError):  # already gone
+        kube.request("DELETE", f"/api/v1/namespaces/{name}")
+
+
+@pytest.fixture(scope="session")
+def images(cluster: Cluster) -> None:
+    """The operator and trainer images are on the cluster's nodes (built and imported into
+    the real node here; on another cluster, loaded by whoever made it, e.g. hack/kind)."""
+    if cluster.local:
+        built = localdeploy.build_images()
+        load_s = localdeploy.load_images(built)
+        print(f"\nimages built/confirmed in {built.seconds:.1f} s, loaded in {load_s:.1f} s")
+
+
+@pytest.fixture(scope="session")
+def deployment(cluster: Cluster, images: None) -> Iterator[Deployment]:
+    kube = Kube(str(cluster.kubeconfig))
+    suffix = uuid.uuid4().hex[:6]
+    jobs_ns, op_ns, release = f"e2e-{suffix}", f"kerasjob-e2e-{suffix}", f"e2e-{suffix}"
+    _create_namespace(kube, jobs_ns)
     try:
-        yield LocalNode(agent, state_dir, Kube(str(cluster.kubeconfig)))
+        localdeploy.install_operator(
+            cluster.tool("helm"),
+            str(cluster.kubeconfig),
+            release=release,
+            namespace=op_ns,
+            watch_namespaces=[jobs_ns],
+        )
+        yield Deployment(cluster, kube, jobs_ns, release, op_ns)
     finally:
-        agent.stop()
-    assert leftover_namespaces() == [], "the agent left network namespaces behind"
+        try:
+            localdeploy.uninstall_operator(
+                cluster.tool("helm"), str(cluster.kubeconfig), release=release, namespace=op_ns
+            )
+        finally:
+            _delete_namespace(kube, jobs_ns)
+            _delete_namespace(kube, op_ns)
 
 
 @pytest.fixture
 def kj(cluster: Cluster) -> Kube:
-    """A dict-based API client (the agent's own) for the cluster under test."""
     return Kube(str(cluster.kubeconfig))
+
+

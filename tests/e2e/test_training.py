@@ -1,18 +1,19 @@
-"""Real training under the real operator: examples/mnist.yaml (2 workers, 300 steps, a backup
-every 50) survives an eviction and a SIGKILLed worker, resumes from the backup, and ends with
-exactly the configured number of steps.
+"""Real training under the Helm-installed operator: examples/mnist.yaml (2 workers, 300 steps,
+a backup every 50) in the trainer image, on a real kubelet, survives an eviction and a
+SIGKILLed worker container, resumes from the backup, and ends with exactly the configured
+number of steps.
 
-On the local control plane the Pods run on the local node agent; with
-KERASJOB_TEST_CLUSTER=current (e.g. hack/kind/e2e.sh) on the cluster's own nodes, with
-checkpoints on a claim of KERASJOB_TEST_STORAGE_CLASS and logs read through the API (the
-SIGKILL test needs the local node)."""
+On the local cluster the checkpoint claim is bound to a hostPath volume of the real node (this
+machine, so the chief's progress.json is read back here); with KERASJOB_TEST_CLUSTER=current
+(kind) it is a claim of KERASJOB_TEST_STORAGE_CLASS. Logs are read through the API server
+(`kubectl logs`), as a user reads them."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
-import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,10 +21,9 @@ from typing import Any
 
 import pytest
 import yaml
-from kerasjob.localnode.kube import Kube, pod_path
-from kerasjob.localnode.runner import pod_processes
-from support.cluster import REPO_ROOT, Cluster, wait_for
-from support.operator import shared_operator
+from kerasjob import localdeploy
+from kerasjob.synckube import ApiError, pod_path
+from support.cluster import REPO_ROOT, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e, pytest.mark.slow]
 
@@ -33,22 +33,21 @@ FINAL = re.compile(r"^kerasjob: final (?:test_accuracy=([\d.]+) )?steps=(\d+)", 
 JOBS = "/apis/kerasjob.dev/v1alpha1/namespaces/{ns}/kerasjobs"
 
 
-class Env:
-    """Where the job runs: the local node (logs and checkpoints are files on this machine) or
-    the cluster of KUBECONFIG (KERASJOB_TEST_CLUSTER=current: logs through the API, checkpoints
-    on a claim of the ReadWriteMany class named by KERASJOB_TEST_STORAGE_CLASS)."""
+class Run:
+    """One job of the test: its name, namespace, checkpoint claim and how to read it back."""
 
-    def __init__(self, kj: Kube, localnode: Any | None, tmp_path: Path) -> None:
-        self.kj, self.localnode, self.tmp_path = kj, localnode, tmp_path
-        self.ckpt = tmp_path / "ckpt"
+    def __init__(self, dep: Any, name: str, tmp_path: Path) -> None:
+        self.dep, self.kj, self.ns, self.name = dep, dep.kube, dep.namespace, name
+        self.claim = f"{name}-ckpt"
+        self.ckpt: Path | None = None
+        self.pv: str | None = None
+        self.tmp_path = tmp_path
 
-    def log(self, ns: str, pod: str) -> str:
-        if self.localnode is not None:
-            return self.localnode.log(ns, pod)
+    def log(self, pod: str) -> str:
         try:
             resp = self.kj.pool.request(
                 "GET",
-                f"{self.kj.base}{pod_path(ns, pod, 'log')}?container=trainer",
+                f"{self.kj.base}{pod_path(self.ns, pod, 'log')}?container=trainer",
                 headers={**self.kj.headers, "Accept": "*/*"},
                 timeout=10,
             )
@@ -56,54 +55,51 @@ class Env:
             return ""
         return resp.data.decode(errors="replace") if resp.status == 200 else ""
 
-    def checkpoint_volume(self, ns: str) -> dict[str, Any]:
-        if self.localnode is not None:
-            return {"hostPath": {"path": str(self.ckpt), "type": "DirectoryOrCreate"}}
+    def make_claim(self) -> None:
+        if self.dep.cluster.local:
+            self.ckpt = self.tmp_path / "ckpt"
+            self.pv = localdeploy.shared_claim(self.kj, self.ns, self.claim, self.ckpt)
+            return
         storage_class = os.environ.get("KERASJOB_TEST_STORAGE_CLASS")
         if not storage_class:
             pytest.skip("KERASJOB_TEST_STORAGE_CLASS (a ReadWriteMany class) is not set")
         claim = {
             "apiVersion": "v1",
             "kind": "PersistentVolumeClaim",
-            "metadata": {"name": "ckpt"},
+            "metadata": {"name": self.claim},
             "spec": {
                 "accessModes": ["ReadWriteMany"],
                 "storageClassName": storage_class,
                 "resources": {"requests": {"storage": "1Gi"}},
             },
         }
-        self.kj.request("POST", f"/api/v1/namespaces/{ns}/persistentvolumeclaims", body=claim)
-        return {"persistentVolumeClaim": {"claimName": "ckpt"}}
+        self.kj.request("POST", f"/api/v1/namespaces/{self.ns}/persistentvolumeclaims", body=claim)
+
+    def cleanup(self) -> None:
+        for path in (f"{JOBS.format(ns=self.ns)}/{self.name}",
+                     f"/api/v1/namespaces/{self.ns}/persistentvolumeclaims/{self.claim}"):
+            with contextlib.suppress(ApiError):
+                self.kj.request("DELETE", path)
+        if self.pv:
+            localdeploy.delete_volume(self.kj, self.pv)
 
     def progress_files(self) -> list[dict[str, Any]] | None:
         """progress.json files the chief wrote (None: not readable from here)."""
-        if self.localnode is None:
+        if self.ckpt is None:
             return None
         return [json.loads(p.read_text()) for p in self.ckpt.rglob("progress.json")]
 
-
-@pytest.fixture
-def env(request: pytest.FixtureRequest, cluster: Cluster, kj: Kube, tmp_path: Path) -> Env:
-    localnode = request.getfixturevalue("localnode") if cluster.local else None
-    return Env(kj, localnode, tmp_path)
+    def status(self) -> dict[str, Any]:
+        return (self.kj.get(f"{JOBS.format(ns=self.ns)}/{self.name}") or {}).get("status") or {}
 
 
-def mnist_job(name: str, volume: dict[str, Any]) -> dict[str, Any]:
-    """examples/mnist.yaml, with its checkpoint volume replaced by `volume`."""
+def mnist_job(name: str, claim: str) -> dict[str, Any]:
+    """examples/mnist.yaml as a user applies it, under another name and claim."""
     job = yaml.safe_load((REPO_ROOT / "examples" / "mnist.yaml").read_text())
     job["metadata"]["name"] = name
-    job["spec"]["checkpoint"]["volume"] = volume
+    job["spec"]["checkpoint"]["volume"] = {"persistentVolumeClaim": {"claimName": claim}}
     job["spec"].pop("ttlSecondsAfterFinished", None)  # keep it for the assertions
     return job
-
-
-@pytest.fixture
-def operator(cluster: Cluster):
-    return shared_operator(cluster)
-
-
-def job_status(kj: Kube, ns: str, name: str) -> dict[str, Any]:
-    return (kj.get(f"{JOBS.format(ns=ns)}/{name}") or {}).get("status") or {}
 
 
 def last_step(text: str) -> int:
@@ -111,43 +107,52 @@ def last_step(text: str) -> int:
     return int(steps[-1][0]) if steps else 0
 
 
-def run_and_disrupt(env: Env, ns: str, disrupt: Callable[[], None]) -> dict[str, Any]:
+def run_and_disrupt(run: Run, disrupt: Callable[[], None]) -> dict[str, Any]:
     """Start the job, call `disrupt()` once the chief is past step 100 (two backups made),
     wait for Succeeded; return what the assertions need.
 
     Before the disruption no worker has resumed (first runs log "starting at step 0"), so
     every "resumed at step" line is a resume from the disruption.
     """
-    name, kj = "mnist", env.kj
-    slow = env.localnode is None  # a remote cluster may pull images, schedule slowly ...
-    kj.request("POST", JOBS.format(ns=ns), body=mnist_job(name, env.checkpoint_volume(ns)))
+    kj, ns, name = run.kj, run.ns, run.name
+    slow = not run.dep.cluster.local  # a remote cluster may schedule and start slowly
+    run.make_claim()
+    kj.request("POST", JOBS.format(ns=ns), body=mnist_job(name, run.claim))
     workers = (f"{name}-worker-0", f"{name}-worker-1")
     chief = workers[0]
-    wait_for(
-        lambda: last_step(env.log(ns, chief)) >= 100,
-        timeout=900 if slow else 180,
-        interval=0.1,
-        what="the chief to pass step 100",
-    )
-    step_at_disruption = last_step(env.log(ns, chief))
+    try:
+        wait_for(
+            lambda: last_step(run.log(chief)) >= 100,
+            timeout=900 if slow else 300,
+            interval=0.2,
+            what="the chief to pass step 100",
+        )
+    except TimeoutError:
+        print(run.status(), run.log(chief)[-3000:], run.dep.operator_logs(), sep="\n")
+        raise
+    step_at_disruption = last_step(run.log(chief))
     t0 = time.monotonic()
     disrupt()
 
     def resumed() -> float | None:
-        any_resumed = any(RESUMED.search(env.log(ns, p)) for p in workers)
+        any_resumed = any(RESUMED.search(run.log(p)) for p in workers)
         return time.monotonic() - t0 if any_resumed else None
 
-    recovery_s = wait_for(resumed, timeout=600 if slow else 120, interval=0.2, what="a resume")
+    recovery_s = wait_for(resumed, timeout=600 if slow else 180, interval=0.2, what="a resume")
 
     def finished() -> dict[str, Any] | None:
-        status = job_status(kj, ns, name)
+        status = run.status()
         if status.get("phase") == "Failed":
             raise AssertionError(f"job failed: {status}")
         return status if status.get("phase") == "Succeeded" else None
 
-    status = wait_for(finished, timeout=900 if slow else 240, interval=0.5, what="Succeeded")
-    final = wait_for(lambda: FINAL.findall(env.log(ns, chief)), timeout=30, what="final line")
-    resumed_at = [int(s) for p in workers for s in RESUMED.findall(env.log(ns, p))]
+    try:
+        status = wait_for(finished, timeout=900 if slow else 400, interval=0.5, what="Succeeded")
+    except (TimeoutError, AssertionError):
+        print(run.status(), run.dep.operator_logs(), sep="\n")
+        raise
+    final = wait_for(lambda: FINAL.findall(run.log(chief)), timeout=30, what="final line")
+    resumed_at = [int(s) for p in workers for s in RESUMED.findall(run.log(p))]
     print(
         f"disrupted at step {step_at_disruption}, resumed at {sorted(set(resumed_at))} "
         f"after {recovery_s:.1f}s; restarts {status.get('restarts')}; final {final}"
@@ -157,7 +162,7 @@ def run_and_disrupt(env: Env, ns: str, disrupt: Callable[[], None]) -> dict[str,
         "final": final,
         "resumed_at": resumed_at,
         "step_at_disruption": step_at_disruption,
-        "progress": env.progress_files(),
+        "progress": run.progress_files(),
     }
 
 
@@ -177,27 +182,37 @@ def assert_exact_resume(result: dict[str, Any], save_freq: int = 50, total: int 
     assert restarts.get("disruptions", 0) >= 1 and restarts.get("failures", 0) == 0, restarts
 
 
-def test_eviction_resumes_from_backup(env: Env, operator, namespace: str) -> None:
+@pytest.fixture
+def run(request: pytest.FixtureRequest, deployment: Any, tmp_path: Path):
+    name = request.node.name.removeprefix("test_").split("_")[0][:12]
+    r = Run(deployment, f"mnist-{name}", tmp_path)
+    try:
+        yield r
+    finally:
+        r.cleanup()
+
+
+def test_eviction_resumes_from_backup(run: Run) -> None:
     def evict() -> None:
-        pod = "mnist-worker-1"
+        pod = f"{run.name}-worker-1"
         body = {
             "apiVersion": "policy/v1",
             "kind": "Eviction",
-            "metadata": {"name": pod, "namespace": namespace},
+            "metadata": {"name": pod, "namespace": run.ns},
         }
-        env.kj.request("POST", pod_path(namespace, pod, "eviction"), body=body)
+        run.kj.request("POST", pod_path(run.ns, pod, "eviction"), body=body)
 
-    assert_exact_resume(run_and_disrupt(env, namespace, evict))
+    assert_exact_resume(run_and_disrupt(run, evict))
 
 
-def test_sigkilled_worker_resumes_from_backup(env: Env, operator, namespace: str) -> None:
-    if env.localnode is None:
-        pytest.skip("SIGKILLs the worker's process from the host: local node only")
+def test_sigkilled_worker_resumes_from_backup(run: Run) -> None:
+    if not run.dep.cluster.local:
+        pytest.skip("SIGKILLs the worker's container through the node's containerd: local only")
 
     def sigkill() -> None:
-        pids = pod_processes(namespace, "mnist-worker-1")
-        assert pids, "worker 1 has no process"
-        for pid in pids:
-            os.kill(pid, signal.SIGKILL)
+        pod = run.kj.get(pod_path(run.ns, f"{run.name}-worker-1"))
+        cid = localdeploy.container_id(pod or {})
+        assert cid, f"worker 1 has no running container: {pod and pod.get('status')}"
+        localdeploy.kill_container(cid, "SIGKILL")
 
-    assert_exact_resume(run_and_disrupt(env, namespace, sigkill))
+    assert_exact_resume(run_and_disrupt(run, sigkill))
