@@ -12,7 +12,7 @@ GRACE="${CLUSTER_STOP_GRACE:-10}"
 cluster_lock
 
 # The real node first: its kubelet must not outlive the API server's state, and its
-# containers, mounts, cgroups, iptables rules and bridge go with it.
+# containers, mounts, cgroups and iptables rules go with it. Its bridge goes last (below).
 if [ -d "$NODE_DIR" ] || ip link show "$NODE_BRIDGE" >/dev/null 2>&1; then
   "$CLUSTER_DIR/node.sh" down
 fi
@@ -48,30 +48,40 @@ strays() {
   return 0
 }
 
-# All components at once (the state is thrown away, so no ordered shutdown is needed):
-# SIGTERM to each process group, wait up to $GRACE s for all, then SIGKILL what is left.
+# Two waves: every component but etcd, then etcd (the API server, stopping, still writes its
+# endpoint lease and would wait for an etcd already gone). Each wave: SIGTERM to each process
+# group, wait up to $GRACE s, then SIGKILL what is left. The state is thrown away, so no
+# finer order is needed.
 stopped=0
-pids=()
-if [ -d "$STATE_DIR/pids" ]; then
-  for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do
-    c="${COMPONENTS[$i]}"
+declare -A name_of=()
+stop_wave() {  # stop_wave COMPONENT...
+  local c pid i pids=() alive
+  for c in "$@"; do
     pid="$(cat "$STATE_DIR/pids/$c.pid" 2>/dev/null || true)"
     # Only signal it if it is still what we started (not a reused pid).
     [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && is_ours "$pid" || continue
     kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
-    pids+=("$pid"); stopped=$((stopped + 1))
+    pids+=("$pid"); name_of[$pid]="$c"; stopped=$((stopped + 1))
   done
+  for ((i = 0; i < GRACE * 10 && ${#pids[@]} > 0; i++)); do
+    alive=()
+    for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive+=("$pid"); done
+    pids=("${alive[@]}")
+    [ ${#pids[@]} -gt 0 ] && sleep 0.1
+  done
+  for pid in "${pids[@]}"; do
+    log "${name_of[$pid]} (pid $pid) did not stop in ${GRACE}s; killing its process group"
+    kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+  done
+}
+if [ -d "$STATE_DIR/pids" ]; then
+  wave=()
+  for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do
+    [ "${COMPONENTS[$i]}" = etcd ] || wave+=("${COMPONENTS[$i]}")
+  done
+  stop_wave "${wave[@]}"
+  stop_wave etcd
 fi
-for ((i = 0; i < GRACE * 10 && ${#pids[@]} > 0; i++)); do
-  alive=()
-  for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive+=("$pid"); done
-  pids=("${alive[@]}")
-  [ ${#pids[@]} -gt 0 ] && sleep 0.1
-done
-for pid in "${pids[@]}"; do
-  log "pid $pid did not stop in ${GRACE}s; killing its process group"
-  kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
-done
 
 left="$(strays)"
 if [ -n "$left" ]; then
@@ -99,6 +109,10 @@ for ((i = 0; i < 50; i++)); do
 done
 
 rm -rf "$STATE_DIR"
+# Last, the node's bridge: the API server listened on its address.
+if [ -d "$NODE_DIR" ] || ip link show "$NODE_BRIDGE" >/dev/null 2>&1; then
+  "$CLUSTER_DIR/node.sh" network-down
+fi
 if [ ${#busy[@]} -gt 0 ]; then
   die "stopped the cluster, but ports ${busy[*]} are still in use by something else (see: ss -ltnp)"
 fi

@@ -9,7 +9,10 @@
 #   hack/cluster/node.sh load TAR...  import image archives (`docker save` output) into containerd
 #   hack/cluster/node.sh kill ID [SIG] signal a container's main process (tests: a crashed worker)
 #   hack/cluster/node.sh down         stop it all and remove every process, mount, netns, cgroup,
-#                                     iptables rule, sysctl change, bridge and file it made
+#                                     iptables rule and file it made, but the bridge
+#   hack/cluster/node.sh leftovers [--network]  list what of the node is still here (exit 1 if any)
+#   hack/cluster/node.sh network-down remove the bridge, its iptables rules, restore the sysctls
+#                                     (after the API server stopped: it listens on the bridge)
 #
 # Layout: one bridge $NODE_BRIDGE (address $NODE_IP = the Node's InternalIP, also where the API
 # server listens, so Pods reach it through the `kubernetes` Service), Pods in $NODE_POD_CIDR,
@@ -25,7 +28,8 @@ PKI="$STATE_DIR/pki"
 LOGS="$STATE_DIR/logs"
 PIDS="$STATE_DIR/pids"
 SOCK="$NODE_DIR/run/containerd.sock"
-CTR() { "$BIN/ctr" --address "$SOCK" --namespace k8s.io "$@"; }
+# (ctr warns about cgroup v1 on every call: filtered.)
+CTR() { "$BIN/ctr" --address "$SOCK" --namespace k8s.io "$@" 2> >(grep -v "support for cgroup v1 is deprecated" >&2); }
 KCTL() { "$BIN/kubectl" --kubeconfig "$STATE_DIR/kubeconfig" "$@"; }
 # Marks our iptables rules so that down removes exactly these.
 RULE_TAG="kerasjob-node:$NODE_BRIDGE"
@@ -54,8 +58,22 @@ check() {
   fi
   [ -d /sys/fs/cgroup/memory ] || [ -f /sys/fs/cgroup/cgroup.controllers ] \
     || die "no cgroup filesystem at /sys/fs/cgroup: the real node cannot limit Pods (KERASJOB_NODE=0 skips it)"
+  local other
+  other="$(other_node)"
+  [ -z "$other" ] || die "another real node runs on this machine ($other); kube-proxy's iptables rules are per machine, so only one can: stop it (make cluster-down in its checkout), or KERASJOB_NODE=0"
   [ -e /proc/sys/net/bridge/bridge-nf-call-iptables ] \
     || die "bridge netfilter (br_netfilter) is not available: 'modprobe br_netfilter', or KERASJOB_NODE=0"
+}
+
+other_node() {  # a kubelet or kube-proxy of another state directory (any other real node)
+  local d args=()
+  for d in /proc/[0-9]*; do
+    mapfile -d '' args 2>/dev/null < "$d/cmdline" || continue
+    [ ${#args[@]} -gt 0 ] || continue
+    case "${args[0]##*/}" in kubelet|kube-proxy) ;; *) continue ;; esac
+    [[ "${args[*]}" == *"$NODE_DIR/"* ]] || { echo "pid ${d#/proc/}: ${args[*]:0:3}"; return 0; }
+  done
+  return 0
 }
 
 # --- network: the bridge must exist before the API server binds to its address -------------
@@ -384,7 +402,7 @@ kill_container() {  # kill_container ID [SIGNAL]: signal a container's main proc
 pids_in_cgroups() {  # every process in a cgroup under our root
   local d
   for d in /sys/fs/cgroup/*/"$NODE_CGROUP"; do
-    [ -d "$d" ] && find "$d" -name cgroup.procs -exec cat {} + 2>/dev/null
+    if [ -d "$d" ]; then find "$d" -name cgroup.procs -exec cat {} + 2>/dev/null || true; fi
   done | sort -u
 }
 
@@ -438,30 +456,76 @@ down() {
   # 4. cgroups, deepest first.
   local d
   for d in /sys/fs/cgroup/*/"$NODE_CGROUP"; do
-    [ -d "$d" ] && find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null
+    if [ -d "$d" ]; then find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null || true; fi
   done
   for d in /sys/fs/cgroup/*/"$NODE_CGROUP"; do
-    [ -d "$d" ] && log "warning: could not remove cgroup $d"
+    if [ -d "$d" ]; then log "warning: could not remove cgroup $d"; fi
   done
-  # 5. iptables: kube-proxy's chains, then our FORWARD rules.
+  # 5. iptables: kube-proxy's chains, then the kubelet's.
   if [ -x "$BIN/kube-proxy" ] && iptables -w -t nat -S 2>/dev/null | grep -q 'KUBE-'; then
     "$BIN/kube-proxy" --cleanup --v=0 >/dev/null 2>&1 || true
   fi
+  # The kubelet's own chains (kube-proxy --cleanup leaves them): only one real node runs on
+  # a machine (check), so these are ours.
+  local ipt table chain
+  for ipt in iptables ip6tables; do
+    command -v "$ipt" >/dev/null || continue
+    while "$ipt" -w -D INPUT -j KUBE-FIREWALL 2>/dev/null; do :; done
+    while "$ipt" -w -D OUTPUT -j KUBE-FIREWALL 2>/dev/null; do :; done
+    for table in filter nat mangle; do
+      for chain in KUBE-FIREWALL KUBE-KUBELET-CANARY KUBE-IPTABLES-HINT; do
+        "$ipt" -w -t "$table" -F "$chain" 2>/dev/null && "$ipt" -w -t "$table" -X "$chain" 2>/dev/null || true
+      done
+    done
+  done
+  if [ -d /var/log/containers ]; then
+    find /var/log/containers -maxdepth 1 -type l -lname "$NODE_DIR/*" -delete 2>/dev/null || true
+    rmdir /var/log/containers 2>/dev/null || true
+  fi
+  # Everything but what network made (kept for network-down).
+  find "$NODE_DIR" -mindepth 1 -maxdepth 1 ! -name sysctls -exec rm -rf {} + 2>/dev/null || true
+}
+
+# network-down: the bridge and what network set up. Only after the API server (which listens
+# on the bridge's address) has stopped: with the address gone, a request to it would follow
+# the machine's default route off this machine.
+network_down() {
   local dir
   for dir in -i -o; do
     while iptables -w -D FORWARD "$dir" "$NODE_BRIDGE" -m comment --comment "$RULE_TAG" -j ACCEPT 2>/dev/null; do :; done
   done
-  # 6. The bridge (veths went with their network namespaces), kernel settings, log links, files.
   ip link del "$NODE_BRIDGE" 2>/dev/null || true
   if [ -f "$NODE_DIR/sysctls" ]; then
     local s v
     while read -r s v; do echo "$v" > "/proc/sys/$s" 2>/dev/null || true; done < "$NODE_DIR/sysctls"
   fi
-  if [ -d /var/log/containers ]; then
-    find /var/log/containers -maxdepth 1 -type l -lname "$NODE_DIR/*" -delete 2>/dev/null || true
-    rmdir /var/log/containers 2>/dev/null || true
-  fi
   rm -rf "$NODE_DIR"
+}
+
+# leftovers [--network]: print, one per line, anything of the node still on this machine
+# (after down; with --network also after network-down); exit 1 if there is any.
+leftovers() {
+  local found=() d args=() m c
+  for d in /proc/[0-9]*; do
+    mapfile -d '' args 2>/dev/null < "$d/cmdline" || continue
+    [ ${#args[@]} -gt 0 ] || continue
+    [[ "${args[*]}" == *"$NODE_DIR/"* ]] && found+=("process ${d#/proc/}: ${args[*]:0:2}")
+  done
+  while read -r m; do [ -n "$m" ] && found+=("mount $m"); done < <(findmnt -rn -o TARGET | grep -F "$NODE_DIR/" || true)
+  for c in /sys/fs/cgroup/*/"$NODE_CGROUP"; do [ -d "$c" ] && found+=("cgroup $c"); done
+  for c in $(pids_in_cgroups); do found+=("process $c in our cgroups"); done
+  while read -r m; do [ -n "$m" ] && found+=("iptables: $m"); done \
+    < <({ iptables-save; ip6tables-save; } 2>/dev/null | grep -E '^(-A|:)KUBE-' || true)
+  if [ "${1:-}" = --network ]; then
+    ip link show "$NODE_BRIDGE" >/dev/null 2>&1 && found+=("bridge $NODE_BRIDGE")
+    while read -r m; do [ -n "$m" ] && found+=("iptables: $m"); done \
+      < <(iptables-save 2>/dev/null | grep -F "$RULE_TAG" || true)
+    [ ! -e "$NODE_DIR" ] || found+=("directory $NODE_DIR")
+  fi
+  ip -o link show master "$NODE_BRIDGE" 2>/dev/null | grep -q . && found+=("veths on $NODE_BRIDGE: $(ip -o link show master "$NODE_BRIDGE" | wc -l)")
+  [ ${#found[@]} -eq 0 ] && return 0
+  printf '%s\n' "${found[@]}"
+  return 1
 }
 
 case "${1:-}" in
@@ -471,5 +535,7 @@ case "${1:-}" in
   load) shift; load "$@" ;;
   kill) shift; kill_container "$@" ;;
   down) down ;;
-  *) die "usage: node.sh check|network|start|load TAR...|kill ID [SIGNAL]|down" ;;
+  network-down) network_down ;;
+  leftovers) shift; leftovers "$@" ;;
+  *) die "usage: node.sh check|network|start|load TAR...|kill ID [SIGNAL]|down|network-down|leftovers [--network]" ;;
 esac
