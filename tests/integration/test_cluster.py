@@ -229,9 +229,15 @@ def test_up_sh_refuses_a_busy_port(cluster: Cluster, tmp_path: Path) -> None:
     # A second cluster with its own state dir but the running cluster's ports must not start.
     env = {k: v for k, v in os.environ.items() if not k.startswith("KERASJOB_CLUSTER_")}
     env["KERASJOB_RUN"] = str(tmp_path / "run")
+    up = [str(CLUSTER_SCRIPTS / "up.sh")]
     proc = subprocess.run(
-        [str(CLUSTER_SCRIPTS / "up.sh")], capture_output=True, text=True, env=env, timeout=60
+        up, capture_output=True, text=True, env={**env, "KERASJOB_NODE": "0"}, timeout=60
     )
     assert proc.returncode == 1
     assert re.search(r"port \d+ \(\w+_PORT\) is already in use", proc.stderr), proc.stderr
+    assert not (tmp_path / "run" / "cluster").exists()
+    # With a real node, a second one is refused first (one per machine), in one line.
+    proc = subprocess.run(up, capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 1
+    assert proc.stderr.count("\n") == 1 and "another real node runs on this machine" in proc.stderr
     assert not (tmp_path / "run" / "cluster").exists()
