@@ -1,0 +1,3 @@
+module kerasjob.dev/hack/images/pause
+
+go 1.21
