@@ -77,13 +77,17 @@ bench: venv binaries ## Benchmarks: print figures, write JSON to bench/results/
 	$(BIN)/python bench/trainer.py
 	$(BIN)/python bench/operator.py
 
-images: ## Build the operator and trainer images (needs docker; IMAGE_VARIANTS="cpu gpu")
-	@command -v docker >/dev/null || { echo "images: docker not found; install Docker (https://docs.docker.com/get-docker/) to build images" >&2; exit 1; }
-	@docker info >/dev/null 2>&1 || { echo "images: the docker daemon is not reachable ('docker info' failed); start Docker" >&2; exit 1; }
-	docker build -t kerasjob/operator:dev -f Dockerfile .
-	for v in $(IMAGE_VARIANTS); do \
-	  docker build -t kerasjob/trainer:dev-$$v -f trainer_image/Dockerfile --build-arg VARIANT=$$v . || exit 1; \
-	done
+# `make images` runs hack/images/build.sh (see hack/images/README.md): with no reachable
+# Docker daemon it starts a private one (root, Debian's docker.io); when the official Python
+# base cannot be pulled it builds FROM a local Debian base (KERASJOB_LOCAL_BASE=auto|1|0).
+# The gpu variant is built only when its TensorFlow base is available (else: SKIPPED).
+IMAGES_EXPORT_DIR ?= $(KERASJOB_CACHE)/images/export
+images: ## Build the operator, trainer (IMAGE_VARIANTS="cpu gpu") and pause images (needs docker)
+	IMAGE_VARIANTS="$(IMAGE_VARIANTS)" hack/images/build.sh
+
+.PHONY: images-export
+images-export: ## make images + docker save them to IMAGES_EXPORT_DIR (for ctr images import)
+	IMAGE_VARIANTS="$(IMAGE_VARIANTS)" hack/images/build.sh --export "$(IMAGES_EXPORT_DIR)"
 
 helm-lint: binaries ## helm lint the chart
 	$$(hack/cluster/env.sh --bin-dir)/helm lint charts/kerasjob-operator
