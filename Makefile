@@ -52,10 +52,10 @@ test-trainer: venv ## Trainer tests with real TensorFlow in several processes
 test-integration: venv binaries ## Operator tests against a real API server
 	$(BIN)/pytest $(PYTEST_ARGS) tests/integration
 
-test-e2e: venv binaries ## Real training under the real operator on the local node
+test-e2e: venv binaries ## Real training on the real node: built images, the Helm-installed operator
 	$(BIN)/pytest $(PYTEST_ARGS) tests/e2e
 
-cluster-up: binaries ## Start the local control plane (etcd, apiserver, controller-manager, scheduler, kwok)
+cluster-up: binaries ## Start the local cluster: control plane, KWOK nodes and the real node (containerd, kubelet, kube-proxy, CoreDNS)
 	hack/cluster/up.sh
 
 cluster-down: ## Stop the local control plane and remove its state
@@ -82,7 +82,7 @@ bench: venv binaries ## Benchmarks: print figures, write JSON to bench/results/
 # base cannot be pulled it builds FROM a local Debian base (KERASJOB_LOCAL_BASE=auto|1|0).
 # The gpu variant is built only when its TensorFlow base is available (else: SKIPPED).
 IMAGES_EXPORT_DIR ?= $(KERASJOB_CACHE)/images/export
-images: ## Build the operator, trainer (IMAGE_VARIANTS="cpu gpu") and pause images (needs docker)
+images: ## Build the operator and trainer images (IMAGE_VARIANTS="cpu gpu"; needs docker)
 	IMAGE_VARIANTS="$(IMAGE_VARIANTS)" hack/images/build.sh
 
 .PHONY: images-export

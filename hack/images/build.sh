@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Build the container images: kerasjob/operator:dev, kerasjob/trainer:dev-<variant> and the
-# local node's sandbox image kerasjob.local/pause:dev. `make images` runs this; so can tests
+# `make images` runs this; so can tests
 # and the demo (idempotent; seconds when nothing changed). See hack/images/README.md.
 #
 #   hack/images/build.sh [--export DIR] [--stop] [--quiet]
 #
 #   --export DIR   also `docker save` each image to DIR/<name>.tar (operator.tar,
-#                  trainer-cpu.tar, pause.tar, ...) for `ctr -n k8s.io images import`;
+#                  trainer-cpu.tar, ...) for `ctr -n k8s.io images import`;
 #                  a tarball is rewritten only when its image changed (DIR/<name>.tar.id)
 #   --stop         stop the private dockerd afterwards (images stay in its data root)
 #   --quiet        build output to $KERASJOB_RUN/images/*.log instead of the terminal
@@ -51,7 +51,6 @@ IMAGE_TAG="${IMAGE_TAG:-dev}"
 KERASJOB_LOCAL_BASE="${KERASJOB_LOCAL_BASE:-auto}"
 OPERATOR_IMAGE="kerasjob/operator:$IMAGE_TAG"
 TRAINER_REPO="kerasjob/trainer"
-PAUSE_IMAGE="kerasjob.local/pause:$IMAGE_TAG"
 LOCAL_PYTHON=kerasjob.local/python:3.11-bookworm
 # The official bases, as the Dockerfiles name them.
 OFFICIAL_PYTHON="$(sed -n 's/^ARG PYTHON_IMAGE=//p' Dockerfile)"
@@ -181,21 +180,6 @@ for v in $IMAGE_VARIANTS; do
   docker_build "$tag" "trainer-$v" -f trainer_image/Dockerfile \
     --build-arg "VARIANT=$v" --build-arg "BASE_IMAGE=$base" .
 done
-
-# The sandbox image of the local containerd node: a static Go binary, FROM scratch.
-GO="$(command -v go || true)"
-[ -n "$GO" ] || { [ -x /usr/local/go/bin/go ] && GO=/usr/local/go/bin/go; }
-if [ -n "$GO" ]; then
-  pause_ctx="$IMAGES_CACHE/pause-build"
-  mkdir -p "$pause_ctx"
-  (cd hack/images/pause && CGO_ENABLED=0 GOFLAGS=-mod=mod GOTOOLCHAIN=local \
-    "$GO" build -trimpath -ldflags='-s -w -buildid=' -o "$pause_ctx/pause" .) \
-    || die "go build of hack/images/pause failed"
-  docker_build "$PAUSE_IMAGE" pause -f hack/images/pause/Dockerfile "$pause_ctx"
-else
-  warn "$PAUSE_IMAGE NOT BUILT: go not found (needed to compile hack/images/pause)"
-  summary+=("$(printf '  %-34s SKIPPED (go not found)' "$PAUSE_IMAGE")")
-fi
 
 # --- export -------------------------------------------------------------------------------
 export_name() {  # kerasjob/trainer:dev-cpu -> trainer-cpu
