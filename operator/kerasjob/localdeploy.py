@@ -74,7 +74,8 @@ def build_images(timeout: float = 3600) -> Images:
     """Build (or confirm, in seconds when nothing changed) the images and export them."""
     t0 = time.monotonic()
     out = _run(
-        [str(REPO_ROOT / "hack/images/build.sh"), "--export", str(export_dir()), "--quiet"],
+        # --stop: a private Docker daemon started for the build does not outlive it.
+        [str(REPO_ROOT / "hack/images/build.sh"), "--export", str(export_dir()), "--quiet", "--stop"],
         "building the images (hack/images/build.sh)",
         timeout,
     )
