@@ -75,7 +75,7 @@ def build_images(timeout: float = 3600) -> Images:
     t0 = time.monotonic()
     out = _run(
         # --stop: a private Docker daemon started for the build does not outlive it.
-        [str(REPO_ROOT / "hack/images/build.sh"), "--export", str(export_dir()), "--quiet", "--stop"],
+        [str(REPO_ROOT / "hack/images/build.sh"), "--export", str(export_dir()), "-q", "--stop"],
         "building the images (hack/images/build.sh)",
         timeout,
     )
