@@ -76,6 +76,7 @@ demo: venv ## Train MNIST on 2 workers under the real operator, evict one, resum
 bench: venv binaries ## Benchmarks: print figures, write JSON to bench/results/
 	$(BIN)/python bench/trainer.py
 	$(BIN)/python bench/operator.py
+	$(BIN)/python bench/recovery.py
 
 # `make images` runs hack/images/build.sh (see hack/images/README.md): with no reachable
 # Docker daemon it starts a private one (root, Debian's docker.io); when the official Python

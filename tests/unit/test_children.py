@@ -202,7 +202,7 @@ def test_dataset_is_passed_as_spelled_and_understood_by_the_trainer(
 
 
 @pytest.mark.parametrize(("policy", "pod_policy"), [
-    (RestartPolicy.ON_FAILURE, "OnFailure"),
+    (RestartPolicy.ON_FAILURE, "Never"),  # the operator restarts: no CrashLoopBackOff
     (RestartPolicy.NEVER, "Never"),
     (RestartPolicy.EXIT_CODE, "Never"),
 ])
@@ -323,7 +323,7 @@ def test_operator_owned_fields_win_over_the_template() -> None:
     assert "generateName" not in pod["metadata"]
     assert pod["spec"]["hostname"] == "mnist-worker-1"
     assert pod["spec"]["subdomain"] == "mnist"
-    assert pod["spec"]["restartPolicy"] == "OnFailure"
+    assert pod["spec"]["restartPolicy"] == "Never"
     tf = next(e for e in trainer(pod)["env"] if e["name"] == "TF_CONFIG")
     assert set(tf) == {"name", "value"}
     assert pod["spec"]["volumes"] == [{"name": children.CHECKPOINT_VOLUME, **PVC}]
