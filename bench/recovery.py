@@ -136,6 +136,10 @@ def main() -> int:
             wait(lambda r=resumed_at: step() > r, 300, "a new step", 0.1)
             t_step = time.monotonic() - t0
             counts = {p: restarts(kube, p)[1] for p in (chief, victim)}
+            if t_step > 20:  # an outlier: show how the restarted workers spent the time
+                for p in (chief, victim):
+                    print(f"--- {p} (slow recovery), start of its log:")
+                    print("\n".join(log(kube, p).splitlines()[:40]))
             results.append(
                 {"disruption": i, "kind": args.kind, "at_step": at_step,
                  "resumed_at": resumed_at, "resumed_s": round(t_resumed, 2),

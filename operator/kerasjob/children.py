@@ -41,6 +41,8 @@ from kerasjob.tf_config import build_tf_config, pod_name, tf_config_json
 TRAINER_CONTAINER = "trainer"
 #: Name of the checkpoint volume in every Pod; reserved (a template may not define it).
 CHECKPOINT_VOLUME = "kerasjob-checkpoint"
+#: The writable /tmp of the trainer (its root filesystem is read-only by default).
+TMP_VOLUME = "kerasjob-tmp"
 DEFAULT_COMMAND = ("python", "-m", "kerasjob_trainer")
 #: Seconds between SIGTERM and SIGKILL: enough for the trainer to save a backup (exit 42).
 DEFAULT_TERMINATION_GRACE_SECONDS = 60
@@ -233,6 +235,7 @@ def build_pod(job: JobLike, role: ReplicaRole | str, index: int, *, default_imag
         metrics_port=DEFAULT_METRICS_PORT,
         env=[{"name": k, "value": v} for k, v in {**owned_env, **default_env}.items()],
         checkpoint_volume_name=CHECKPOINT_VOLUME,
+        tmp_volume_name=TMP_VOLUME,
         mount_path=spec.checkpoint.mount_path,
         checkpoint_volume=volume,
     )

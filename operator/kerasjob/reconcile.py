@@ -99,6 +99,10 @@ class Event:
     message: str
 
 
+#: While old Pods of a job are still going, look again this often (their deletion events
+#: normally wake the controller first).
+REGROUP_RECHECK_SECONDS = 2.0
+
 @dataclass
 class Plan:
     status: dict[str, Any]
@@ -359,6 +363,20 @@ class _Planner:
                 creates.append(CreatePod(task))
             elif pod.finished:
                 self.delete(pod)  # counted above; re-created once it is gone
+        # Re-create a job's Pods together, once no old incarnation is left: a new worker
+        # must not resolve a peer's name to the address of its terminating predecessor
+        # (TensorFlow's gRPC then waits out its 30 s minimum between DNS re-resolutions;
+        # measured: 37 s instead of 8 s to resume after an eviction).
+        old = [
+            t.name
+            for t in job.tasks
+            if t.name not in succeeded
+            and (p := self.owned.get(t.name)) is not None
+            and (p.finished or p.deleting)
+        ]
+        if creates and old:
+            creates = []
+            self.requeue(REGROUP_RECHECK_SECONDS)
         if creates:
             self.actions[:0] = [CreateService(), *creates]
             if st.get_condition(self.conditions, st.COND_CREATED) is None:

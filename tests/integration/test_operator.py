@@ -424,3 +424,26 @@ def test_pod_stuck_terminating_on_a_lost_node_is_force_deleted_and_replaced(
     assert new_uid
     status = job_status(kube, namespace, "lost")
     assert status["restarts"] == {"disruptions": 1, "failures": 0}
+
+
+def test_trainer_pods_pass_restricted_pod_security(
+    operator: OperatorProcess, kube: Any, namespace: str
+) -> None:
+    """The trainer Pods' defaults meet Pod Security "restricted": the API server admits them
+    in a namespace that enforces it (with a claim, not a hostPath checkpoint volume)."""
+    core(kube).patch_namespace(
+        namespace, {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}
+    )
+    volume = {"persistentVolumeClaim": {"claimName": "ckpt"}}
+    manifest = job_manifest("secure", workers=2)
+    manifest["spec"]["checkpoint"]["volume"] = volume
+    create_job(kube, namespace, manifest)
+    got = wait_for(
+        lambda: len(p := pods(kube, namespace, "secure")) == 2 and p, timeout=30, what="2 Pods"
+    )
+    for pod in got.values():
+        trainer = next(c for c in pod.spec.containers if c.name == "trainer")
+        assert trainer.security_context.read_only_root_filesystem is True
+        assert pod.spec.security_context.run_as_non_root is True
+    events = core(kube).list_namespaced_event(namespace).items
+    assert not [e.message for e in events if "violates PodSecurity" in (e.message or "")]

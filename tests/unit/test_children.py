@@ -13,6 +13,7 @@ from kerasjob_trainer import config as trainer_config_parser
 from kerasjob_trainer.contract import DEFAULT_METRICS_PORT, Env
 
 IMAGE = "kerasjob/trainer:test"
+TMP = {"name": "kerasjob-tmp", "emptyDir": {}}
 PVC = {"persistentVolumeClaim": {"claimName": "ckpt"}}
 
 
@@ -137,9 +138,39 @@ def test_trainer_container_defaults() -> None:
     ]
     assert c["terminationMessagePolicy"] == "FallbackToLogsOnError"
     assert c["volumeMounts"] == [
-        {"name": children.CHECKPOINT_VOLUME, "mountPath": "/kerasjob/checkpoint"}
+        {"name": children.CHECKPOINT_VOLUME, "mountPath": "/kerasjob/checkpoint"},
+        {"name": children.TMP_VOLUME, "mountPath": "/tmp"},
     ]
-    assert pod["spec"]["volumes"] == [{"name": children.CHECKPOINT_VOLUME, **PVC}]
+    assert pod["spec"]["volumes"] == [{"name": children.CHECKPOINT_VOLUME, **PVC}, TMP]
+    # Pod Security "restricted" by default.
+    assert pod["spec"]["securityContext"] == {
+        "runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}
+    }
+    assert c["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+
+
+def test_a_template_may_loosen_the_security_context() -> None:
+    spec = {
+        "workers": 1,
+        "template": {"spec": {
+            "securityContext": {"runAsNonRoot": False},
+            "containers": [{"name": "trainer",
+                            "securityContext": {"readOnlyRootFilesystem": False}}],
+        }},
+    }
+    pod = children.build_pod(job(spec), "worker", 0, default_image=IMAGE)
+    assert pod["spec"]["securityContext"] == {
+        "runAsNonRoot": False, "seccompProfile": {"type": "RuntimeDefault"}
+    }
+    assert trainer(pod)["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
     assert pod["spec"]["terminationGracePeriodSeconds"] == 60
     assert pod["spec"]["automountServiceAccountToken"] is False
     assert pod["spec"]["enableServiceLinks"] is False
@@ -215,7 +246,7 @@ def test_pod_restart_policy(policy: RestartPolicy, pod_policy: str) -> None:
 
 def test_single_worker_without_volume_gets_empty_dir() -> None:
     pod = children.build_pod(job({"workers": 1}), "worker", 0, default_image=IMAGE)
-    assert pod["spec"]["volumes"] == [{"name": children.CHECKPOINT_VOLUME, "emptyDir": {}}]
+    assert pod["spec"]["volumes"] == [{"name": children.CHECKPOINT_VOLUME, "emptyDir": {}}, TMP]
 
 
 def test_checkpoint_mount_path_and_dir_follow_spec() -> None:
@@ -273,8 +304,10 @@ def test_template_merges_over_defaults() -> None:
     env = env_of(pod)
     assert env["EXTRA"] == "1" and env["TF_USE_LEGACY_KERAS"] == "0"
     assert Env.TF_CONFIG.value in env
-    assert [m["mountPath"] for m in t["volumeMounts"]] == ["/kerasjob/checkpoint", "/data"]
-    assert [v["name"] for v in pod["spec"]["volumes"]] == [children.CHECKPOINT_VOLUME, "data"]
+    assert [m["mountPath"] for m in t["volumeMounts"]] == ["/kerasjob/checkpoint", "/tmp", "/data"]
+    assert [v["name"] for v in pod["spec"]["volumes"]] == [
+        children.CHECKPOINT_VOLUME, children.TMP_VOLUME, "data"
+    ]
 
 
 def test_first_container_is_the_trainer_when_none_is_named_trainer() -> None:
@@ -326,7 +359,7 @@ def test_operator_owned_fields_win_over_the_template() -> None:
     assert pod["spec"]["restartPolicy"] == "Never"
     tf = next(e for e in trainer(pod)["env"] if e["name"] == "TF_CONFIG")
     assert set(tf) == {"name", "value"}
-    assert pod["spec"]["volumes"] == [{"name": children.CHECKPOINT_VOLUME, **PVC}]
+    assert pod["spec"]["volumes"] == [{"name": children.CHECKPOINT_VOLUME, **PVC}, TMP]
 
 
 def test_build_does_not_modify_the_job() -> None:

@@ -342,3 +342,25 @@ def test_what_happened_before_a_suspension_is_still_counted() -> None:
     # A permanent exit seen while suspending fails the job instead.
     fatal = [pod(0), pod(1, restart_count=1, last_termination=Termination(78)), pod(2)]
     assert run(sj, settle(j, [pod(i) for i in range(3)]), fatal).status["phase"] == "Failed"
+
+
+def test_replacements_wait_until_no_old_incarnation_is_left() -> None:
+    """An eviction of worker 1 makes worker 0 exit 42 too: nothing is re-created while either
+    old Pod is still there (a new worker would resolve its peer's name to the terminating
+    Pod's address), then both are re-created in one plan."""
+    j = job(workers=2)
+    s = settle(j, [pod(0), pod(1)])
+    evicted = pod(1, deletion_timestamp=NOW)
+    exited = pod(0, phase="Failed", ready=False, termination=Termination(42, "Error"))
+    p = run(j, s, [exited, evicted])
+    assert p.status["restarts"] == {"disruptions": 2, "failures": 0}
+    assert deletes(p) == ["j-worker-0"] and not creates(p)
+    # Worker 0's old Pod is gone, worker 1's still terminating: still nothing (looked at
+    # again soon, though the deletion event normally comes first).
+    p = run(j, p.status, [evicted])
+    assert not creates(p)
+    assert p.requeue_after is not None and p.requeue_after <= rc.REGROUP_RECHECK_SECONDS
+    # Both gone: both re-created together, each restart counted once.
+    p = run(j, p.status, [])
+    assert creates(p) == ["j-worker-0", "j-worker-1"]
+    assert p.status["restarts"] == {"disruptions": 2, "failures": 0}
