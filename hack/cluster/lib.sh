@@ -95,6 +95,22 @@ bin_dir() {
   echo "$KERASJOB_CACHE/bin/$KUBE_VERSION-$(pin_hash)"
 }
 
+# Where up.sh and node.sh keep certificates, logs and pid files.
+PKI="$STATE_DIR/pki"
+LOGS="$STATE_DIR/logs"
+PIDS="$STATE_DIR/pids"
+
+# launch NAME BINARY ARGS...: start a component in its own session (setsid), so down.sh can
+# stop it and all its children by process group; its pid (the session leader's: setsid execs
+# in place here) in pids/, its output in logs/. Daemons must not inherit the lock fds 8 and 9.
+launch() {
+  local name="$1"; shift
+  setsid "$@" > "$LOGS/$name.log" 2>&1 < /dev/null 8>&- 9>&- &
+  echo $! > "$PIDS/$name.pid"
+}
+# alive NAME: 0 while the component started by launch runs.
+alive() { local p; p="$(cat "$PIDS/$1.pid" 2>/dev/null)" && [ -n "$p" ] && kill -0 "$p" 2>/dev/null; }
+
 # 0 when something listens on 127.0.0.1:$1 (TCP).
 port_in_use() {
   if command -v ss >/dev/null 2>&1; then

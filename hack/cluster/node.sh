@@ -24,9 +24,6 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 BIN="$(bin_dir)"
-PKI="$STATE_DIR/pki"
-LOGS="$STATE_DIR/logs"
-PIDS="$STATE_DIR/pids"
 SOCK="$NODE_DIR/run/containerd.sock"
 # (ctr warns about cgroup v1 on every call: filtered.)
 CTR() { "$BIN/ctr" --address "$SOCK" --namespace k8s.io "$@" 2> >(grep -v "support for cgroup v1 is deprecated" >&2); }
@@ -36,12 +33,6 @@ RULE_TAG="kerasjob-node:$NODE_BRIDGE"
 # Kernel settings the kubelet and the CNI bridge change; down restores them.
 SYSCTLS=(net/ipv4/ip_forward vm/overcommit_memory kernel/panic kernel/panic_on_oops)
 
-alive() { local p; p="$(cat "$PIDS/$1.pid" 2>/dev/null)" && [ -n "$p" ] && kill -0 "$p" 2>/dev/null; }
-launch() {  # launch NAME BINARY ARGS...: like up.sh, in its own session, pid file in pids/
-  local name="$1"; shift
-  setsid "$@" > "$LOGS/$name.log" 2>&1 < /dev/null 8>&- 9>&- &
-  echo $! > "$PIDS/$name.pid"
-}
 
 # --- check --------------------------------------------------------------------------------
 check() {

@@ -17,16 +17,12 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 READY_TIMEOUT="${CLUSTER_READY_TIMEOUT:-90}"
 BIN="$(bin_dir)"
-PKI="$STATE_DIR/pki"
-LOGS="$STATE_DIR/logs"
-PIDS="$STATE_DIR/pids"
 KUBECONFIG_FILE="$STATE_DIR/kubeconfig"
 SERVER="$API_SERVER_URL"
 
 api() {  # api PATH: GET an API path with the admin client certificate; prints the body
   curl -fsS --max-time 5 --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" "$SERVER$1"
 }
-alive() { local p; p="$(cat "$PIDS/$1.pid" 2>/dev/null)" && [ -n "$p" ] && kill -0 "$p" 2>/dev/null; }
 kctl() { "$BIN/kubectl" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
 
 healthy() {
@@ -139,14 +135,7 @@ current-context: kerasjob-local
 EOF
 chmod 600 "$KUBECONFIG_FILE"
 
-# --- processes ------------------------------------------------------------------------
-# Each component runs in its own session (setsid), so down.sh can stop it and all its children
-# by process group. The pid written is the session leader's (setsid execs in place here).
-launch() {  # launch NAME BINARY ARGS...
-  local name="$1"; shift
-  setsid "$@" > "$LOGS/$name.log" 2>&1 < /dev/null 8>&- 9>&- &
-  echo $! > "$PIDS/$name.pid"
-}
+# --- processes (launch: lib.sh) --------------------------------------------------------
 
 # shellcheck disable=SC2086  # *_EXTRA_ARGS are word-split on purpose
 # etcd reads ETCD_* variables as flags: drop ours from its environment.
