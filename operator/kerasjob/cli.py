@@ -164,11 +164,43 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _explain(exc: BaseException, args: argparse.Namespace) -> str | None:
+    """One line for an error of talking to the cluster, or None if it is not one."""
+    from kubernetes.client.rest import ApiException
+    from kubernetes.config import ConfigException
+
+    if isinstance(exc, ApiException):
+        ns = getattr(args, "namespace_single", None) or "default"
+        if exc.status == 404 and getattr(args, "name", None):
+            return f"KerasJob {args.name!r} not found in namespace {ns!r}"
+        if exc.status == 404:
+            return "the KerasJob API is not in this cluster (no kerasjobs.kerasjob.dev CRD)"
+        try:
+            message = json.loads(exc.body or "{}").get("message") or exc.reason
+        except ValueError:
+            message = exc.reason
+        return f"the API server refused: {message} (HTTP {exc.status})"
+    if isinstance(exc, ConfigException | FileNotFoundError):
+        return f"no usable kubeconfig: {exc}"
+    if type(exc).__module__.startswith("urllib3") or isinstance(exc, ConnectionError):
+        return f"cannot reach the API server: {type(exc).__name__}"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.command is None:
         args = parser().parse_args(["run", *(argv or sys.argv[1:])])
-    return int(args.func(args))
+    if args.func is not _status:
+        return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except Exception as exc:  # mapped to one line below, else re-raised
+        line = _explain(exc, args)
+        if line is None:
+            raise
+        print(f"kerasjob: {line}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

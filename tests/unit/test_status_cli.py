@@ -29,3 +29,24 @@ def test_run_flags() -> None:
         ["run", "-n", "a-*", "-n", "b", "--metrics-port", "9090", "--workers", "4"]
     )
     assert args.namespace == ["a-*", "b"] and args.metrics_port == 9090 and args.workers == 4
+
+
+def test_status_errors_are_one_line_and_exit_1(capsys, tmp_path) -> None:
+    from kubernetes.client.rest import ApiException
+
+    missing = tmp_path / "no-such-kubeconfig"
+    assert cli.main(["--kubeconfig", str(missing), "status", "x"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("kerasjob: no usable kubeconfig") and err.count("\n") == 1
+
+    args = cli.parser().parse_args(["status", "mnist", "-n", "ml"])
+    assert cli._explain(ApiException(status=404), args) == (
+        "KerasJob 'mnist' not found in namespace 'ml'"
+    )
+    forbidden = ApiException(status=403)
+    forbidden.body = '{"message": "kerasjobs is forbidden: User \\"u\\" cannot list"}'
+    listing = cli.parser().parse_args(["status", "-n", "ml"])
+    assert cli._explain(forbidden, listing) == (
+        'the API server refused: kerasjobs is forbidden: User "u" cannot list (HTTP 403)'
+    )
+    assert cli._explain(ValueError("a bug"), args) is None  # not ours to hide
