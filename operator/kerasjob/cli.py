@@ -171,14 +171,16 @@ def _explain(exc: BaseException, args: argparse.Namespace) -> str | None:
 
     if isinstance(exc, ApiException):
         ns = getattr(args, "namespace_single", None) or "default"
-        if exc.status == 404 and getattr(args, "name", None):
-            return f"KerasJob {args.name!r} not found in namespace {ns!r}"
+        try:
+            body = json.loads(exc.body or "")
+        except ValueError:
+            body = {}  # e.g. "404 page not found": no such resource at all
+        body = body if isinstance(body, dict) else {}
+        if exc.status == 404 and (body.get("details") or {}).get("name"):
+            return f"KerasJob {body['details']['name']!r} not found in namespace {ns!r}"
         if exc.status == 404:
             return "the KerasJob API is not in this cluster (no kerasjobs.kerasjob.dev CRD)"
-        try:
-            message = json.loads(exc.body or "{}").get("message") or exc.reason
-        except ValueError:
-            message = exc.reason
+        message = body.get("message") or exc.reason
         return f"the API server refused: {message} (HTTP {exc.status})"
     if isinstance(exc, ConfigException | FileNotFoundError):
         return f"no usable kubeconfig: {exc}"

@@ -40,9 +40,12 @@ def test_status_errors_are_one_line_and_exit_1(capsys, tmp_path) -> None:
     assert err.startswith("kerasjob: no usable kubeconfig") and err.count("\n") == 1
 
     args = cli.parser().parse_args(["status", "mnist", "-n", "ml"])
-    assert cli._explain(ApiException(status=404), args) == (
-        "KerasJob 'mnist' not found in namespace 'ml'"
-    )
+    gone = ApiException(status=404)
+    gone.body = '{"kind": "Status", "reason": "NotFound", "details": {"name": "mnist"}}'
+    assert cli._explain(gone, args) == "KerasJob 'mnist' not found in namespace 'ml'"
+    no_crd = ApiException(status=404)
+    no_crd.body = "404 page not found"
+    assert "no kerasjobs.kerasjob.dev CRD" in (cli._explain(no_crd, args) or "")
     forbidden = ApiException(status=403)
     forbidden.body = '{"message": "kerasjobs is forbidden: User \\"u\\" cannot list"}'
     listing = cli.parser().parse_args(["status", "-n", "ml"])
