@@ -42,13 +42,7 @@ RESUMED = re.compile(r"^kerasjob: resumed at step (\d+)", re.M)
 
 
 def log(kube: Kube, pod: str) -> str:
-    resp = kube.pool.request(
-        "GET",
-        f"{kube.base}{pod_path(NS, pod, 'log')}?container=trainer",
-        headers={**kube.headers, "Accept": "*/*"},
-        timeout=10,
-    )
-    return resp.data.decode(errors="replace") if resp.status == 200 else ""
+    return kube.pod_log(NS, pod)
 
 
 def wait(pred: Any, timeout: float, what: str, interval: float = 0.1) -> Any:

@@ -123,18 +123,7 @@ class Logs:
             cs.get("restartCount", 0) for cs in obj.get("status", {}).get("containerStatuses", [])
         )
         key = (pod, obj["metadata"]["uid"], restarts)
-        try:
-            resp = self.kube.pool.request(
-                "GET",
-                f"{self.kube.base}{pod_path(NAMESPACE, pod, 'log')}?container=trainer",
-                headers={**self.kube.headers, "Accept": "*/*"},
-                timeout=10,
-            )
-        except OSError:
-            return []
-        if resp.status != 200:
-            return []
-        lines = resp.data.decode(errors="replace").splitlines()
+        lines = self.kube.pod_log(NAMESPACE, pod).splitlines()
         new = lines[self.seen.get(key, 0) :]
         self.seen[key] = len(lines)
         return new

@@ -92,6 +92,20 @@ class Kube:
                 return None
             raise
 
+    def pod_log(self, namespace: str, pod: str, container: str = "trainer") -> str:
+        """The current container's log, as `kubectl logs` shows it ("" when there is none
+        yet, or the API server or kubelet cannot be reached)."""
+        try:
+            resp = self.pool.request(
+                "GET",
+                f"{self.base}{pod_path(namespace, pod, 'log')}?container={container}",
+                headers={**self.headers, "Accept": "*/*"},
+                timeout=10,
+            )
+        except OSError:
+            return ""
+        return resp.data.decode(errors="replace") if resp.status == 200 else ""
+
     def watch(self, path: str, *, timeout_s: int, **query: Any) -> Iterator[dict]:
         """Watch events ({"type", "object"}) until the server ends the stream."""
         q = {**query, "watch": "true", "timeoutSeconds": timeout_s, "allowWatchBookmarks": "true"}

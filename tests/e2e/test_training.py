@@ -44,16 +44,7 @@ class Run:
         self.tmp_path = tmp_path
 
     def log(self, pod: str) -> str:
-        try:
-            resp = self.kj.pool.request(
-                "GET",
-                f"{self.kj.base}{pod_path(self.ns, pod, 'log')}?container=trainer",
-                headers={**self.kj.headers, "Accept": "*/*"},
-                timeout=10,
-            )
-        except OSError:
-            return ""
-        return resp.data.decode(errors="replace") if resp.status == 200 else ""
+        return self.kj.pod_log(self.ns, pod)
 
     def make_claim(self) -> None:
         if self.dep.cluster.local:

@@ -125,7 +125,7 @@ def test_pod_without_toleration_stays_off_kwok_nodes(
         pytest.skip("only the local cluster's node set is known")
     core = client.CoreV1Api(kube)
     # Selects the KWOK nodes but does not tolerate their taint: it must stay Pending. (The
-    # selector also keeps it off any real node, e.g. the local node agent's.)
+    # selector also keeps it off the real node.)
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
