@@ -10,24 +10,26 @@ FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/kerasjob
 WORKDIR /src
-# 1. The dependencies, from pyproject.toml alone: this layer is rebuilt when pyproject.toml
-#    changes, not when the sources do.
-COPY pyproject.toml ./
+# 1. The dependencies, from operator/pyproject.toml alone: this layer is rebuilt when that
+#    file changes, not when the sources do. (kerasjob-contract is ours: installed in step 2.)
+COPY operator/pyproject.toml ./
 RUN python -c "import tomllib; \
-      print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
+      deps = tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']; \
+      print('\n'.join(d for d in deps if not d.startswith('kerasjob-')))" \
       > /tmp/requirements.txt \
  && /opt/kerasjob/bin/pip install -r /tmp/requirements.txt \
- && rm /tmp/requirements.txt
-# 2. Only what `pip install .` needs. The trainer package directory is copied because the
-# operator imports kerasjob_trainer.contract (exit codes, env names) and setuptools packages
-# both; the trainer's heavy dependencies stay out because the `trainer` extra is not installed.
-COPY README.md ./
+ && rm /tmp/requirements.txt pyproject.toml
+# 2. The operator's two distributions and nothing else: the operator (kerasjob) and the
+#    operator/trainer contract (kerasjob-contract). No trainer, no dev tooling; the build
+#    checks it. pip and setuptools leave the environment afterwards (nothing imports them).
+COPY contract/ contract/
 COPY operator/ operator/
-COPY trainer_image/kerasjob_trainer/ trainer_image/kerasjob_trainer/
-# pip and setuptools leave the environment afterwards (nothing imports them at run time).
-RUN /opt/kerasjob/bin/pip install . \
- && /opt/kerasjob/bin/python -c "import kerasjob, kopf" \
- && ! /opt/kerasjob/bin/python -c "import tensorflow" 2>/dev/null \
+RUN /opt/kerasjob/bin/pip install --no-deps ./contract ./operator \
+ && /opt/kerasjob/bin/pip check \
+ && /opt/kerasjob/bin/python -c "import kerasjob, kerasjob_contract, kopf" \
+ && for m in tensorflow kerasjob_trainer kerasjob_dev; do \
+      ! /opt/kerasjob/bin/python -c "import $m" 2>/dev/null || { echo "$m in the operator image" >&2; exit 1; }; \
+    done \
  && /opt/kerasjob/bin/python -m pip uninstall -q -y pip setuptools
 
 FROM ${PYTHON_IMAGE}

@@ -22,10 +22,10 @@ help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
 venv: $(VENV)/.installed ## Create the Python environment (operator, trainer, dev tools)
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: contract/pyproject.toml operator/pyproject.toml trainer_image/pyproject.toml dev/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[trainer,dev]'
+	$(BIN)/pip install -q -e ./contract -e ./operator -e ./trainer_image -e ./dev
 	# tf-keras declares a dependency on the full `tensorflow` wheel; we use tensorflow-cpu.
 	$(BIN)/pip install -q --no-deps tf-keras==$(TF_KERAS_VERSION)
 	touch $@
@@ -71,7 +71,7 @@ crds: venv ## Regenerate crds/ from the pydantic models
 	cp crds/kerasjob.dev_kerasjobs.yaml charts/kerasjob-operator/crds/
 
 demo: venv ## Train MNIST on 2 workers under the real operator, evict one, resume (CLUSTER=current to use KUBECONFIG)
-	$(BIN)/python -m kerasjob.demo $(if $(filter current,$(CLUSTER)),--cluster current,)
+	$(BIN)/python -m kerasjob_dev.demo $(if $(filter current,$(CLUSTER)),--cluster current,)
 
 bench: venv binaries ## Benchmarks: print figures, write JSON to bench/results/
 	$(BIN)/python bench/trainer.py

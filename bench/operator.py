@@ -31,11 +31,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-
-from support import cluster as support  # noqa: E402
-from support.operator import (  # noqa: E402
+from kerasjob_dev import cluster as support
+from kerasjob_dev.harness import (
     GROUP,
     PLURAL,
     VERSION,
@@ -46,6 +43,7 @@ from support.operator import (  # noqa: E402
     job_manifest,
 )
 
+ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "operator.json"
 WORKERS = 4
 

@@ -29,9 +29,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from kerasjob import localdeploy
-from kerasjob.localcluster import LocalCluster
-from kerasjob.synckube import ApiError, Kube, pod_path
+
+from kerasjob_dev import localdeploy
+from kerasjob_dev.localcluster import LocalCluster
+from kerasjob_dev.synckube import ApiError, Kube, pod_path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "recovery.json"

@@ -29,8 +29,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests" / "trainer"))  # the process helpers of the tests
-sys.path.insert(0, str(ROOT / "trainer_image"))
 
 WARMUP = 20
 WINDOW = 25
@@ -46,9 +44,10 @@ def measure(mode: str, backup_dir: str | None) -> dict[str, Any]:
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     import tensorflow as tf
     import tf_keras
+
+    from kerasjob_contract.trainer_config import DatasetConfig
     from kerasjob_trainer import cluster as cl
     from kerasjob_trainer import data, models, preemption
-    from kerasjob_trainer.config import DatasetConfig
     from kerasjob_trainer.strategy import build_strategy
 
     info = cl.parse_tf_config(os.environ.get("TF_CONFIG"))
@@ -114,7 +113,7 @@ def _child(mode: str, env: dict[str, str], backup_dir: str | None, out: Path) ->
 
 
 def throughput(tmp: Path) -> dict[str, Any]:
-    from trainer_procs import free_ports, tf_config
+    from kerasjob_dev.trainer_procs import free_ports, tf_config
 
     figures: dict[str, Any] = {}
     for mode in ("none", "mwms-1"):
@@ -136,7 +135,7 @@ def throughput(tmp: Path) -> dict[str, Any]:
 
 
 def recovery(tmp: Path) -> dict[str, Any]:
-    from trainer_procs import RESUMED_LINE, STEP_LINE, Group
+    from kerasjob_dev.trainer_procs import RESUMED_LINE, STEP_LINE, Group
 
     config = {"epochs": 1, "stepsPerEpoch": 400, "saveFreq": SAVE_FREQ, "logEverySteps": 1,
               "batchSizePerReplica": BATCH}

@@ -1,9 +1,9 @@
-"""Shared fixtures: the cluster the tests run against (see tests/support/cluster.py).
+"""Shared fixtures: the cluster the tests run against (see dev/kerasjob_dev/cluster.py).
 
 Fixtures
 --------
 ``cluster`` (session)
-    :class:`support.cluster.Cluster` -- the local control plane of ``hack/cluster``, started
+    :class:`kerasjob_dev.cluster.Cluster` -- the local control plane of ``hack/cluster``, started
     on first use and stopped at the end of the session (also on Ctrl-C/SIGTERM), or, with
     ``KERASJOB_TEST_CLUSTER=current``, the cluster of ``KUBECONFIG`` used unchanged.
 ``kube`` (session)
@@ -11,29 +11,25 @@ Fixtures
 ``namespace`` (function)
     A fresh namespace ``t-<8 hex>`` (its default ServiceAccount exists), deleted afterwards.
 ``kwok_placement`` (function)
-    A copy of :data:`support.cluster.KWOK_POD_PLACEMENT`; merge it into a Pod spec to put the
+    A copy of :data:`kerasjob_dev.cluster.KWOK_POD_PLACEMENT`; merge it into a Pod spec to put the
     Pod on a fake KWOK node (skips the test when the cluster has no node labelled type=kwok).
 
 Tests that need a cluster are marked ``@pytest.mark.cluster``. They are skipped only when
 ``KERASJOB_SKIP_CLUSTER=1``; otherwise the cluster must come up or they error.
 
-Import helpers as ``from support.cluster import KWOK_POD_PLACEMENT, wait_for`` (this file
-puts ``tests/`` on ``sys.path``).
+Import helpers as ``from kerasjob_dev.cluster import KWOK_POD_PLACEMENT, wait_for`` (the dev
+tooling shared by the tests, the demo and the benchmarks: ``dev/kerasjob_dev``).
 """
 
 from __future__ import annotations
 
 import copy
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from support import cluster as support
+from kerasjob_dev import cluster as support
 
 SKIP_REASON = "KERASJOB_SKIP_CLUSTER=1: tests that need a Kubernetes cluster are skipped"
 

@@ -79,7 +79,7 @@ start=$(date +%s.%N)
 mkdir -p "$PKI" "$LOGS" "$PIDS" "$STATE_DIR/etcd"
 chmod 700 "$STATE_DIR" "$PKI"
 # Started by a program (tests, demo): the last of its users stops it again. A cluster started
-# by hand (no marker) is never stopped by them (operator/kerasjob/localcluster.py).
+# by hand (no marker) is never stopped by them (dev/kerasjob_dev/localcluster.py).
 if [ -n "${KERASJOB_CLUSTER_OWNER:-}" ]; then touch "$STATE_DIR/managed"; fi
 
 # --- certificates (EC P-256: fast to generate) ------------------------------------------

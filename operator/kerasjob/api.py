@@ -17,11 +17,12 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Annotated, Any
 
-from kerasjob_trainer.contract import DEFAULT_TF_PORT
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer
 from pydantic.alias_generators import to_camel
 
 from kerasjob import API_GROUP, API_VERSION, KIND
+from kerasjob_contract import DEFAULT_TF_PORT
+from kerasjob_contract.trainer_config import DEFAULTS as TRAINER_DEFAULTS
 
 API_VERSION_FULL = f"{API_GROUP}/{API_VERSION}"
 
@@ -227,26 +228,40 @@ class TrainerSpec(_Model):
         description="The training data. Default: the MNIST sample bundled with the trainer.",
         json_schema_extra={"default": {}},
     )
-    epochs: int = Field(3, ge=1, description="Number of epochs to train. Default: 3.")
+    epochs: int = Field(
+        TRAINER_DEFAULTS.epochs,
+        ge=1,
+        description=f"Number of epochs to train. Default: {TRAINER_DEFAULTS.epochs}.",
+    )
     steps_per_epoch: int = Field(
-        200, ge=1, description="Global training steps per epoch. Default: 200."
+        TRAINER_DEFAULTS.steps_per_epoch,
+        ge=1,
+        description=(
+            f"Global training steps per epoch. Default: {TRAINER_DEFAULTS.steps_per_epoch}."
+        ),
     )
     batch_size_per_replica: int = Field(
-        64,
+        TRAINER_DEFAULTS.batch_size_per_replica,
         ge=1,
         description=(
             "Batch size on each replica; the global batch is this times the number of "
-            "training replicas. Default: 64."
+            f"training replicas. Default: {TRAINER_DEFAULTS.batch_size_per_replica}."
         ),
     )
     learning_rate: float | None = Field(
-        None, gt=0, description="Optimizer learning rate. When unset the model's own default."
+        None,
+        gt=0,
+        description=(
+            "Optimizer learning rate. When unset the built-in models use "
+            f"{TRAINER_DEFAULTS.learning_rate:g} (Adam's default)."
+        ),
     )
     seed: int = Field(
-        42,
+        TRAINER_DEFAULTS.seed,
         description=(
             "Seed for weight initialisation and dataset shuffling. The same seed on every "
-            "worker is what keeps auto-sharded data free of duplicates and gaps. Default: 42."
+            "worker is what keeps auto-sharded data free of duplicates and gaps. "
+            f"Default: {TRAINER_DEFAULTS.seed}."
         ),
     )
     collective_timeout_seconds: float | None = Field(
@@ -255,7 +270,7 @@ class TrainerSpec(_Model):
         description=(
             "A collective operation that makes no progress for this long fails and the "
             "worker exits so the group restarts (a disruption). When unset the trainer's "
-            "default (60s)."
+            f"default ({TRAINER_DEFAULTS.collective_timeout_seconds:g}s)."
         ),
     )
     stall_timeout_seconds: float | None = Field(
@@ -264,7 +279,7 @@ class TrainerSpec(_Model):
         description=(
             "No finished step for this long, after the first one, is treated as a silent "
             "peer: the worker exits so the group restarts. When unset the trainer's default "
-            "(300s)."
+            f"({TRAINER_DEFAULTS.stall_timeout_seconds:g}s)."
         ),
     )
     log_every_steps: int | None = Field(
@@ -346,11 +361,11 @@ class CheckpointSpec(_Model):
         ),
     )
     save_freq: int = Field(
-        100,
+        TRAINER_DEFAULTS.save_freq,
         ge=1,
         description=(
             "BackupAndRestore saves every this many steps: a disruption loses at most this "
-            "many steps. Immutable. Default: 100."
+            f"many steps. Immutable. Default: {TRAINER_DEFAULTS.save_freq}."
         ),
     )
 

@@ -23,7 +23,6 @@ from typing import Any
 import jinja2
 import pydantic
 import yaml
-from kerasjob_trainer.contract import DEFAULT_METRICS_PORT, Env
 
 from kerasjob import labels
 from kerasjob.api import (
@@ -37,8 +36,8 @@ from kerasjob.api import (
 )
 from kerasjob.merge import deep_merge
 from kerasjob.tf_config import build_tf_config, pod_name, tf_config_json
+from kerasjob_contract import DEFAULT_METRICS_PORT, TRAINER_CONTAINER, Env
 
-TRAINER_CONTAINER = "trainer"
 #: Name of the checkpoint volume in every Pod; reserved (a template may not define it).
 CHECKPOINT_VOLUME = "kerasjob-checkpoint"
 #: The writable /tmp of the trainer (its root filesystem is read-only by default).
@@ -149,7 +148,7 @@ def trainer_config(job: JobLike) -> dict[str, Any]:
 
     spec.trainer exactly as the API spells it (camelCase, unset fields left out; a path
     dataset's format is inferred by the trainer the same way as `DatasetSpec.resolved_format`)
-    plus checkpoint.saveFreq, as `kerasjob_trainer.contract.Env.TRAINER_CONFIG` documents.
+    plus checkpoint.saveFreq, as `kerasjob_contract.Env.TRAINER_CONFIG` documents.
     """
     j = _job(job)
     out = j.spec.trainer.model_dump(by_alias=True, exclude_none=True, mode="json")

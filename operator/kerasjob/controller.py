@@ -23,7 +23,6 @@ from datetime import datetime, timezone
 from typing import Any
 
 import aiohttp
-from kerasjob_trainer.contract import DEFAULT_METRICS_PORT
 
 from kerasjob import children, progress
 from kerasjob import reconcile as rc
@@ -42,6 +41,7 @@ from kerasjob.kube import (
 from kerasjob.podview import PodView
 from kerasjob.status import TERMINAL_PHASES, merge_patch
 from kerasjob.workqueue import Key, WorkQueue
+from kerasjob_contract import DEFAULT_METRICS_PORT
 
 log = logging.getLogger("kerasjob.controller")
 

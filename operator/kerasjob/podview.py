@@ -12,12 +12,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from kerasjob_trainer.contract import Env
-
 from kerasjob import KIND, labels
+from kerasjob_contract import TRAINER_CONTAINER, Env
 
 #: The container treated as the trainer when no container has this name: the first one.
-TRAINER_CONTAINER = "trainer"
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Training progress: read the chief's Prometheus metrics into ``status.progress``.
 
 The chief serves ``kerasjob_*`` gauges at ``http://<podIP>:<KERASJOB_METRICS_PORT>/metrics``
-(names in `kerasjob_trainer.contract`). Parsing and comparison are pure; the scrape is one
+(names in `kerasjob_contract`). Parsing and comparison are pure; the scrape is one
 short-timeout GET whose failures are expected (Pod starting, fake nodes) and only logged at
 debug level.
 """
@@ -17,15 +17,15 @@ from datetime import datetime
 from typing import Any
 
 import aiohttp
-from kerasjob_trainer.contract import (
+
+from kerasjob.status import fmt_time
+from kerasjob_contract import (
     METRIC_EPOCH,
     METRIC_LOSS,
     METRIC_SAMPLES_PER_SECOND,
     METRIC_STEP,
     METRIC_TRAINING_METRIC,
 )
-
-from kerasjob.status import fmt_time
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ Two pure steps, each a small function with tests (tests/unit/test_restart_policy
      else, carries a ``DisruptionTarget`` condition, was failed by the node (Evicted,
      Preempting, NodeLost, Shutdown ...), its container was killed by SIGKILL/SIGTERM (exit
      137/143, not OOMKilled), or the trainer said so (exit 42 preempted-and-saved, 43 peer
-     lost; see `kerasjob_trainer.contract`).
+     lost; see `kerasjob_contract`).
    - `Permanent`   -- retrying cannot help (exit 78, invalid configuration).
    - `Failure`     -- any other error exit.
 2. *Decide*, from the job's ``restartPolicy`` and ``backoffLimit``, whether the job goes on
@@ -22,9 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kerasjob_trainer.contract import DISRUPTION_EXIT_CODES, PERMANENT_EXIT_CODES, ExitCode
-
 from kerasjob.podview import PodView, Termination
+from kerasjob_contract import DISRUPTION_EXIT_CODES, PERMANENT_EXIT_CODES, ExitCode
 
 #: Containers killed by these signals were stopped from outside (node drain, preemption,
 #: kubelet eviction, peer teardown): 128 + SIGKILL(9), 128 + SIGTERM(15).

@@ -9,7 +9,7 @@ made for this session, and uninstalled at the end. With ``KERASJOB_TEST_CLUSTER=
 
 ``images`` (session): just the images on the nodes (the node tests need no operator).
 
-``kj``: a dict-based API client (:class:`kerasjob.synckube.Kube`) for the cluster under test.
+``kj``: a dict-based API client (:class:`kerasjob_dev.synckube.Kube`) for the cluster under test.
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
-from kerasjob import localdeploy
-from kerasjob.synckube import ApiError, Kube
-from support.cluster import Cluster
+
+from kerasjob_dev import localdeploy
+from kerasjob_dev.cluster import Cluster
+from kerasjob_dev.synckube import ApiError, Kube
 
 
 @dataclass(frozen=True)
@@ -53,17 +54,20 @@ def _delete_namespace(kube: Kube, name: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def images(cluster: Cluster) -> None:
+def images(cluster: Cluster) -> localdeploy.Images | None:
     """The operator and trainer images are on the cluster's nodes (built and imported into
-    the real node here; on another cluster, loaded by whoever made it, e.g. hack/kind)."""
-    if cluster.local:
-        built = localdeploy.build_images()
-        load_s = localdeploy.load_images(built)
-        print(f"\nimages built/confirmed in {built.seconds:.1f} s, loaded in {load_s:.1f} s")
+    the real node here; on another cluster, loaded by whoever made it, e.g. hack/kind):
+    the exported archives, or None when someone else loaded them."""
+    if not cluster.local:
+        return None
+    built = localdeploy.build_images()
+    load_s = localdeploy.load_images(built)
+    print(f"\nimages built/confirmed in {built.seconds:.1f} s, loaded in {load_s:.1f} s")
+    return built
 
 
 @pytest.fixture(scope="session")
-def deployment(cluster: Cluster, images: None) -> Iterator[Deployment]:
+def deployment(cluster: Cluster, images: localdeploy.Images | None) -> Iterator[Deployment]:
     kube = Kube(str(cluster.kubeconfig))
     suffix = uuid.uuid4().hex[:6]
     jobs_ns, op_ns, release = f"e2e-{suffix}", f"kerasjob-e2e-{suffix}", f"e2e-{suffix}"

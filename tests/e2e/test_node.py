@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kerasjob import localdeploy
-from kerasjob.synckube import Kube, pod_path
-from support.cluster import Cluster, wait_for
+
+from kerasjob_dev import localdeploy
+from kerasjob_dev.cluster import Cluster, wait_for
+from kerasjob_dev.synckube import Kube, pod_path
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 
@@ -22,7 +23,7 @@ IMAGE = localdeploy.OPERATOR_IMAGE  # Debian + Python; any command can replace i
 
 
 @pytest.fixture(autouse=True)
-def _local(cluster: Cluster, images: None) -> None:
+def _local(cluster: Cluster, images: object) -> None:
     if not cluster.local:
         pytest.skip("tests the local cluster's real node")
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from support.cluster import wait_for
+
+from kerasjob_dev.cluster import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e]
 

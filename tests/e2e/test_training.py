@@ -21,9 +21,10 @@ from typing import Any
 
 import pytest
 import yaml
-from kerasjob import localdeploy
-from kerasjob.synckube import ApiError, pod_path
-from support.cluster import REPO_ROOT, wait_for
+
+from kerasjob_dev import localdeploy
+from kerasjob_dev.cluster import REPO_ROOT, wait_for
+from kerasjob_dev.synckube import ApiError, pod_path
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e, pytest.mark.slow]
 

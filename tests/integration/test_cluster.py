@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from support.cluster import Cluster, wait_for
+
+from kerasjob_dev.cluster import Cluster, wait_for
 
 pytestmark = pytest.mark.cluster
 

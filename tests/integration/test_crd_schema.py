@@ -14,11 +14,12 @@ from typing import Any
 
 import pytest
 import yaml
-from kerasjob import API_GROUP, API_VERSION, KIND, PLURAL, crdgen
-from kerasjob.api import KerasJobSpec, KerasJobStatus
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from support.cluster import Cluster, wait_for
+
+from kerasjob import API_GROUP, API_VERSION, KIND, PLURAL, crdgen
+from kerasjob.api import KerasJobSpec, KerasJobStatus
+from kerasjob_dev.cluster import Cluster, wait_for
 
 pytestmark = pytest.mark.cluster
 

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 import yaml
-from support.cluster import Cluster, wait_for
+
+from kerasjob_dev.cluster import Cluster, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
@@ -98,7 +99,7 @@ def test_operator_renders_pods_the_trainer_accepts(
     """Operator and trainer agree on each example: the Pods the operator would create run the
     trainer container with a KERASJOB_TRAINER_CONFIG the trainer parses without complaint."""
     from kerasjob import children
-    from kerasjob_trainer.config import parse_config
+    from kerasjob_contract.trainer_config import parse_config
 
     for job in kerasjobs(path):
         job = {**job, "metadata": {**job["metadata"], "namespace": "ns", "uid": "u"}}

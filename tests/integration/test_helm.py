@@ -37,8 +37,9 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client
-from support import cluster as support
-from support.cluster import Cluster, wait_for
+
+from kerasjob_dev import cluster as support
+from kerasjob_dev.cluster import Cluster, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 

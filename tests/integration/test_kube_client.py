@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 import yaml
+
 from kerasjob.kube import ApiError, KubeApi
-from support.cluster import Cluster
+from kerasjob_dev.cluster import Cluster
 
 pytestmark = pytest.mark.cluster
 

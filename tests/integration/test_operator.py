@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from support.cluster import Cluster, wait_for
-from support.operator import (
+
+from kerasjob_dev.cluster import Cluster, wait_for
+from kerasjob_dev.harness import (
     OperatorProcess,
     condition,
     core,

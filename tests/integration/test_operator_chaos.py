@@ -19,8 +19,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from support.cluster import Cluster, create_namespace, delete_namespace, wait_for
-from support.operator import (
+
+from kerasjob_dev.cluster import Cluster, create_namespace, delete_namespace, wait_for
+from kerasjob_dev.harness import (
     OperatorProcess,
     core,
     create_job,
@@ -147,7 +148,7 @@ def inject(kube: Any, cluster: Cluster, ns: str, ledger: Ledger, rng: random.Ran
 
 
 def check_no_duplicates_or_orphans(kube: Any, ns: str) -> None:
-    from support.operator import GROUP, PLURAL, VERSION, custom
+    from kerasjob_dev.harness import GROUP, PLURAL, VERSION, custom
 
     jobs = {
         j["metadata"]["name"]: j["metadata"]["uid"]

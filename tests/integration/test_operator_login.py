@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.cluster import Cluster
-from support.operator import (
+
+from kerasjob_dev.cluster import Cluster
+from kerasjob_dev.harness import (
     OperatorProcess,
     create_job,
     install_crds,

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.cluster import REPO_ROOT, Cluster, wait_for
+
+from kerasjob_dev.cluster import REPO_ROOT, Cluster, wait_for
 
 pytestmark = [pytest.mark.cluster]
 

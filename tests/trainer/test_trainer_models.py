@@ -12,8 +12,8 @@ pytestmark = pytest.mark.tf
     ("mnist-mlp", (784,)), ("mnist-cnn", (28, 28, 1)), ("cifar10-cnn", (32, 32, 3)),
 ])
 def test_builtin_models_train_on_synthetic_data(name: str, shape: tuple[int, ...]) -> None:
+    from kerasjob_contract.trainer_config import DatasetConfig
     from kerasjob_trainer import data, models
-    from kerasjob_trainer.config import DatasetConfig
 
     model = models.build_model(name, {}, 1e-3).model
     assert tuple(model.input_shape[1:]) == shape and model.output_shape[-1] == 10
@@ -36,6 +36,7 @@ def test_mnist_sample_split_is_fixed_and_disjoint() -> None:
 
 def test_seeded_shuffle_gives_every_worker_the_same_order() -> None:
     import tensorflow as tf
+
     from kerasjob_trainer import data
 
     ds = tf.data.Dataset.from_tensor_slices((np.arange(64.0)[:, None], np.arange(64)))

@@ -14,9 +14,10 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from kerasjob_trainer import contract
-from kerasjob_trainer.contract import ExitCode
-from trainer_procs import (
+
+import kerasjob_contract as contract
+from kerasjob_contract import ExitCode
+from kerasjob_dev.trainer_procs import (
     FINAL_LINE,
     PREEMPTED_LINE,
     RESUMED_LINE,
@@ -246,6 +247,7 @@ def test_user_code_returning_model_and_datasets(tmp_path: Path) -> None:
 @pytest.mark.timeout(120)
 def test_npz_and_tfrecord_datasets_from_a_path(tmp_path: Path) -> None:
     import numpy as np
+
     from kerasjob_trainer.data import mnist_sample
 
     x_train, y_train, x_test, y_test = mnist_sample()

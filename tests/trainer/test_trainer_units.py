@@ -8,15 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from kerasjob_trainer import contract
+
+import kerasjob_contract as contract
+from kerasjob_contract.trainer_config import ConfigError, DatasetConfig, TrainerConfig, parse_config
 from kerasjob_trainer.cluster import LOCAL, parse_tf_config
-from kerasjob_trainer.config import (
-    ConfigError,
-    DatasetConfig,
-    TrainerConfig,
-    parse_config,
-    validate_dataset_files,
-)
+from kerasjob_trainer.config import validate_dataset_files
 from kerasjob_trainer.metrics import Progress, ProgressReporter, render_prometheus
 
 
@@ -126,7 +122,7 @@ def test_prometheus_rendering() -> None:
 
 
 def test_reporter_writes_progress_and_serves_metrics(tmp_path: Path) -> None:
-    from trainer_procs import free_ports
+    from kerasjob_dev.trainer_procs import free_ports
 
     (port,) = free_ports(1)
     reporter = ProgressReporter(str(tmp_path), port)

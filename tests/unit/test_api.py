@@ -7,6 +7,7 @@ from typing import Any
 
 import pydantic
 import pytest
+
 from kerasjob.api import (
     CheckpointSpec,
     CleanPodPolicy,

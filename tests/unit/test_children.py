@@ -7,10 +7,11 @@ import json
 from typing import Any
 
 import pytest
+
 from kerasjob import children, labels
 from kerasjob.api import KerasJob, ReplicaRole, RestartPolicy
-from kerasjob_trainer import config as trainer_config_parser
-from kerasjob_trainer.contract import DEFAULT_METRICS_PORT, Env
+from kerasjob_contract import DEFAULT_METRICS_PORT, Env
+from kerasjob_contract import trainer_config as trainer_config_parser
 
 IMAGE = "kerasjob/trainer:test"
 TMP = {"name": "kerasjob-tmp", "emptyDir": {}}

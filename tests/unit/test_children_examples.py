@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from kerasjob import children
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from kerasjob import crdgen
 from kerasjob.api import KerasJobSpec
 

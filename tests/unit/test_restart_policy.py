@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from kerasjob import restart_policy as rp
 from kerasjob.podview import PodView, Termination
 

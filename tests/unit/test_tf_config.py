@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from kerasjob.api import ReplicaRole
 from kerasjob.tf_config import build_tf_config, pod_name, task_address, tf_config_json
 

@@ -16,14 +16,10 @@ import sys
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
+from kerasjob_contract import DEFAULT_OUTPUT_SUBDIR, Env, ExitCode
+from kerasjob_contract.trainer_config import BUILTIN_MODELS, ConfigError, parse_config
 from kerasjob_trainer.cluster import parse_tf_config
-from kerasjob_trainer.config import (
-    BUILTIN_MODELS,
-    ConfigError,
-    parse_config,
-    validate_dataset_files,
-)
-from kerasjob_trainer.contract import DEFAULT_OUTPUT_SUBDIR, Env, ExitCode
+from kerasjob_trainer.config import validate_dataset_files
 from kerasjob_trainer.train import RunContext  # cheap: TensorFlow loads inside train.run()
 
 DEFAULT_CHECKPOINT_DIR = "kerasjob-checkpoints"

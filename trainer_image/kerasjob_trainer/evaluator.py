@@ -13,7 +13,7 @@ import os
 import time
 from typing import Any
 
-from kerasjob_trainer import contract
+import kerasjob_contract as contract
 from kerasjob_trainer.faults import say
 from kerasjob_trainer.metrics import now_iso, write_json_atomic
 from kerasjob_trainer.train import MODEL_FILE, RunContext

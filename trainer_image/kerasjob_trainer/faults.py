@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import NoReturn
 
-from kerasjob_trainer.contract import ExitCode
+from kerasjob_contract import ExitCode
 
 # Substrings of OpError messages that mean "the group broke", not "the program is wrong".
 _PEER_HINTS = (

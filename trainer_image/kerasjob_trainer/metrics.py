@@ -15,7 +15,7 @@ import os
 import threading
 from typing import Any
 
-from kerasjob_trainer import contract
+import kerasjob_contract as contract
 
 
 @dataclasses.dataclass

@@ -20,7 +20,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from kerasjob_trainer.config import BUILTIN_MODELS, ConfigError
+from kerasjob_contract.trainer_config import BUILTIN_MODELS, ConfigError
 
 
 @dataclasses.dataclass

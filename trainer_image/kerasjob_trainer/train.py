@@ -11,10 +11,11 @@ import threading
 import time
 from typing import Any
 
-from kerasjob_trainer import contract, faults, preemption
+import kerasjob_contract as contract
+from kerasjob_contract import ExitCode
+from kerasjob_contract.trainer_config import ConfigError, TrainerConfig
+from kerasjob_trainer import faults, preemption
 from kerasjob_trainer.cluster import ClusterInfo
-from kerasjob_trainer.config import ConfigError, TrainerConfig
-from kerasjob_trainer.contract import ExitCode
 from kerasjob_trainer.faults import hard_exit, say
 from kerasjob_trainer.metrics import ProgressReporter
 

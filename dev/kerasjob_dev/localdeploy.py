@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kerasjob.synckube import ApiError, Kube
+from kerasjob_dev import REPO_ROOT
+from kerasjob_dev.synckube import ApiError, Kube
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 CHART = REPO_ROOT / "charts" / "kerasjob-operator"
 IMAGE_TAG = "dev"
 OPERATOR_IMAGE = f"kerasjob/operator:{IMAGE_TAG}"

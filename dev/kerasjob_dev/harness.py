@@ -31,8 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from kerasjob import metrics
-
-from support.cluster import (
+from kerasjob_dev.cluster import (
     KWOK_POD_PLACEMENT,
     REPO_ROOT,
     Cluster,
@@ -108,7 +107,7 @@ class OperatorProcess:
     def start(self, *, wait: bool = True) -> OperatorProcess:
         env = self.cluster.env()
         env.update(self.extra_env)
-        src = str(REPO_ROOT / "operator") + os.pathsep + str(REPO_ROOT / "trainer_image")
+        src = str(REPO_ROOT / "operator") + os.pathsep + str(REPO_ROOT / "contract")
         env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
         self.starts += 1
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child

@@ -1,8 +1,11 @@
-"""The contract between the operator and the trainer: exit codes and environment variables.
+"""The contract between the operator and the trainer.
 
-This module is the single place where both sides learn what a trainer's exit code means and
-which variables the operator sets. It imports nothing beyond the standard library, because
-the operator image has no TensorFlow.
+The one place where both sides learn what a trainer's exit code means, which variables the
+operator sets, which container is the trainer, which ports and metric names the chief
+serves, and how the trainer's log lines read; the trainer configuration's schema and
+defaults are in `kerasjob_contract.trainer_config`. Its own distribution (kerasjob-contract),
+imported by the operator (kerasjob) and the trainer (kerasjob-trainer), and by nothing else
+than the standard library: neither image carries the other side's code or dependencies.
 """
 
 from __future__ import annotations
@@ -77,6 +80,9 @@ class Env(str, enum.Enum):
     METRICS_PORT = "KERASJOB_METRICS_PORT"
     """Port on which the chief serves progress in Prometheus text format at /metrics."""
 
+
+#: The name of the trainer container in every trainer Pod (a template may add sidecars).
+TRAINER_CONTAINER = "trainer"
 
 DEFAULT_METRICS_PORT = 9464
 DEFAULT_TF_PORT = 2222

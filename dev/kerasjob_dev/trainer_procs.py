@@ -19,8 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from kerasjob_trainer import contract
-from kerasjob_trainer.contract import Env
+import kerasjob_contract as contract
+from kerasjob_contract import Env
 
 STEP_LINE = re.compile(contract.LOG_STEP_RE)
 RESUMED_LINE = re.compile(contract.LOG_RESUMED_RE)

@@ -1,8 +1,8 @@
 """`make demo`: MNIST on two workers under the real operator, one eviction, a resume.
 
-    python -m kerasjob.demo                     # local cluster with its real node
-    python -m kerasjob.demo --cluster current   # the cluster of $KUBECONFIG, as it is
-    python -m kerasjob.demo --cluster current --operator installed   # e.g. after helm install
+    python -m kerasjob_dev.demo                     # local cluster with its real node
+    python -m kerasjob_dev.demo --cluster current   # the cluster of $KUBECONFIG, as it is
+    python -m kerasjob_dev.demo --cluster current --operator installed   # e.g. after helm install
 
 What a user does, run for them (a line each): local cluster up (control plane + the real
 node: containerd, kubelet, kube-proxy, CoreDNS) -> the operator and trainer images built from
@@ -34,9 +34,9 @@ from typing import Any
 import urllib3
 import yaml
 
-from kerasjob import localdeploy
-from kerasjob.localcluster import LocalCluster, LocalClusterError
-from kerasjob.synckube import ApiError, Kube, pod_path
+from kerasjob_dev import localdeploy
+from kerasjob_dev.localcluster import LocalCluster, LocalClusterError
+from kerasjob_dev.synckube import ApiError, Kube, pod_path
 
 NAMESPACE = "kerasjob-demo"
 JOB = "mnist"
@@ -423,7 +423,7 @@ class Demo:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m kerasjob.demo",
+        prog="python -m kerasjob_dev.demo",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

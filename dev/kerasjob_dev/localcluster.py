@@ -15,7 +15,7 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from kerasjob_dev import REPO_ROOT
 
 #: up.sh writes this file into the state directory when a program (not a person) started it.
 MANAGED_MARKER = "managed"

@@ -37,9 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from kerasjob.localcluster import LocalCluster, LocalClusterError
+from kerasjob_dev import REPO_ROOT
+from kerasjob_dev.localcluster import LocalCluster, LocalClusterError
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 CLUSTER_SCRIPTS = REPO_ROOT / "hack" / "cluster"
 
 #: Pod spec fields (merge them into ``spec``) that schedule a Pod onto a fake KWOK node,

@@ -1,0 +1,163 @@
+"""The trainer configuration (KERASJOB_TRAINER_CONFIG): its schema, its ONE set of defaults,
+and its parser.
+
+The operator's API (`kerasjob.api.TrainerSpec`) takes its defaults from `DEFAULTS` here, and
+the trainer parses what the operator passes with `parse_config`: one schema for both sides.
+Pure Python, no TensorFlow: everything here runs before TensorFlow is imported and before
+the backup directory is touched, so a bad configuration fails in milliseconds with exit 78.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from typing import Any
+
+BUILTIN_MODELS = ("mnist-mlp", "mnist-cnn", "cifar10-cnn")
+#: Dataset sources as the API spells them: "path" reads `path` (a mounted volume) in `format`.
+API_DATASET_SOURCES = ("mnist-sample", "synthetic", "path")
+FILE_FORMATS = ("npz", "tfrecord")
+#: Resolved sources (`DatasetConfig.source`): "path" becomes its file format.
+DATASET_SOURCES = ("mnist-sample", "synthetic", *FILE_FORMATS)
+
+
+class ConfigError(ValueError):
+    """The configuration cannot work; retrying will not help (exit code 78)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetConfig:
+    source: str = "mnist-sample"
+    path: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainerConfig:
+    """spec.trainer plus saveFreq, with defaults. Field docs: trainer_image/README.md and the
+    CRD's descriptions (`kerasjob.api.TrainerSpec`)."""
+
+    model: str = "mnist-mlp"
+    dataset: DatasetConfig = dataclasses.field(default_factory=DatasetConfig)
+    epochs: int = 3
+    steps_per_epoch: int = 200
+    batch_size_per_replica: int = 64
+    save_freq: int = 100
+    learning_rate: float = 1e-3
+    seed: int = 42
+    #: A collective op that makes no progress for this long fails (then exit 43).
+    collective_timeout_seconds: float = 60.0
+    #: No finished step for this long (after the first one) means a silent peer: exit 43.
+    stall_timeout_seconds: float = 300.0
+    #: Steps between "kerasjob: step ..." log lines; 0 = every saveFreq steps.
+    log_every_steps: int = 0
+
+    @property
+    def total_steps(self) -> int:
+        return self.epochs * self.steps_per_epoch
+
+    @property
+    def log_interval(self) -> int:
+        return self.log_every_steps or self.save_freq
+
+
+# camelCase key -> (field name, type). bool is excluded from int on purpose below.
+_SCALARS: dict[str, tuple[str, type]] = {
+    "model": ("model", str),
+    "epochs": ("epochs", int),
+    "stepsPerEpoch": ("steps_per_epoch", int),
+    "batchSizePerReplica": ("batch_size_per_replica", int),
+    "saveFreq": ("save_freq", int),
+    "learningRate": ("learning_rate", float),
+    "seed": ("seed", int),
+    "collectiveTimeoutSeconds": ("collective_timeout_seconds", float),
+    "stallTimeoutSeconds": ("stall_timeout_seconds", float),
+    "logEverySteps": ("log_every_steps", int),
+}
+_POSITIVE = ("epochs", "steps_per_epoch", "batch_size_per_replica", "save_freq",
+             "learning_rate", "collective_timeout_seconds", "stall_timeout_seconds")
+
+
+def _typed(key: str, value: Any, kind: type) -> Any:
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise ConfigError(f"{key} must be a {kind.__name__}, got {value!r}")
+    return value
+
+
+def parse_dataset(raw: Any) -> DatasetConfig:
+    if raw is None:
+        return DatasetConfig()
+    if isinstance(raw, str):  # shorthand: "mnist-sample"
+        raw = {"source": raw}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"dataset must be an object, got {raw!r}")
+    source = raw.get("source", "mnist-sample")
+    path = raw.get("path")
+    fmt = raw.get("format")
+    if source not in API_DATASET_SOURCES and source not in FILE_FORMATS:
+        raise ConfigError(f"dataset.source {source!r} is unknown; expected one of "
+                          f"{', '.join(API_DATASET_SOURCES)}")
+    if path is not None and not isinstance(path, str):
+        raise ConfigError(f"dataset.path must be a string, got {path!r}")
+    if fmt is not None and fmt not in FILE_FORMATS:
+        raise ConfigError(f"dataset.format {fmt!r} is unknown; expected npz or tfrecord")
+    if source in ("mnist-sample", "synthetic"):
+        return DatasetConfig(source=source)
+    if not path:
+        raise ConfigError(f"dataset.source {source!r} needs dataset.path")
+    if source == "path":  # the format is explicit, else inferred as the API documents
+        source = fmt or ("npz" if path.endswith(".npz") else "tfrecord")
+    return DatasetConfig(source=source, path=path)
+
+
+def parse_config(text: str | None) -> TrainerConfig:
+    """Parse the JSON text of KERASJOB_TRAINER_CONFIG (None or empty = all defaults)."""
+    if not text or not text.strip():
+        return TrainerConfig()
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"trainer config is not valid JSON: {e}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError("trainer config must be a JSON object")
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key == "dataset":
+            values["dataset"] = parse_dataset(value)
+        elif key in _SCALARS:
+            name, kind = _SCALARS[key]
+            if value is not None:
+                values[name] = _typed(key, value, kind)
+        else:
+            # The operator may pass fields a newer API added; a typo should still be visible.
+            print(f"kerasjob: warning: ignoring unknown trainer config key {key!r}",
+                  file=sys.stderr)
+    config = TrainerConfig(**values)
+    for name in _POSITIVE:
+        if getattr(config, name) <= 0:
+            camel = next(k for k, (n, _) in _SCALARS.items() if n == name)
+            raise ConfigError(f"{camel} must be > 0, got {getattr(config, name)}")
+    if config.log_every_steps < 0:
+        raise ConfigError("logEverySteps must be >= 0")
+    validate_model_name(config.model)
+    return config
+
+
+def validate_model_name(model: str) -> None:
+    """A built-in name or 'package.module:function'. Importability is checked later."""
+    if model in BUILTIN_MODELS:
+        return
+    module, sep, func = model.partition(":")
+    if not sep or not module or not func.isidentifier() or not all(
+        part.isidentifier() for part in module.split(".")
+    ):
+        raise ConfigError(
+            f"model {model!r} is neither a built-in ({', '.join(BUILTIN_MODELS)}) "
+            "nor 'package.module:function'"
+        )
+
+
+#: The defaults, for the API's documentation and CRD defaults.
+DEFAULTS = TrainerConfig()
