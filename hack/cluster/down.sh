@@ -13,7 +13,14 @@ cluster_lock
 
 # The real node first: its kubelet must not outlive the API server's state, and its
 # containers, mounts, cgroups and iptables rules go with it. Its bridge goes last (below).
-if [ -d "$NODE_DIR" ] || ip link show "$NODE_BRIDGE" >/dev/null 2>&1; then
+# (The bridge alone, with no state directory, is a crashed run's leftover only when no other
+# checkout's node uses it: a KERASJOB_NODE=0 cluster beside a real node must not take the
+# real node's bridge down.)
+node_ours() {
+  [ -d "$NODE_DIR" ] && return 0
+  [ "$KERASJOB_NODE" = 1 ] && ip link show "$NODE_BRIDGE" >/dev/null 2>&1 && [ -z "$(other_node)" ]
+}
+if node_ours; then
   "$CLUSTER_DIR/node.sh" down
 fi
 
@@ -110,7 +117,7 @@ done
 
 rm -rf "$STATE_DIR"
 # Last, the node's bridge: the API server listened on its address.
-if [ -d "$NODE_DIR" ] || ip link show "$NODE_BRIDGE" >/dev/null 2>&1; then
+if node_ours; then
   "$CLUSTER_DIR/node.sh" network-down
 fi
 if [ ${#busy[@]} -gt 0 ]; then

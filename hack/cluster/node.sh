@@ -56,16 +56,6 @@ check() {
     || die "bridge netfilter (br_netfilter) is not available: 'modprobe br_netfilter', or KERASJOB_NODE=0"
 }
 
-other_node() {  # a kubelet or kube-proxy of another state directory (any other real node)
-  local d args=()
-  for d in /proc/[0-9]*; do
-    mapfile -d '' args 2>/dev/null < "$d/cmdline" || continue
-    [ ${#args[@]} -gt 0 ] || continue
-    case "${args[0]##*/}" in kubelet|kube-proxy) ;; *) continue ;; esac
-    [[ "${args[*]}" == *"$NODE_DIR/"* ]] || { echo "pid ${d#/proc/}: ${args[*]:0:3}"; return 0; }
-  done
-  return 0
-}
 
 # --- network: the bridge must exist before the API server binds to its address -------------
 network() {
