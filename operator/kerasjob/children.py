@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import hashlib
 import json
 import re
 from collections.abc import Mapping
@@ -263,7 +262,6 @@ def build_pod(job: JobLike, role: ReplicaRole | str, index: int, *, default_imag
         volume if isinstance(v, Mapping) and v.get("name") == CHECKPOINT_VOLUME else v
         for v in pod_spec.get("volumes") or []
     ]
-    meta["annotations"][labels.SPEC_HASH] = spec_hash(pod)
     return pod
 
 
@@ -277,20 +275,12 @@ def desired_pods(job: JobLike, *, default_image: str,
     ]
 
 
-def spec_hash(pod: Mapping[str, Any]) -> str:
-    """A short hash of a Pod's spec, ignoring the restart attempt (which changes by design).
-
-    Two renders of the same job, template and image give the same hash; the controller can
-    compare it with the annotation of an existing Pod to see whether the Pod is stale.
-    """
-    spec = copy.deepcopy(dict(pod.get("spec") or {}))
-    for c in spec.get("containers") or []:
-        c["env"] = [e for e in c.get("env") or [] if e.get("name") != Env.RESTART_ATTEMPT.value]
-    blob = json.dumps(spec, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
 # --- semantic validation -------------------------------------------------------------------
+
+
+def validation_problems(error: pydantic.ValidationError) -> list[str]:
+    """A pydantic error as one problem per field: ``spec.workers: Input should be ...``."""
+    return [f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in error.errors()]
 
 
 def validate_job(obj: JobLike) -> list[str]:
@@ -303,7 +293,7 @@ def validate_job(obj: JobLike) -> list[str]:
     try:
         j = _job(obj)
     except pydantic.ValidationError as e:
-        return [f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()]
+        return validation_problems(e)
     problems: list[str] = []
     spec = j.spec
     name = j.name

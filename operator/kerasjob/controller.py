@@ -2,15 +2,17 @@
 
 kopf feeds it: its indices hold every KerasJob and a `PodView` per child Pod (so the hot path
 never LISTs), and its event handlers put the key ``(namespace, job name)`` of whatever
-changed into the queue (`notify`). A worker takes a key, reads the job and its Pods from the
-indices, asks `rc.plan` what to do, writes the status with one merge patch made
-conditional on the resourceVersion it read (a conflict just requeues), and only then acts:
-create/delete Pods and the Service (all idempotent: 409 on create and 404 on delete are
-success), post Events. One key is never processed by two workers at once; a key notified
-while being processed is processed again right after.
+changed into the queue (`notify`). A worker takes a key, takes one snapshot of the job and
+its Pods (`observe`: the indices plus our own writes they have not delivered yet, see
+`observed`), asks `rc.plan` what to do, writes the status with one merge patch made
+conditional on the resourceVersion it read (`write_status`: a conflict just requeues), and
+only then acts: create/delete Pods and the Service (all idempotent: 409 on create and 404
+on delete are success), post Events (`events.EventRecorder`). One key is never processed by
+two workers at once; a key notified while being processed is processed again right after.
 
 Two periodic loops complete it: a resync that requeues every job (for deadlines, TTLs and
-anything missed) and the progress scraper of running jobs (see `progress`).
+anything missed) and the progress scraper of running jobs (see `progress`), whose status
+writes take the same conditional path.
 """
 
 from __future__ import annotations
@@ -27,19 +29,12 @@ import aiohttp
 from kerasjob import children, progress
 from kerasjob import reconcile as rc
 from kerasjob.config import OperatorConfig
-from kerasjob.events import build_event
+from kerasjob.events import EventRecorder
 from kerasjob.jobview import ParsedJob
-from kerasjob.kube import (
-    ApiError,
-    KubeApi,
-    events_path,
-    gather_limited,
-    job_path,
-    pod_path,
-    service_path,
-)
+from kerasjob.kube import ApiError, KubeApi, gather_limited, job_path, pod_path, service_path
+from kerasjob.observed import SERVICE, Expectations, Observed, WriteCache, index_behind
 from kerasjob.podview import PodView
-from kerasjob.status import TERMINAL_PHASES, merge_patch
+from kerasjob.status import merge_patch
 from kerasjob.workqueue import Key, WorkQueue
 from kerasjob_contract import DEFAULT_METRICS_PORT
 
@@ -50,22 +45,6 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
-#: Seconds a created child counts as existing before the index shows it (client-go's
-#: "expectations"): saves redundant creates (409s) when a job is reconciled again before
-#: the watch delivered its new Pods. Purely an optimisation: creates are idempotent anyway.
-EXPECTATION_SECONDS = 30.0
-_SERVICE = "\0service"
-
-
-def _created_name(action: rc.Action) -> str | None:
-    """The child a create action makes (a Pod name, or _SERVICE); None for other actions."""
-    if isinstance(action, rc.CreatePod):
-        return action.task.name
-    if isinstance(action, rc.CreateService):
-        return _SERVICE
-    return None
-
-
 def _namespace_terminating(error: BaseException) -> bool:
     """The job's namespace is being deleted, or is gone: its jobs go with it."""
     if not isinstance(error, ApiError):
@@ -74,13 +53,6 @@ def _namespace_terminating(error: BaseException) -> bool:
     return (error.status == 403 and "being terminated" in text) or (
         error.status == 404 and "namespaces" in text and "not found" in text
     )
-
-
-def _rv(body: Mapping[str, Any] | None) -> int:
-    try:
-        return int((body or {}).get("metadata", {}).get("resourceVersion", "0"))
-    except (TypeError, ValueError):
-        return 0
 
 
 class Controller:
@@ -99,12 +71,12 @@ class Controller:
         self.pods = pods
         self.queue = WorkQueue()
         self.ready = asyncio.Event()
-        self._written: dict[Key, Mapping[str, Any]] = {}
+        self.events = EventRecorder(api, config.instance)
+        self.written = WriteCache()
+        self.expectations = Expectations()
         self._errors: dict[Key, int] = {}
-        self._expected: dict[Key, dict[str, float]] = {}
         self._parsed: dict[tuple[str, Any], ParsedJob] = {}
         self._tasks: list[asyncio.Task[None]] = []
-        self._background: set[asyncio.Task[Any]] = set()
         self.reconciles = 0
         self.reconcile_errors = 0
         self.conflicts = 0
@@ -116,6 +88,11 @@ class Controller:
         which kopf runs only once its indices are fully populated: hence `ready`."""
         self.ready.set()
         self.queue.add(key)
+
+    def pod_changed(self, key: Key, pod_name: str) -> None:
+        """A watch event for a child Pod of job ``key``."""
+        self.expectations.seen(key, pod_name)
+        self.notify(key)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -134,11 +111,12 @@ class Controller:
                 t.cancel()
 
     async def stop(self) -> None:
-        for t in [*self._tasks, *self._background]:
+        for t in self._tasks:
             t.cancel()
-        for t in [*self._tasks, *self._background]:
+        for t in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
+        await self.events.cancel()
         self.queue.close()
         await self.api.close()
 
@@ -187,22 +165,23 @@ class Controller:
             for key in list(self.jobs.keys()):
                 self.queue.add(key)
 
-    # -- reconcile ------------------------------------------------------------------------
+    # -- what we know ----------------------------------------------------------------------
 
-    def _body(self, key: Key) -> Mapping[str, Any] | None:
-        """The freshest body we know: the index's, or the response of our last status write
-        if the index has not caught up with it yet."""
-        body = next(iter(self.jobs.get(key, ())), None)
-        written = self._written.get(key)
+    def observe(self, key: Key) -> Observed | None:
+        """The one snapshot a decision is made on: the job (the index's body, or our own
+        newer write), parsed once per generation, and its Pods from the index."""
+        indexed = next(iter(self.jobs.get(key, ())), None)
+        body = self.written.freshest(key, indexed)
         if body is None:
-            self._written.pop(key, None)
             return None
-        if written is not None:
-            same_job = written.get("metadata", {}).get("uid") == body.get("metadata", {}).get("uid")
-            if same_job and _rv(written) > _rv(body):
-                return written
-            self._written.pop(key, None)
-        return body
+        parsed = self._parse(body)
+        return Observed(
+            body=body,
+            parsed=parsed,
+            job=parsed.view(body),
+            status=dict(body.get("status") or {}),
+            pods=list(self.pods.get(key, ())),
+        )
 
     def _parse(self, body: Mapping[str, Any]) -> ParsedJob:
         meta = body.get("metadata") or {}
@@ -214,146 +193,75 @@ class Controller:
             parsed = self._parsed[cache_key] = ParsedJob(body)
         return parsed
 
+    async def write_status(self, key: Key, seen: Observed, patch: Mapping[str, Any]) -> bool:
+        """Merge-patch the status, conditional on the resourceVersion of the snapshot the
+        patch was computed from; record the written body (see `observed.WriteCache`).
+        False when someone wrote in between (409) or the job is gone (404)."""
+        request = {"metadata": {"resourceVersion": seen.resource_version}, "status": patch}
+        try:
+            written = await self.api.merge_patch(
+                job_path(*key, "status"), request, "kerasjobs/status"
+            )
+        except ApiError as e:
+            if e.status == 409:
+                self.conflicts += 1
+                log.debug("%s/%s: status conflict at %s", *key, seen.resource_version)
+                return False
+            if e.status == 404:
+                return False
+            raise
+        self.written.record(key, written)
+        return True
+
+    # -- reconcile ------------------------------------------------------------------------
+
     async def reconcile(self, key: Key) -> float | None:
         """Reconcile one job; returns seconds until it must be looked at again (or None)."""
         self.reconciles += 1
-        namespace, name = key
-        body = self._body(key)
-        if body is None:  # deleted: forget everything about it
+        seen = self.observe(key)
+        if seen is None:  # deleted: forget everything about it
             self.queue.forget(key)
             self._errors.pop(key, None)
-            self._expected.pop(key, None)
+            self.expectations.forget(key)
             return None
-        parsed = self._parse(body)
-        job = parsed.view(body)
-        old_status = dict(body.get("status") or {})
-        pods = list(self.pods.get(key, ()))
-        if await self._index_behind(namespace, old_status, pods):
+        if await index_behind(self.api, key[0], seen.status, seen.pods):
+            log.debug("%s/%s: Pod index behind the status; waiting", *key)
             return 0.5
         now = utcnow()
         plan = rc.plan(
-            job, old_status, pods, now, force_delete_after=self.config.force_delete_after
+            seen.job, seen.status, seen.pods, now, force_delete_after=self.config.force_delete_after
         )
-
-        patch = merge_patch(old_status, plan.status)
+        patch = merge_patch(seen.status, plan.status)
         if patch:
-            request = {
-                "metadata": {"resourceVersion": body["metadata"]["resourceVersion"]},
-                "status": patch,
-            }
-            try:
-                written = await self.api.merge_patch(
-                    job_path(namespace, name, "status"), request, "kerasjobs/status"
-                )
-            except ApiError as e:
-                if e.status == 409:  # someone wrote since we read: look again shortly
-                    self.conflicts += 1
-                    log.debug(
-                        "%s/%s: status conflict at resourceVersion %s",
-                        namespace,
-                        name,
-                        body["metadata"]["resourceVersion"],
-                    )
-                    return 0.2
-                if e.status == 404:
-                    return None
-                raise
-            if isinstance(written, Mapping):
-                self._written[key] = written
-            if plan.status.get("phase") != old_status.get("phase"):
-                log.info(
-                    "%s/%s: %s -> %s",
-                    namespace,
-                    name,
-                    old_status.get("phase"),
-                    plan.status.get("phase"),
-                )
+            if not await self.write_status(key, seen, patch):
+                # Someone wrote since we read (or the job is gone): look again shortly.
+                return 0.2 if self.observe(key) is not None else None
+            old, new = seen.status.get("phase"), plan.status.get("phase")
+            if new != old:
+                log.info("%s/%s: %s -> %s", *key, old, new)
         for event in plan.events:
-            self._post_event(job, event, now)
-        actions, wait = self._skip_expected(key, plan.actions, {p.name for p in pods})
+            self.events.post(
+                namespace=seen.job.namespace, name=seen.job.name, uid=seen.job.uid,
+                type_=event.type, reason=event.reason, message=event.message, now=now,
+            )
+        loop_now = asyncio.get_running_loop().time()
+        actions, wait = self.expectations.skip(
+            key, plan.actions, {p.name for p in seen.pods}, loop_now
+        )
         if actions:
-            await self._act(key, job, parsed, plan, actions)
+            await self._act(key, seen, plan, actions)
         if wait is not None:
             return wait if plan.requeue_after is None else min(wait, plan.requeue_after)
         return plan.requeue_after
 
-    async def _index_behind(
-        self, namespace: str, status: Mapping[str, Any], pods: list[PodView]
-    ) -> bool:
-        """True when the Pod index is older than the status: a Pod incarnation the status has
-        recorded still exists, yet the index shows none or an older one.
-
-        The planner reads a recorded Pod missing from the index as lost, and a different
-        incarnation in the index as a replacement. Both are right when the index is at least
-        as fresh as the status, which holds when this operator wrote the record; not when
-        someone else did (a second operator, a standby taking over with a lagging watch).
-        So before such a conclusion one request checks which incarnation really exists.
-        """
-        if status.get("phase") in TERMINAL_PHASES:  # nothing is counted any more
-            return False
-        indexed = {p.name: p.uid for p in rc.newest_incarnations(pods)}
-        for name, rec in (status.get("trackedPods") or {}).items():
-            uid = rec.get("uid")
-            if not uid or indexed.get(name) == uid:
-                continue
-            if name not in indexed and rec.get("counted"):
-                continue  # already counted and gone: nothing to conclude
-            # A LIST narrowed to the one name: the Role grants list, not get, on Pods.
-            found = await self.api.request(
-                "GET",
-                pod_path(namespace),
-                params={"fieldSelector": f"metadata.name={name}"},
-                count_as="list pods",
-            )
-            live = {i.get("metadata", {}).get("uid") for i in (found or {}).get("items", [])}
-            if uid in live:
-                log.debug("%s/%s: Pod index behind the status; waiting", namespace, name)
-                return True
-        return False
-
-    def _skip_expected(
-        self, key: Key, actions: list[rc.Action], observed: set[str]
-    ) -> tuple[list[rc.Action], float | None]:
-        """Drop creates of children created moments ago and not yet seen in the index."""
-        expected = self._expected.get(key)
-        if not expected:
-            return actions, None
-        now = asyncio.get_running_loop().time()
-        for name in [n for n, t in expected.items() if t <= now or n in observed]:
-            del expected[name]
-        out: list[rc.Action] = []
-        wait: float | None = None
-        for action in actions:
-            made = _created_name(action)
-            if made is not None and made in expected:
-                if made != _SERVICE:
-                    left = expected[made] - now
-                    wait = left if wait is None else min(wait, left)
-                continue
-            out.append(action)
-        if not expected:
-            self._expected.pop(key, None)
-        return out, wait
-
-    def _expect(self, key: Key, name: str) -> None:
-        deadline = asyncio.get_running_loop().time() + EXPECTATION_SECONDS
-        self._expected.setdefault(key, {})[name] = deadline
-
-    async def _act(
-        self,
-        key: Key,
-        job: rc.JobView,
-        parsed: ParsedJob,
-        plan: rc.Plan,
-        actions: list[rc.Action],
-    ) -> None:
+    async def _act(self, key: Key, seen: Observed, plan: rc.Plan, actions: list[rc.Action]) -> None:
+        job, model = seen.job, seen.parsed.model
         ns = job.namespace
-        model = parsed.model
         calls: list[tuple[str | None, Any]] = []  # (child created, or None; the call)
         for action in actions:
             if isinstance(action, rc.CreateService) and model is not None:
                 service = children.build_service(model)
-                calls.append((_SERVICE, self.api.create(service_path(ns), service, "services")))
+                calls.append((SERVICE, self.api.create(service_path(ns), service, "services")))
             elif isinstance(action, rc.CreatePod) and model is not None:
                 manifest = children.build_pod(
                     model,
@@ -376,41 +284,16 @@ class Controller:
                 )
                 calls.append((None, call))
         # The Service first (Pods resolve each other through it), then the rest together.
-        first = 1 if calls and calls[0][0] == _SERVICE else 0
+        first = 1 if calls and calls[0][0] == SERVICE else 0
         results = await gather_limited([c for _, c in calls[:first]])
         results += await gather_limited([c for _, c in calls[first:]])
+        now = asyncio.get_running_loop().time()
         for (name, _), result in zip(calls, results, strict=True):
             if name is not None and not isinstance(result, BaseException):
-                self._expect(key, name)
+                self.expectations.expect(key, name, now)
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
             raise errors[0]
-
-    def _post_event(self, job: rc.JobView, event: rc.Event, now: datetime) -> None:
-        body = build_event(
-            namespace=job.namespace,
-            name=job.name,
-            uid=job.uid,
-            type_=event.type,
-            reason=event.reason,
-            message=event.message,
-            now=now,
-            instance=self.config.instance,
-        )
-        if event.type == "Warning":
-            log.warning("%s/%s: %s: %s", job.namespace, job.name, event.reason, event.message)
-        else:
-            log.info("%s/%s: %s: %s", job.namespace, job.name, event.reason, event.message)
-
-        async def post() -> None:
-            try:
-                await self.api.create(events_path(job.namespace), body, "events")
-            except Exception as e:  # an event is best effort
-                log.debug("event for %s/%s not posted: %s", job.namespace, job.name, e)
-
-        task = asyncio.create_task(post())
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
 
     # -- progress --------------------------------------------------------------------------
 
@@ -421,17 +304,16 @@ class Controller:
             while True:
                 await asyncio.sleep(self.config.progress_interval)
                 keys = list(self.jobs.keys())
-                await gather_limited([self._scrape_one(session, key) for key in keys], limit=16)
+                await gather_limited([self.scrape_progress(session, key) for key in keys], limit=16)
 
-    async def _scrape_one(self, session: aiohttp.ClientSession, key: Key) -> None:
-        body = self._body(key)
-        if body is None:
+    async def scrape_progress(self, session: aiohttp.ClientSession, key: Key) -> None:
+        """Read the chief's metrics of a running job into status.progress, through the same
+        conditional write as the reconcile (a conflict skips this round: the next scrape,
+        seconds later, reads the newer version)."""
+        seen = self.observe(key)
+        if seen is None or seen.status.get("phase") not in ("Running", "Restarting"):
             return
-        status = body.get("status") or {}
-        if status.get("phase") not in ("Running", "Restarting"):
-            return
-        parsed = self._parse(body)
-        chief = next((p for p in self.pods.get(key, ()) if p.name == parsed.chief), None)
+        chief = next((p for p in seen.pods if p.name == seen.parsed.chief), None)
         if chief is None or not chief.pod_ip or not chief.running_ready:
             return
         port = chief.metrics_port or DEFAULT_METRICS_PORT
@@ -440,16 +322,14 @@ class Controller:
         if text is None:
             return
         new = progress.progress_patch(
-            status.get("progress"),
+            seen.status.get("progress"),
             progress.parse_metrics(text),
-            total_steps=parsed.total_steps,
+            total_steps=seen.parsed.total_steps,
             now=utcnow(),
         )
         if new is None:
             return
         try:
-            await self.api.merge_patch(
-                job_path(*key, "status"), {"status": {"progress": new}}, "kerasjobs/status"
-            )
+            await self.write_status(key, seen, {"progress": new})
         except ApiError as e:
             log.debug("progress of %s/%s not written: %s", key[0], key[1], e)

@@ -6,11 +6,17 @@ Posted by the controller after the status write they describe succeeded; a lost 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from kerasjob import API_GROUP, API_VERSION, KIND
+from kerasjob.kube import events_path
 from kerasjob.status import fmt_time
+
+log = logging.getLogger("kerasjob.events")
 
 COMPONENT = "kerasjob-operator"
 MAX_MESSAGE = 1024
@@ -50,3 +56,57 @@ def build_event(
         "reportingComponent": COMPONENT,
         "reportingInstance": instance or COMPONENT,
     }
+
+
+class _Creates(Protocol):
+    async def create(self, path: str, obj: Any, resource: str) -> Any: ...
+
+
+class EventRecorder:
+    """Posts Events in the background (best effort: a lost Event is logged at debug level),
+    and logs each one as the operator's own log line."""
+
+    def __init__(self, api: _Creates, instance: str = "") -> None:
+        self.api = api
+        self.instance = instance
+        self._pending: set[asyncio.Task[None]] = set()
+
+    def post(
+        self,
+        *,
+        namespace: str,
+        name: str,
+        uid: str,
+        type_: str,
+        reason: str,
+        message: str,
+        now: datetime,
+    ) -> None:
+        body = build_event(
+            namespace=namespace, name=name, uid=uid, type_=type_, reason=reason,
+            message=message, now=now, instance=self.instance,
+        )
+        level = logging.WARNING if type_ == "Warning" else logging.INFO
+        log.log(level, "%s/%s: %s: %s", namespace, name, reason, message)
+
+        async def send() -> None:
+            try:
+                await self.api.create(events_path(namespace), body, "events")
+            except Exception as e:  # an event is best effort
+                log.debug("event for %s/%s not posted: %s", namespace, name, e)
+
+        task = asyncio.create_task(send())
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    async def drain(self) -> None:
+        """Wait for the Events in flight (tests; shutdown cancels them instead)."""
+        while self._pending:
+            await asyncio.gather(*list(self._pending), return_exceptions=True)
+
+    async def cancel(self) -> None:
+        for task in list(self._pending):
+            task.cancel()
+        for task in list(self._pending):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task

@@ -1,6 +1,6 @@
 """From a KerasJob body to the `reconcile.JobView` the planner decides on.
 
-The body is validated once per (uid, generation) with the API models and
+The body is parsed once per (uid, generation) into the API models and checked with
 `children.validate_job`; an invalid job still gets a view (with its problems), so the
 planner can fail it with reason InvalidSpec.
 """
@@ -22,13 +22,15 @@ class ParsedJob:
 
     def __init__(self, body: Mapping[str, Any]) -> None:
         meta = body.get("metadata") or {}
-        problems = children.validate_job(body)
         self.model: KerasJob | None = None
-        if not problems:
-            try:
-                self.model = KerasJob.from_body(body)
-            except pydantic.ValidationError as e:
-                problems = [str(err.get("msg")) for err in e.errors()]
+        try:  # parsed once; the semantic checks then run on the model
+            self.model = KerasJob.from_body(body)
+        except pydantic.ValidationError as e:
+            problems = children.validation_problems(e)
+        else:
+            problems = children.validate_job(self.model)
+            if problems:
+                self.model = None
         name = str(meta.get("name", ""))
         self.problems = tuple(problems)
         if self.model is not None:

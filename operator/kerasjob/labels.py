@@ -44,10 +44,6 @@ APP_INSTANCE = "app.kubernetes.io/instance"
 #: the current attempt from a straggler of an older one.
 RESTART_ATTEMPT = _PREFIX + "restart-attempt"
 
-#: A hash of the inputs the Pod was rendered from (job spec parts that shape the Pod, the
-#: default image). The controller may compare it to decide whether a Pod is stale.
-SPEC_HASH = _PREFIX + "spec-hash"
-
 #: The KerasJob's metadata.generation when this Pod was created, for debugging.
 JOB_GENERATION = _PREFIX + "job-generation"
 

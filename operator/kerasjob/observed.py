@@ -1,0 +1,175 @@
+"""What the controller knows of a job when it reconciles it: one snapshot from kopf's
+indices plus the operator's own writes the indices have not delivered yet.
+
+* `WriteCache` -- the response of our last status write per job, used while the index still
+  shows an older resourceVersion of the same job (so a reconcile right after a write never
+  decides on the state before it).
+* `Expectations` -- children we created moments ago and the index does not show yet
+  (client-go's "expectations"): skips redundant creates. Purely an optimisation: creates
+  are idempotent (409 is success). An expectation ends when the index shows the name, when
+  a watch event for the name arrives (`seen`: also a DELETE of a Pod removed before the
+  index ever showed it, which would otherwise hold its re-creation back), or at its
+  deadline.
+* `Observed` -- the snapshot itself; `Controller.observe` makes it.
+* `index_behind` -- the one check that asks the API server instead of the index: whether a
+  Pod incarnation the status recorded still exists although the index does not show it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kerasjob import reconcile as rc
+from kerasjob.jobview import ParsedJob
+from kerasjob.kube import KubeApi, pod_path
+from kerasjob.podview import PodView
+from kerasjob.status import TERMINAL_PHASES
+from kerasjob.workqueue import Key
+
+#: Seconds a created child counts as existing before the index shows it.
+EXPECTATION_SECONDS = 30.0
+#: The name under which the job's Service is expected (Pods use their own names).
+SERVICE = "\0service"
+
+
+def resource_version(body: Mapping[str, Any] | None) -> int:
+    try:
+        return int((body or {}).get("metadata", {}).get("resourceVersion", "0"))
+    except (TypeError, ValueError):
+        return 0
+
+
+@dataclass(frozen=True)
+class Observed:
+    """One job as the controller sees it at the start of a reconcile."""
+
+    body: Mapping[str, Any]
+    parsed: ParsedJob
+    job: rc.JobView
+    status: dict[str, Any]
+    pods: list[PodView]
+
+    @property
+    def resource_version(self) -> str:
+        return str(self.body["metadata"]["resourceVersion"])
+
+
+class WriteCache:
+    """Our last status write per job, while it is newer than what the index holds."""
+
+    def __init__(self) -> None:
+        self._written: dict[Key, Mapping[str, Any]] = {}
+
+    def record(self, key: Key, written: Any) -> None:
+        if isinstance(written, Mapping):
+            self._written[key] = written
+
+    def freshest(self, key: Key, indexed: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+        """The indexed body, or our write when it is a newer version of the same job."""
+        written = self._written.get(key)
+        if indexed is None:
+            self._written.pop(key, None)
+            return None
+        if written is not None:
+            uid = written.get("metadata", {}).get("uid")
+            if uid == indexed.get("metadata", {}).get("uid") and (
+                resource_version(written) > resource_version(indexed)
+            ):
+                return written
+            self._written.pop(key, None)
+        return indexed
+
+    def forget(self, key: Key) -> None:
+        self._written.pop(key, None)
+
+
+class Expectations:
+    """Children created by us and not yet seen in the index, with a deadline each."""
+
+    def __init__(self, seconds: float = EXPECTATION_SECONDS) -> None:
+        self.seconds = seconds
+        self._expected: dict[Key, dict[str, float]] = {}
+
+    def expect(self, key: Key, name: str, now: float) -> None:
+        self._expected.setdefault(key, {})[name] = now + self.seconds
+
+    def forget(self, key: Key) -> None:
+        self._expected.pop(key, None)
+
+    def seen(self, key: Key, name: str) -> None:
+        """A watch event for child ``name`` arrived (any incarnation: a stale event only
+        costs one redundant, idempotent create)."""
+        expected = self._expected.get(key)
+        if expected is not None:
+            expected.pop(name, None)
+            if not expected:
+                del self._expected[key]
+
+    def skip(
+        self, key: Key, actions: Iterable[rc.Action], observed: set[str], now: float
+    ) -> tuple[list[rc.Action], float | None]:
+        """The actions minus creates of expected children; and how long until the first of
+        the skipped Pods' expectations lapses (None when nothing was skipped)."""
+        expected = self._expected.get(key)
+        if not expected:
+            return list(actions), None
+        for name in [n for n, t in expected.items() if t <= now or n in observed]:
+            del expected[name]
+        out: list[rc.Action] = []
+        wait: float | None = None
+        for action in actions:
+            made = created_name(action)
+            if made is not None and made in expected:
+                if made != SERVICE:
+                    left = expected[made] - now
+                    wait = left if wait is None else min(wait, left)
+                continue
+            out.append(action)
+        if not expected:
+            self._expected.pop(key, None)
+        return out, wait
+
+
+def created_name(action: rc.Action) -> str | None:
+    """The child a create action makes (a Pod name, or SERVICE); None for other actions."""
+    if isinstance(action, rc.CreatePod):
+        return action.task.name
+    if isinstance(action, rc.CreateService):
+        return SERVICE
+    return None
+
+
+async def index_behind(
+    api: KubeApi, namespace: str, status: Mapping[str, Any], pods: list[PodView]
+) -> bool:
+    """True when the Pod index is older than the status: a Pod incarnation the status has
+    recorded still exists, yet the index shows none or an older one.
+
+    The planner reads a recorded Pod missing from the index as lost, and a different
+    incarnation in the index as a replacement. Both are right when the index is at least
+    as fresh as the status, which holds when this operator wrote the record; not when
+    someone else did (a second operator, a standby taking over with a lagging watch).
+    So before such a conclusion one request checks which incarnation really exists.
+    """
+    if status.get("phase") in TERMINAL_PHASES:  # nothing is counted any more
+        return False
+    indexed = {p.name: p.uid for p in rc.newest_incarnations(pods)}
+    for name, rec in (status.get("trackedPods") or {}).items():
+        uid = rec.get("uid")
+        if not uid or indexed.get(name) == uid:
+            continue
+        if name not in indexed and rec.get("counted"):
+            continue  # already counted and gone: nothing to conclude
+        # A LIST narrowed to the one name: the Role grants list, not get, on Pods.
+        found = await api.request(
+            "GET",
+            pod_path(namespace),
+            params={"fieldSelector": f"metadata.name={name}"},
+            count_as="list pods",
+        )
+        live = {i.get("metadata", {}).get("uid") for i in (found or {}).get("items", [])}
+        if uid in live:
+            return True
+    return False

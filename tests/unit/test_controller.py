@@ -1,0 +1,289 @@
+"""The controller against a fake API server and fake kopf indices (tests/unit/controller_fakes):
+one and two operators, stale indices, conflicts, restarts, in many interleavings.
+
+What these establish about the "double count" that the two-operator chaos test saw (issue
+13): in every interleaving of two operators, stale watches and operator restarts, a deleted
+Pod is counted exactly once. The operator counts a second disruption only when a second Pod
+incarnation was really lost -- which is what KWOK v0.8.0's pod-delete stage does: it deletes
+a Terminating Pod by *name* with no UID precondition, so when its DELETE arrives after the
+Pod is gone and the operator has already created the replacement of the same name, it
+deletes the replacement (seen in the API audit log 6 ms after the create). A real kubelet
+deletes with a UID precondition. `test_kwok_style_delete_by_name_*` reproduces it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from controller_fakes import (
+    NS,
+    FakeApi,
+    FakeCluster,
+    FakeIndex,
+    sync_jobs,
+    sync_pods,
+)
+
+from kerasjob.config import OperatorConfig
+from kerasjob.controller import Controller
+
+KEY = (NS, "job")
+CONFIG = OperatorConfig(workers=1, progress_interval=0, default_image="trainer:test",
+                        liveness=None, metrics_port=None)
+
+
+class Operator:
+    """One operator process: its controller, its API client and its own (lagging) indices."""
+
+    def __init__(self, cluster: FakeCluster, name: str) -> None:
+        self.cluster = cluster
+        self.name = name
+        self.start()
+
+    def start(self) -> None:
+        """(Re)start: fresh caches, and the indices listed anew, as kopf does at start-up."""
+        self.jobs, self.pods = FakeIndex(), FakeIndex()
+        self.api = FakeApi(self.cluster)
+        self.controller = Controller(CONFIG, self.api, self.jobs, self.pods)  # type: ignore[arg-type]
+        self.sync()
+
+    def sync_jobs(self) -> None:
+        sync_jobs(self.jobs, self.cluster)
+
+    def sync_pods(self) -> None:
+        sync_pods(self.pods, self.cluster, lambda pod: self.controller.pod_changed(KEY, pod))
+
+    def sync(self) -> None:
+        self.sync_jobs()
+        self.sync_pods()
+
+    async def reconcile(self) -> float | None:
+        return await self.controller.reconcile(KEY)
+
+
+async def settle(cluster: FakeCluster, ops: list[Operator], rounds: int = 30) -> None:
+    """Deliver every watch and reconcile with every operator until nothing changes."""
+    for _ in range(rounds):
+        before = cluster.rv
+        cluster.kubelet_sweeps()
+        cluster.run_pods()
+        for op in ops:
+            op.sync()
+            await op.reconcile()
+        if cluster.rv == before:
+            return
+    raise AssertionError(f"did not settle: {cluster.status()}")
+
+
+def running(cluster: FakeCluster, workers: int = 2) -> bool:
+    st = cluster.status()
+    return st.get("phase") == "Running" and len(cluster.pods) == workers
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+# -- one operator --------------------------------------------------------------------------
+
+
+def test_one_operator_creates_the_job_and_counts_a_deleted_pod_once() -> None:
+    async def scenario() -> None:
+        cluster = FakeCluster()
+        cluster.add_job(workers=2)
+        op = Operator(cluster, "a")
+        await settle(cluster, [op])
+        assert running(cluster)
+        assert cluster.restarts() == {"disruptions": 0, "failures": 0}
+        cluster.user_deletes("job-worker-0")
+        await settle(cluster, [op])
+        assert running(cluster)
+        assert cluster.restarts() == {"disruptions": 1, "failures": 0}
+        assert op.api.calls.count("create pods") == 3
+        await op.controller.events.drain()
+        disrupted = [e for e in cluster.events if e["reason"] == "PodDisrupted"]
+        assert len(disrupted) == 1
+
+    run(scenario())
+
+
+def test_own_write_is_used_while_the_index_is_behind() -> None:
+    """Right after a status write the index still holds the older version; the next
+    reconcile decides on the write (WriteCache), so it neither re-counts nor conflicts."""
+
+    async def scenario() -> None:
+        cluster = FakeCluster()
+        cluster.add_job(workers=2)
+        op = Operator(cluster, "a")
+        await settle(cluster, [op])
+        cluster.user_deletes("job-worker-1")
+        op.sync_pods()  # the Pod's deletion is seen; the job index is not refreshed again
+        await op.reconcile()
+        assert cluster.restarts()["disruptions"] == 1
+        for _ in range(3):
+            await op.reconcile()  # same stale job index every time
+        assert cluster.restarts()["disruptions"] == 1
+        assert op.controller.conflicts == 0
+
+    run(scenario())
+
+
+def test_stale_pod_index_after_another_writer_waits_instead_of_counting() -> None:
+    """The status records incarnation u2, the index shows none: one LIST finds u2 alive,
+    so the controller waits (observed.index_behind) instead of counting u2 as lost."""
+
+    async def scenario() -> None:
+        cluster = FakeCluster()
+        cluster.add_job(workers=2)
+        a, b = Operator(cluster, "a"), Operator(cluster, "b")
+        await settle(cluster, [a])
+        b.sync()
+        cluster.user_deletes("job-worker-0")
+        cluster.kubelet_sweeps()
+        a.sync()
+        await a.reconcile()  # counts u1, creates its replacement
+        a.sync()
+        await a.reconcile()  # records the replacement's uid
+        b.sync_jobs()  # b: the job says "u2", b's Pod index still shows the old world
+        b.pods.replace({})
+        delay = await b.reconcile()
+        assert delay == 0.5 and "list pods" in b.api.calls
+        assert cluster.restarts()["disruptions"] == 1
+
+    run(scenario())
+
+
+# -- interleavings -------------------------------------------------------------------------
+
+Step = Callable[[], Any]
+
+
+def _steps(cluster: FakeCluster, ops: list[Operator], node: Step) -> list[tuple[str, Step]]:
+    out: list[tuple[str, Step]] = [("node", node), ("run pods", cluster.run_pods)]
+    for op in ops:
+        out += [
+            (f"{op.name} reconcile", op.reconcile),
+            (f"{op.name} sync jobs", op.sync_jobs),
+            (f"{op.name} sync pods", op.sync_pods),
+            (f"{op.name} restart", op.start),
+        ]
+    return out
+
+
+async def _random_schedule(seed: int, node_kind: str) -> tuple[FakeCluster, int, int, list[str]]:
+    """Two operators, one user deletion, then 40 random steps, then settle. Returns the
+    cluster; how many Pod incarnations were lost while the status tracked them (the operator
+    must count each) and how many were lost in all (it may not count more); the schedule."""
+    rng = random.Random(seed)
+    cluster = FakeCluster()
+    cluster.add_job(workers=2)
+    ops = [Operator(cluster, "a"), Operator(cluster, "b")]
+    await settle(cluster, ops)
+    assert running(cluster) and cluster.restarts()["disruptions"] == 0
+    victim = rng.choice(sorted(cluster.pods))
+    cluster.user_deletes(victim)
+    tracked_lost = lost = 1
+    # KWOK's stage DELETEs the Terminating Pod by name, and sometimes a second time, late.
+    pending_kwok = [victim, victim] if node_kind == "kwok" else []
+
+    def node() -> None:
+        nonlocal lost, tracked_lost
+        if node_kind == "kubelet":
+            cluster.kubelet_sweeps()
+        elif pending_kwok:
+            name = pending_kwok.pop()
+            pod = cluster.pods.get(name)
+            if pod is None or pod["metadata"].get("deletionTimestamp"):
+                cluster.delete_by_name(name)
+                return
+            # The by-name DELETE hits the replacement.
+            rec = (cluster.status().get("trackedPods") or {}).get(name) or {}
+            cluster.delete_by_name(name)
+            lost += 1
+            tracked_lost += rec.get("uid") == pod["metadata"]["uid"]
+
+    steps = _steps(cluster, ops, node)
+    schedule: list[str] = []
+    for _ in range(40):
+        name, step = rng.choice(steps)
+        if name.endswith("restart") and rng.random() < 0.7:
+            continue  # restarts are rarer than the rest
+        schedule.append(name)
+        result = step()
+        if asyncio.iscoroutine(result):
+            await result
+    while pending_kwok:
+        node()
+    await settle(cluster, ops)
+    return cluster, tracked_lost, lost, schedule
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_two_operators_count_a_deleted_pod_exactly_once_in_any_interleaving(seed: int) -> None:
+    cluster, _, lost, schedule = run(_random_schedule(seed, "kubelet"))
+    assert lost == 1
+    assert cluster.restarts() == {"disruptions": 1, "failures": 0}, (schedule, cluster.log)
+    assert running(cluster), (schedule, cluster.status())
+    # One Pod per task, each the incarnation the status tracks.
+    tracked = {n: r["uid"] for n, r in cluster.status()["trackedPods"].items()}
+    assert tracked == {n: p["metadata"]["uid"] for n, p in cluster.pods.items()}
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_kwok_style_delete_by_name_is_counted_as_the_loss_it_is(seed: int) -> None:
+    """KWOK's by-name DELETE sometimes removes the replacement: then two incarnations were
+    lost. Each one the status tracked is counted; nothing is counted that was not lost."""
+    cluster, tracked_lost, lost, schedule = run(_random_schedule(seed, "kwok"))
+    counted = cluster.restarts()
+    assert counted["failures"] == 0
+    assert tracked_lost <= counted["disruptions"] <= lost, (counted, schedule, cluster.log)
+    assert running(cluster), (schedule, cluster.status())
+
+
+def test_kwok_style_delete_by_name_reproduces_the_double_count() -> None:
+    """The chaos test's 'double count', step by step: the replacement is deleted by name."""
+
+    async def scenario() -> None:
+        cluster = FakeCluster()
+        cluster.add_job(workers=2)
+        a, b = Operator(cluster, "a"), Operator(cluster, "b")
+        await settle(cluster, [a, b])
+        cluster.user_deletes("job-worker-0")
+        cluster.kubelet_sweeps()  # KWOK's first DELETE: the old incarnation is gone
+        a.sync()
+        await a.reconcile()  # counts it and creates the replacement at once
+        assert cluster.restarts()["disruptions"] == 1 and "job-worker-0" in cluster.pods
+        a.sync()
+        await a.reconcile()  # the replacement is tracked (the watch delivers it in ms)
+        cluster.delete_by_name("job-worker-0")  # KWOK's stale second DELETE, by name
+        await settle(cluster, [a, b])
+        assert cluster.restarts()["disruptions"] == 2
+
+    run(scenario())
+
+
+def test_a_replacement_deleted_before_the_index_saw_it_is_recreated_at_once() -> None:
+    """The Pod created a moment ago is deleted before the watch showed it: its watch events
+    end the create expectation, so the next reconcile creates it again (before this, the
+    re-creation waited for the expectation's 30 s deadline)."""
+
+    async def scenario() -> None:
+        cluster = FakeCluster()
+        cluster.add_job(workers=2)
+        op = Operator(cluster, "a")
+        await settle(cluster, [op])
+        cluster.user_deletes("job-worker-0")
+        cluster.kubelet_sweeps()
+        op.sync()
+        await op.reconcile()  # counts, creates the replacement (expected now)
+        assert "job-worker-0" in cluster.pods
+        cluster.delete_by_name("job-worker-0")  # gone before the index showed it
+        op.sync()
+        await op.reconcile()
+        assert "job-worker-0" in cluster.pods, cluster.log
+
+    run(scenario())
