@@ -140,7 +140,7 @@ class FakeCluster:
     # -- the API the controller calls ------------------------------------------------------
 
     def merge_patch(self, path: str, patch: Mapping[str, Any]) -> dict[str, Any]:
-        ns, resource, name, sub = _split(path)
+        _, resource, name, sub = _split(path)
         assert resource == "kerasjobs" and sub == "status", path
         job = self.jobs.get(name or "")
         if job is None:
@@ -175,7 +175,7 @@ class FakeCluster:
         return True
 
     def delete(self, path: str, uid: str | None, grace: int | None) -> bool:
-        ns, resource, name, _ = _split(path)
+        _, resource, name, _ = _split(path)
         if resource == "kerasjobs":
             return self.jobs.pop(name or "", None) is not None
         pod = self.pods.get(name or "")
