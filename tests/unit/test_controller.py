@@ -6,8 +6,9 @@ What these establish about the "double count" that the two-operator chaos test s
 Pod is counted exactly once. The operator counts a second disruption only when a second Pod
 incarnation was really lost -- which is what KWOK v0.8.0's pod-delete stage does: it deletes
 a Terminating Pod by *name* with no UID precondition, so when its DELETE arrives after the
-Pod is gone and the operator has already created the replacement of the same name, it
-deletes the replacement (seen in the API audit log 6 ms after the create). A real kubelet
+Pod is gone (removed by an earlier DELETE, or force-deleted by the operator once stuck) and
+the operator has already created the replacement of the same name, it deletes the
+replacement (seen in the API audit log 6 ms after the create). A real kubelet
 deletes with a UID precondition. `test_kwok_style_delete_by_name_*` reproduces it.
 """
 
