@@ -29,9 +29,17 @@ import aiohttp
 from kerasjob import children, progress
 from kerasjob import reconcile as rc
 from kerasjob.config import OperatorConfig
-from kerasjob.events import EventRecorder
+from kerasjob.events import EventRecorder, build_event
 from kerasjob.jobview import ParsedJob
-from kerasjob.kube import ApiError, KubeApi, gather_limited, job_path, pod_path, service_path
+from kerasjob.kube import (
+    ApiError,
+    KubeApi,
+    events_path,
+    gather_limited,
+    job_path,
+    pod_path,
+    service_path,
+)
 from kerasjob.observed import SERVICE, Expectations, Observed, WriteCache, index_behind
 from kerasjob.podview import PodView
 from kerasjob.status import merge_patch
@@ -45,7 +53,7 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def _namespace_terminating(error: BaseException) -> bool:
+def _namespace_gone(error: BaseException) -> bool:
     """The job's namespace is being deleted, or is gone: its jobs go with it."""
     if not isinstance(error, ApiError):
         return False
@@ -139,7 +147,7 @@ class Controller:
 
     def _failed(self, key: Key, error: Exception) -> float | None:
         """Log a failed reconcile; the delay before the next try (None: do not retry)."""
-        if _namespace_terminating(error):
+        if _namespace_gone(error):
             # The namespace, and with it the job, is going away: nothing left to do.
             log.debug("%s/%s: namespace terminating, not retrying", key[0], key[1])
             self._errors.pop(key, None)
@@ -232,6 +240,13 @@ class Controller:
             seen.job, seen.status, seen.pods, now, force_delete_after=self.config.force_delete_after
         )
         patch = merge_patch(seen.status, plan.status)
+        if plan.status.get("restarts") != seen.status.get("restarts") and (
+            await self._namespace_terminating(seen, now)
+        ):
+            # The namespace is being deleted: its Pods go first, which is no disruption,
+            # and nothing can be re-created. Leave the job alone; it goes with the namespace.
+            log.debug("%s/%s: namespace terminating, leaving the job alone", *key)
+            return None
         if patch:
             if not await self.write_status(key, seen, patch):
                 # Someone wrote since we read (or the job is gone): look again shortly.
@@ -253,6 +268,25 @@ class Controller:
         if wait is not None:
             return wait if plan.requeue_after is None else min(wait, plan.requeue_after)
         return plan.requeue_after
+
+    async def _namespace_terminating(self, seen: Observed, now: datetime) -> bool:
+        """Whether the job's namespace is being deleted: asked only before a restart is
+        counted, with a dry-run create of an Event (the NamespaceLifecycle admission refuses
+        creates in a terminating namespace; the operator may create Events everywhere it
+        works, and needs no read access to Namespaces, which a Role cannot grant)."""
+        job = seen.job
+        probe = build_event(
+            namespace=job.namespace, name=job.name, uid=job.uid, type_="Normal",
+            reason="NamespaceProbe", message="dry run", now=now, instance=self.config.instance,
+        )
+        try:
+            await self.api.request(
+                "POST", events_path(job.namespace), body=probe, params={"dryRun": "All"},
+                count_as="create events (dry run)",
+            )
+        except ApiError as e:
+            return _namespace_gone(e)
+        return False
 
     async def _act(self, key: Key, seen: Observed, plan: rc.Plan, actions: list[rc.Action]) -> None:
         job, model = seen.job, seen.parsed.model

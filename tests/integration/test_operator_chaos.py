@@ -248,9 +248,10 @@ def test_two_operators_at_once_still_count_every_restart_once(
     DELETEs by name without a UID precondition. When that DELETE comes late -- after the
     old Pod is gone (the operators force-delete a Pod stuck Terminating after 3 s here, or an
     earlier DELETE of KWOK's removed it) and the operator has created the replacement -- it
-    deletes the replacement: a second real loss, which the operator rightly counts. That was the "double count" this test used to xfail on (about
-    1 run in 7); tests/unit/test_controller.py reproduces both, step by step and in random
-    interleavings of two operators."""
+    deletes the replacement: a second real loss, which the operator rightly counts. That was
+    the "double count" this test used to xfail on (about 1 run in 7);
+    tests/unit/test_controller.py reproduces both, step by step and in random interleavings
+    of two operators."""
     install_crds(cluster)
     ops = [OperatorProcess(cluster, (chaos_ns,), name=f"twin{i}") for i in range(2)]
     for op in ops:

@@ -218,7 +218,12 @@ class FakeApi:
     async def request(self, method: str, path: str, *, params: Mapping[str, str] | None = None,
                       count_as: str, **_: Any) -> Any:
         self.calls.append(count_as)
-        assert method == "GET" and params is not None, (method, path)
+        assert params is not None, (method, path)
+        if method == "POST" and params.get("dryRun") == "All":
+            if self.cluster.terminating_namespace:
+                self.cluster.create(path, {})  # raises the admission's 403
+            return {}
+        assert method == "GET", (method, path)
         return self.cluster.list_pods(params["fieldSelector"])
 
     async def close(self) -> None:

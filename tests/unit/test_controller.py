@@ -15,6 +15,7 @@ deletes with a UID precondition. `test_kwok_style_delete_by_name_*` reproduces i
 from __future__ import annotations
 
 import asyncio
+import copy
 import random
 from collections.abc import Callable
 from typing import Any
@@ -286,5 +287,34 @@ def test_a_replacement_deleted_before_the_index_saw_it_is_recreated_at_once() ->
         op.sync()
         await op.reconcile()
         assert "job-worker-0" in cluster.pods, cluster.log
+
+    run(scenario())
+
+
+def test_pods_deleted_with_their_namespace_are_no_disruption() -> None:
+    """Deleting a namespace deletes its Pods before (or beside) the job: no restart is
+    counted, no status written, no Event posted, nothing re-created."""
+
+    async def scenario() -> None:
+        cluster = FakeCluster()
+        cluster.add_job(workers=2)
+        op = Operator(cluster, "a")
+        await settle(cluster, [op])
+        status_before = copy.deepcopy(cluster.status())
+        calls_before = len(op.api.calls)
+        cluster.terminating_namespace = True
+        for name in list(cluster.pods):
+            cluster.user_deletes(name)
+        cluster.kubelet_sweeps()
+        op.sync()
+        assert await op.reconcile() is None
+        assert cluster.status() == status_before
+        new_calls = op.api.calls[calls_before:]
+        assert "create events (dry run)" in new_calls
+        assert set(new_calls) <= {"create events (dry run)", "list pods"}, new_calls  # reads
+        # A Pod deleted in a live namespace is a disruption again.
+        cluster.terminating_namespace = False
+        await settle(cluster, [op])
+        assert cluster.restarts()["disruptions"] == 2
 
     run(scenario())
