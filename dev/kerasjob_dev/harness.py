@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from kerasjob import metrics
+from kerasjob_contract.times import format_time, utcnow
 from kerasjob_dev.cluster import (
     KWOK_POD_PLACEMENT,
     REPO_ROOT,
@@ -345,7 +346,7 @@ def wait_phase(kube: Any, namespace: str, name: str, phase: str, timeout: float 
 
 
 def now_rfc3339() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return format_time(utcnow())
 
 
 def set_container_exit(

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer
@@ -22,6 +22,7 @@ from pydantic.alias_generators import to_camel
 
 from kerasjob import API_GROUP, API_VERSION, KIND
 from kerasjob_contract import DEFAULT_TF_PORT
+from kerasjob_contract.times import format_time
 from kerasjob_contract.trainer_config import DEFAULTS as TRAINER_DEFAULTS
 
 API_VERSION_FULL = f"{API_GROUP}/{API_VERSION}"
@@ -51,16 +52,8 @@ def _cel(rule: str, message: str) -> dict[str, str]:
     return {"rule": rule, "message": message}
 
 
-def _fmt_time(value: datetime) -> str:
-    # metav1.Time is RFC 3339 with second precision in UTC ("2024-05-01T12:00:00Z");
-    # kubectl and other controllers compare these strings, so write exactly that form.
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=timezone.utc)
-    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 #: A timestamp: parsed from any RFC 3339 string, written as metav1.Time.
-Timestamp = Annotated[datetime, PlainSerializer(_fmt_time, return_type=str, when_used="json")]
+Timestamp = Annotated[datetime, PlainSerializer(format_time, return_type=str, when_used="json")]
 
 
 class _Model(BaseModel):

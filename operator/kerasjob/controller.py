@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Iterable, Mapping
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 import aiohttp
@@ -45,12 +45,9 @@ from kerasjob.podview import PodView
 from kerasjob.status import merge_patch
 from kerasjob.workqueue import Key, WorkQueue
 from kerasjob_contract import DEFAULT_METRICS_PORT
+from kerasjob_contract.times import utcnow
 
 log = logging.getLogger("kerasjob.controller")
-
-
-def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
 
 
 def _namespace_gone(error: BaseException) -> bool:

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from kerasjob import API_GROUP, API_VERSION, KIND
 from kerasjob.kube import events_path
-from kerasjob.status import fmt_time
+from kerasjob_contract.times import format_time
 
 log = logging.getLogger("kerasjob.events")
 
@@ -34,7 +34,7 @@ def build_event(
     instance: str = "",
 ) -> dict[str, Any]:
     """A core/v1 Event involving the KerasJob ``namespace/name``."""
-    stamp = fmt_time(now)
+    stamp = format_time(now)
     return {
         "apiVersion": "v1",
         "kind": "Event",

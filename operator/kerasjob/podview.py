@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 from kerasjob import KIND, labels
 from kerasjob_contract import TRAINER_CONTAINER, Env
+from kerasjob_contract.times import parse_time
 
 #: The container treated as the trainer when no container has this name: the first one.
 
@@ -68,20 +69,6 @@ class PodView:
     @property
     def running_ready(self) -> bool:
         return self.phase == "Running" and self.ready and not self.deleting
-
-
-def parse_time(value: Any) -> datetime | None:
-    """An RFC 3339 timestamp from the API server, as an aware datetime (None if unset)."""
-    if not value:
-        return None
-    if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
-    text = str(value).replace("Z", "+00:00")
-    try:
-        parsed = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
 
 
 def _termination(state: Mapping[str, Any] | None) -> Termination | None:

@@ -18,7 +18,6 @@ from typing import Any
 
 import aiohttp
 
-from kerasjob.status import fmt_time
 from kerasjob_contract import (
     METRIC_EPOCH,
     METRIC_LOSS,
@@ -26,6 +25,7 @@ from kerasjob_contract import (
     METRIC_STEP,
     METRIC_TRAINING_METRIC,
 )
+from kerasjob_contract.times import format_time
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ def progress_patch(
     old = {k: v for k, v in (current or {}).items() if k != "updatedAt"}
     if old == new:
         return None
-    new["updatedAt"] = fmt_time(now)
+    new["updatedAt"] = format_time(now)
     return new
 
 

@@ -23,7 +23,8 @@ from typing import Any
 
 from kerasjob import restart_policy as rp
 from kerasjob import status as st
-from kerasjob.podview import PodView, parse_time
+from kerasjob.podview import PodView
+from kerasjob_contract.times import format_time, parse_time
 
 REASON_INVALID_SPEC = "InvalidSpec"
 REASON_DEADLINE = "DeadlineExceeded"
@@ -206,7 +207,7 @@ class _Planner:
         reason = getattr(outcome, "reason", "")
         code = getattr(outcome, "exit_code", None)
         last: dict[str, Any] = {
-            "time": st.fmt_time(self.now),
+            "time": format_time(self.now),
             "reason": reason,
             "pod": task.name,
             "disruption": verdict.count_disruption,
@@ -276,7 +277,7 @@ class _Planner:
 
     def finish(self, phase: str, reason: str, message: str) -> None:
         self.status["phase"] = phase
-        self.status["completionTime"] = st.fmt_time(self.now)
+        self.status["completionTime"] = format_time(self.now)
         self.cond(
             st.COND_SUCCEEDED if phase == st.SUCCEEDED else st.COND_FAILED, True, reason, message
         )
@@ -336,7 +337,7 @@ class _Planner:
             self.cond(st.COND_SUSPENDED, False, "Resumed", message)
             self.event("Normal", "Resumed", message)
         if not self.status.get("startTime"):
-            self.status["startTime"] = st.fmt_time(self.now)
+            self.status["startTime"] = format_time(self.now)
         self.observe()
         if self.concluded():
             return None

@@ -7,11 +7,12 @@ diffed against the stored status (`merge_patch`) and written with one merge patc
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 from kerasjob.api import Phase
 from kerasjob.podview import PodView
+from kerasjob_contract.times import format_time
 
 # The phase names are the API's (kerasjob.api.Phase); plain strings here, as stored in status.
 PENDING = Phase.PENDING.value
@@ -29,11 +30,6 @@ COND_RESTARTING = "Restarting"
 COND_SUCCEEDED = "Succeeded"
 COND_FAILED = "Failed"
 COND_SUSPENDED = "Suspended"
-
-
-def fmt_time(value: datetime) -> str:
-    """metav1.Time: RFC 3339, second precision, UTC."""
-    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def get_condition(conditions: Iterable[Mapping[str, Any]], type_: str) -> Mapping[str, Any] | None:
@@ -68,7 +64,7 @@ def set_condition(
         found = True
         new = dict(cond)
         if cond.get("status") != wanted:
-            new["lastTransitionTime"] = fmt_time(now)
+            new["lastTransitionTime"] = format_time(now)
         new.update(status=wanted, reason=reason, message=message)
         if generation is not None:
             new["observedGeneration"] = generation
@@ -79,7 +75,7 @@ def set_condition(
             "status": wanted,
             "reason": reason,
             "message": message,
-            "lastTransitionTime": fmt_time(now),
+            "lastTransitionTime": format_time(now),
         }
         if generation is not None:
             new["observedGeneration"] = generation

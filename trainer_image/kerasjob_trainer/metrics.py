@@ -7,7 +7,6 @@ thread so it can never keep a finished or failed trainer alive.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import http.server
 import json
 import math
@@ -16,6 +15,7 @@ import threading
 from typing import Any
 
 import kerasjob_contract as contract
+from kerasjob_contract.times import format_time, utcnow
 
 
 @dataclasses.dataclass
@@ -78,7 +78,7 @@ def render_prometheus(p: Progress) -> str:
 
 
 def now_iso() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return format_time(utcnow())
 
 
 def write_json_atomic(path: str, data: dict[str, Any]) -> None:
