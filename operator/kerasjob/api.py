@@ -111,6 +111,41 @@ class Phase(str, enum.Enum):
     SUSPENDED = "Suspended"
 
 
+class ConditionType(str, enum.Enum):
+    """status.conditions[].type. Created stays True; at most one of Running, Restarting,
+    Suspended is True while the job is active; Succeeded or Failed ends it."""
+
+    CREATED = "Created"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    SUSPENDED = "Suspended"
+
+
+class Reason(str, enum.Enum):
+    """The job's own reasons, in conditions and Events. A condition about a Pod's outcome
+    carries that outcome's reason instead (PodDeleted, Preempted, Evicted, an exit's reason:
+    see `restart_policy`)."""
+
+    CREATED = "Created"
+    PODS_READY = "PodsReady"
+    PODS_NOT_READY = "PodsNotReady"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUSPENDED = "Suspended"
+    RESUMED = "Resumed"
+    SUCCEEDED = "Succeeded"
+    TASK_SUCCEEDED = "TaskSucceeded"
+    POD_DISRUPTED = "PodDisrupted"
+    POD_FAILED = "PodFailed"
+    INVALID_SPEC = "InvalidSpec"
+    INVALID_CONFIG = "InvalidConfig"
+    DEADLINE_EXCEEDED = "DeadlineExceeded"
+    BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
+    NON_RETRYABLE_EXIT_CODE = "NonRetryableExitCode"
+
+
 class DatasetSource(str, enum.Enum):
     """Where the bundled trainer reads its data."""
 

@@ -23,12 +23,13 @@ from typing import Any
 
 from kerasjob import restart_policy as rp
 from kerasjob import status as st
+from kerasjob.api import Reason
 from kerasjob.podview import PodView
 from kerasjob_contract.times import format_time, parse_time
 
-REASON_INVALID_SPEC = "InvalidSpec"
-REASON_DEADLINE = "DeadlineExceeded"
-REASON_SUCCEEDED = "Succeeded"
+REASON_INVALID_SPEC = Reason.INVALID_SPEC.value
+REASON_DEADLINE = Reason.DEADLINE_EXCEEDED.value
+REASON_SUCCEEDED = Reason.SUCCEEDED.value
 
 
 @dataclass(frozen=True)
@@ -219,14 +220,14 @@ class _Planner:
         if verdict.count_disruption:
             self.event(
                 "Normal",
-                "PodDisrupted",
+                Reason.POD_DISRUPTED.value,
                 f"Pod {task.name}: {reason}{exit_text}; restarting it (disruption "
                 f"{self.disruptions}, not counted against backoffLimit)",
             )
         elif not verdict.fail:
             self.event(
                 "Warning",
-                "PodFailed",
+                Reason.POD_FAILED.value,
                 f"Pod {task.name}: {reason}{exit_text}; restarting it (failure "
                 f"{self.failures} of backoffLimit {self.job.backoff_limit})",
             )
@@ -267,7 +268,7 @@ class _Planner:
                 outcome = rp.classify_finished(pod)
                 if isinstance(outcome, rp.Success):
                     rec["succeeded"] = True
-                    self.event("Normal", "TaskSucceeded", f"Pod {task.name} completed")
+                    self.event("Normal", Reason.TASK_SUCCEEDED.value, f"Pod {task.name} completed")
                 else:
                     self.account(task, outcome)
                 rec["counted"] = True
@@ -312,11 +313,11 @@ class _Planner:
         self.status["phase"] = st.SUSPENDED
         self.status.pop("startTime", None)
         message = "spec.suspend is true: Pods deleted, state kept in the checkpoint"
-        self.cond(st.COND_SUSPENDED, True, "Suspended", message)
-        self.cond(st.COND_RUNNING, False, "Suspended", message)
-        self.cond(st.COND_RESTARTING, False, "Suspended", message)
+        self.cond(st.COND_SUSPENDED, True, Reason.SUSPENDED.value, message)
+        self.cond(st.COND_RUNNING, False, Reason.SUSPENDED.value, message)
+        self.cond(st.COND_RESTARTING, False, Reason.SUSPENDED.value, message)
         if self.prev_phase != st.SUSPENDED:
-            self.event("Normal", "Suspended", message)
+            self.event("Normal", Reason.SUSPENDED.value, message)
 
     def concluded(self) -> bool:
         """After `observe`: finish the job if an outcome decided it; True if it did."""
@@ -334,8 +335,8 @@ class _Planner:
         job = self.job
         if self.prev_phase == st.SUSPENDED:
             message = "spec.suspend is false: Pods re-created, resuming from the last backup"
-            self.cond(st.COND_SUSPENDED, False, "Resumed", message)
-            self.event("Normal", "Resumed", message)
+            self.cond(st.COND_SUSPENDED, False, Reason.RESUMED.value, message)
+            self.event("Normal", Reason.RESUMED.value, message)
         if not self.status.get("startTime"):
             self.status["startTime"] = format_time(self.now)
         self.observe()
@@ -382,8 +383,8 @@ class _Planner:
             self.actions[:0] = [CreateService(), *creates]
             if st.get_condition(self.conditions, st.COND_CREATED) is None:
                 message = f"Creating {len(job.tasks)} Pods and the headless Service"
-                self.cond(st.COND_CREATED, True, "Created", message)
-                self.event("Normal", "Created", message)
+                self.cond(st.COND_CREATED, True, Reason.CREATED.value, message)
+                self.event("Normal", Reason.CREATED.value, message)
 
         wanted = [t for t in job.tasks if t.name not in succeeded]
         all_ready = bool(wanted) and all(
@@ -397,22 +398,22 @@ class _Planner:
         self.status["phase"] = phase
         if phase == st.RUNNING:
             message = f"All {len(wanted)} Pods are running and ready"
-            self.cond(st.COND_RUNNING, True, "PodsReady", message)
-            self.cond(st.COND_RESTARTING, False, "PodsReady", message)
+            self.cond(st.COND_RUNNING, True, Reason.PODS_READY.value, message)
+            self.cond(st.COND_RESTARTING, False, Reason.PODS_READY.value, message)
             if self.prev_phase != st.RUNNING:
-                self.event("Normal", "Running", message)
+                self.event("Normal", Reason.RUNNING.value, message)
         elif phase == st.RESTARTING:
             last = self.status.get("lastRestart") or {}
-            reason = str(last.get("reason") or "PodsNotReady")
+            reason = str(last.get("reason") or Reason.PODS_NOT_READY.value)
             message = (
                 f"Restarting after {reason} of Pod {last['pod']}"
                 if last.get("pod")
                 else "Waiting for Pods to become ready again"
             )
             self.cond(st.COND_RESTARTING, True, reason, message)
-            self.cond(st.COND_RUNNING, False, "Restarting", message)
+            self.cond(st.COND_RUNNING, False, Reason.RESTARTING.value, message)
             if self.prev_phase != st.RESTARTING:
-                self.event("Normal", "Restarting", message)
+                self.event("Normal", Reason.RESTARTING.value, message)
 
     def run(self) -> Plan:
         if self.job.deleting:

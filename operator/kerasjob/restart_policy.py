@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kerasjob.api import Reason
 from kerasjob.podview import PodView, Termination
 from kerasjob_contract import DISRUPTION_EXIT_CODES, PERMANENT_EXIT_CODES, ExitCode
 
@@ -44,10 +45,10 @@ DISRUPTION_POD_REASONS: frozenset[str] = frozenset(
 )
 
 #: Failure reasons of the job (condition Failed reasons).
-REASON_BACKOFF_LIMIT = "BackoffLimitExceeded"
-REASON_INVALID_CONFIG = "InvalidConfig"
-REASON_NON_RETRYABLE = "NonRetryableExitCode"
-REASON_POD_FAILED = "PodFailed"
+REASON_BACKOFF_LIMIT = Reason.BACKOFF_LIMIT_EXCEEDED.value
+REASON_INVALID_CONFIG = Reason.INVALID_CONFIG.value
+REASON_NON_RETRYABLE = Reason.NON_RETRYABLE_EXIT_CODE.value
+REASON_POD_FAILED = Reason.POD_FAILED.value
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from kerasjob.api import Phase
+from kerasjob.api import ConditionType, Phase
 from kerasjob.podview import PodView
 from kerasjob_contract.times import format_time
 
@@ -24,12 +24,12 @@ SUSPENDED = Phase.SUSPENDED.value
 TERMINAL_PHASES = frozenset({SUCCEEDED, FAILED})
 
 #: Condition types (metav1.Condition), as TFJob and JobSet use them.
-COND_CREATED = "Created"
-COND_RUNNING = "Running"
-COND_RESTARTING = "Restarting"
-COND_SUCCEEDED = "Succeeded"
-COND_FAILED = "Failed"
-COND_SUSPENDED = "Suspended"
+COND_CREATED = ConditionType.CREATED.value
+COND_RUNNING = ConditionType.RUNNING.value
+COND_RESTARTING = ConditionType.RESTARTING.value
+COND_SUCCEEDED = ConditionType.SUCCEEDED.value
+COND_FAILED = ConditionType.FAILED.value
+COND_SUSPENDED = ConditionType.SUSPENDED.value
 
 
 def get_condition(conditions: Iterable[Mapping[str, Any]], type_: str) -> Mapping[str, Any] | None:
