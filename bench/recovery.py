@@ -30,6 +30,7 @@ from typing import Any
 
 import yaml
 
+import kerasjob_contract as contract
 from kerasjob_dev import localdeploy
 from kerasjob_dev.localcluster import LocalCluster
 from kerasjob_dev.synckube import ApiError, Kube, pod_path
@@ -38,8 +39,8 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "recovery.json"
 NS = "kerasjob-bench"
 JOB = "recover"
-STEP = re.compile(r"^kerasjob: step (\d+)/", re.M)
-RESUMED = re.compile(r"^kerasjob: resumed at step (\d+)", re.M)
+STEP = re.compile(contract.LOG_STEP_RE, re.M)
+RESUMED = re.compile(contract.LOG_RESUMED_RE, re.M)
 
 
 def log(kube: Kube, pod: str) -> str:
@@ -106,7 +107,7 @@ def main() -> int:
 
         def step() -> int:
             found = STEP.findall(log(kube, chief))
-            return int(found[-1]) if found else 0
+            return int(found[-1][0]) if found else 0
 
         resumed_at = wait(lambda: step() >= 60 and step(), 300, "the chief at step 60")
         for i in range(1, args.disruptions + 1):

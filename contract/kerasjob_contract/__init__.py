@@ -113,6 +113,7 @@ EVAL_FILE = "eval.json"
 #:   kerasjob: preempted: state saved at step 312; exiting 42
 #:   kerasjob: final test_accuracy=0.9312 steps=600
 LOG_RESUMED_RE = r"^kerasjob: resumed at step (\d+)"
-LOG_STEP_RE = r"^kerasjob: step (\d+)/(\d+)"
+LOG_STEP_RE = r"^kerasjob: step (\d+)/(\d+)(?: epoch (\d+) loss=(\S+)(?: accuracy=(\S+))?)?"
+"""Groups: step, total steps, then (when logged) epoch, loss, accuracy."""
 LOG_PREEMPTED_RE = r"^kerasjob: preempted: state saved at step (\d+)"
 LOG_FINAL_RE = r"^kerasjob: final (?:test_accuracy=([0-9.]+) )?steps=(\d+)"

@@ -34,6 +34,7 @@ from typing import Any
 import urllib3
 import yaml
 
+import kerasjob_contract as contract
 from kerasjob_dev import localdeploy
 from kerasjob_dev.localcluster import LocalCluster, LocalClusterError
 from kerasjob_dev.synckube import ApiError, Kube, pod_path
@@ -49,9 +50,9 @@ OPERATOR_NAMESPACE = "kerasjob-demo-system"
 EVICT_AT_STEP = 100
 JOBS = "/apis/kerasjob.dev/v1alpha1/namespaces/{ns}/kerasjobs"
 
-STEP = re.compile(r"kerasjob: step (\d+)/(\d+) epoch (\d+) loss=([\d.]+)(?: accuracy=([\d.]+))?")
-RESUMED = re.compile(r"kerasjob: resumed at step (\d+)")
-FINAL = re.compile(r"kerasjob: final (?:test_accuracy=([\d.]+) )?steps=(\d+)")
+STEP = re.compile(contract.LOG_STEP_RE)
+RESUMED = re.compile(contract.LOG_RESUMED_RE)
+FINAL = re.compile(contract.LOG_FINAL_RE)
 
 _PATHS = {
     "CustomResourceDefinition": "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",

@@ -22,15 +22,16 @@ from typing import Any
 import pytest
 import yaml
 
+import kerasjob_contract as contract
 from kerasjob_dev import localdeploy
 from kerasjob_dev.cluster import REPO_ROOT, wait_for
 from kerasjob_dev.synckube import ApiError, pod_path
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e, pytest.mark.slow]
 
-STEP = re.compile(r"^kerasjob: step (\d+)/(\d+)", re.M)
-RESUMED = re.compile(r"^kerasjob: resumed at step (\d+)", re.M)
-FINAL = re.compile(r"^kerasjob: final (?:test_accuracy=([\d.]+) )?steps=(\d+)", re.M)
+STEP = re.compile(contract.LOG_STEP_RE, re.M)
+RESUMED = re.compile(contract.LOG_RESUMED_RE, re.M)
+FINAL = re.compile(contract.LOG_FINAL_RE, re.M)
 JOBS = "/apis/kerasjob.dev/v1alpha1/namespaces/{ns}/kerasjobs"
 
 
