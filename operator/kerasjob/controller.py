@@ -76,7 +76,7 @@ class Controller:
         self.pods = pods
         self.queue = WorkQueue()
         self.ready = asyncio.Event()
-        self.events = EventRecorder(api, config.instance)
+        self.events = EventRecorder(api)
         self.written = WriteCache()
         self.expectations = Expectations()
         self._errors: dict[Key, int] = {}
@@ -251,11 +251,13 @@ class Controller:
             old, new = seen.status.get("phase"), plan.status.get("phase")
             if new != old:
                 log.info("%s/%s: %s -> %s", *key, old, new)
+        job = seen.job
         for event in plan.events:
-            self.events.post(
-                namespace=seen.job.namespace, name=seen.job.name, uid=seen.job.uid,
-                type_=event.type, reason=event.reason, message=event.message, now=now,
-            )
+            self.events.post(build_event(
+                namespace=job.namespace, name=job.name, uid=job.uid, type_=event.type,
+                reason=event.reason, message=event.message, now=now,
+                instance=self.config.instance,
+            ))
         loop_now = asyncio.get_running_loop().time()
         actions, wait = self.expectations.skip(
             key, plan.actions, {p.name for p in seen.pods}, loop_now

@@ -66,28 +66,15 @@ class EventRecorder:
     """Posts Events in the background (best effort: a lost Event is logged at debug level),
     and logs each one as the operator's own log line."""
 
-    def __init__(self, api: _Creates, instance: str = "") -> None:
+    def __init__(self, api: _Creates) -> None:
         self.api = api
-        self.instance = instance
         self._pending: set[asyncio.Task[None]] = set()
 
-    def post(
-        self,
-        *,
-        namespace: str,
-        name: str,
-        uid: str,
-        type_: str,
-        reason: str,
-        message: str,
-        now: datetime,
-    ) -> None:
-        body = build_event(
-            namespace=namespace, name=name, uid=uid, type_=type_, reason=reason,
-            message=message, now=now, instance=self.instance,
-        )
-        level = logging.WARNING if type_ == "Warning" else logging.INFO
-        log.log(level, "%s/%s: %s: %s", namespace, name, reason, message)
+    def post(self, body: dict[str, Any]) -> None:
+        """Post an Event made by `build_event` (in the background)."""
+        namespace, name = body["metadata"]["namespace"], body["involvedObject"]["name"]
+        level = logging.WARNING if body["type"] == "Warning" else logging.INFO
+        log.log(level, "%s/%s: %s: %s", namespace, name, body["reason"], body["message"])
 
         async def send() -> None:
             try:
