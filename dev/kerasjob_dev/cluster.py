@@ -138,6 +138,19 @@ class Cluster:
         argv = [self.tool("helm"), "--kubeconfig", str(self.kubeconfig), *args]
         return _run(argv, check=check, input=input, env=self.env(), timeout=timeout)
 
+    def restart_component(self, name: str, *, down: float = 0.0, signal: str = "KILL") -> float:
+        """Kill one control-plane process of the local cluster (etcd, kube-apiserver, ...),
+        keep it down ``down`` seconds, start it again and wait until it serves
+        (hack/cluster/restart.sh). Returns the seconds it was unavailable."""
+        if not self.local:
+            raise RuntimeError("only the local cluster's processes can be restarted")
+        out = _run(
+            [CLUSTER_SCRIPTS / "restart.sh", name, "--down", str(down), "--signal", signal],
+            env=self.env(),
+            timeout=down + 120,
+        )
+        return float(out.stdout.strip().splitlines()[-1])
+
     def api_client(self) -> Any:
         """A ``kubernetes.client.ApiClient`` for this cluster (created once, then shared)."""
         if not self._client:

@@ -105,7 +105,8 @@ PIDS="$STATE_DIR/pids"
 # in place here) in pids/, its output in logs/. Daemons must not inherit the lock fds 8 and 9.
 launch() {
   local name="$1"; shift
-  setsid "$@" > "$LOGS/$name.log" 2>&1 < /dev/null 8>&- 9>&- &
+  printf '%s\0' "$@" > "$PIDS/$name.cmd"  # for restart.sh: the same command again
+  setsid "$@" >> "$LOGS/$name.log" 2>&1 < /dev/null 8>&- 9>&- &
   echo $! > "$PIDS/$name.pid"
 }
 # alive NAME: 0 while the component started by launch runs.

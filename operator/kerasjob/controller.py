@@ -60,6 +60,14 @@ def _namespace_gone(error: BaseException) -> bool:
     )
 
 
+def _api_unavailable(error: BaseException) -> bool:
+    """The API server cannot be reached, or says it is not ready (restarting, storage
+    re-initialising): nothing about the job is wrong."""
+    if isinstance(error, ApiError):
+        return error.status in (429, 503)
+    return isinstance(error, (aiohttp.ClientConnectionError, asyncio.TimeoutError))
+
+
 class Controller:
     """Reconciles KerasJobs. Construct inside the event loop; `run` until cancelled."""
 
@@ -80,6 +88,8 @@ class Controller:
         self.written = WriteCache()
         self.expectations = Expectations()
         self._errors: dict[Key, int] = {}
+        self._awaiting_api: set[Key] = set()
+        self._api_probe: asyncio.Task[None] | None = None
         self._parsed: dict[tuple[str, Any], ParsedJob] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self.reconciles = 0
@@ -116,6 +126,8 @@ class Controller:
                 t.cancel()
 
     async def stop(self) -> None:
+        if self._api_probe is not None:
+            self._tasks.append(self._api_probe)
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -149,6 +161,15 @@ class Controller:
             log.debug("%s/%s: namespace terminating, not retrying", key[0], key[1])
             self._errors.pop(key, None)
             return None
+        if _api_unavailable(error):
+            # The API server is down or restarting: one probe for all jobs, and every job
+            # waiting for it is reconciled the moment it answers again (not after its own
+            # back-off, which grows to 30 s during a long outage).
+            self._awaiting_api.add(key)
+            if self._api_probe is None or self._api_probe.done():
+                log.warning("API server unavailable (%s); waiting for it", error)
+                self._api_probe = asyncio.create_task(self._probe_api(), name="kerasjob-api-probe")
+            return None
         errors = self._errors[key] = self._errors.get(key, 0) + 1
         delay = min(0.25 * 2**errors, 30.0)
         api_error = isinstance(error, ApiError)
@@ -162,6 +183,23 @@ class Controller:
             exc_info=not api_error,
         )
         return delay
+
+    async def _probe_api(self) -> None:
+        """GET /readyz (public to every client) with back-off up to 2 s until it answers,
+        then requeue the jobs that waited for it."""
+        delay = 0.25
+        while True:
+            await asyncio.sleep(delay)
+            try:
+                await self.api.request("GET", "/readyz", count_as="get readyz")
+                break
+            except Exception as e:
+                log.debug("API server still unavailable: %s", e)
+                delay = min(delay * 2, 2.0)
+        waiting, self._awaiting_api = self._awaiting_api, set()
+        log.info("API server available again; reconciling %d jobs", len(waiting))
+        for key in waiting:
+            self.queue.add(key)
 
     async def _resync(self) -> None:
         await self.ready.wait()
@@ -263,10 +301,13 @@ class Controller:
             key, plan.actions, {p.name for p in seen.pods}, loop_now
         )
         if actions:
+            log.debug("%s/%s: %s", *key, ", ".join(type(a).__name__ for a in actions))
             await self._act(key, seen, plan, actions)
-        if wait is not None:
-            return wait if plan.requeue_after is None else min(wait, plan.requeue_after)
-        return plan.requeue_after
+        delay = plan.requeue_after if wait is None else (
+            wait if plan.requeue_after is None else min(wait, plan.requeue_after)
+        )
+        log.debug("%s/%s: reconciled at %s; again in %s s", *key, seen.resource_version, delay)
+        return delay
 
     async def _namespace_terminating(self, seen: Observed, now: datetime) -> bool:
         """Whether the job's namespace is being deleted: asked only before a restart is

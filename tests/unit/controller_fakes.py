@@ -17,6 +17,8 @@ import itertools
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+import aiohttp
+
 from kerasjob import labels
 from kerasjob.kube import ApiError
 from kerasjob.podview import PodView, pod_view
@@ -55,6 +57,7 @@ class FakeCluster:
         self.services: dict[str, dict[str, Any]] = {}
         self.events: list[dict[str, Any]] = []
         self.terminating_namespace = False
+        self.down = False  # the API server is unreachable
         self.log: list[str] = []
         #: The Pod watch: (resourceVersion, Pod name) of every change, in order.
         self.pod_events: list[tuple[int, str]] = []
@@ -201,23 +204,33 @@ class FakeApi:
         self.cluster = cluster
         self.calls: list[str] = []
 
+    def _reachable(self) -> None:
+        if self.cluster.down:
+            raise aiohttp.ClientConnectionError("Cannot connect to host: Connection refused")
+
     async def merge_patch(self, path: str, patch: Mapping[str, Any], resource: str) -> Any:
         self.calls.append(f"patch {resource}")
+        self._reachable()
         return self.cluster.merge_patch(path, patch)
 
     async def create(self, path: str, obj: Mapping[str, Any], resource: str) -> bool:
         self.calls.append(f"create {resource}")
+        self._reachable()
         return self.cluster.create(path, obj)
 
     async def delete(self, path: str, resource: str, *, uid: str | None = None,
                      grace_period_seconds: int | None = None,
                      propagation: str | None = None) -> bool:
         self.calls.append(f"delete {resource}")
+        self._reachable()
         return self.cluster.delete(path, uid, grace_period_seconds)
 
     async def request(self, method: str, path: str, *, params: Mapping[str, str] | None = None,
                       count_as: str, **_: Any) -> Any:
         self.calls.append(count_as)
+        self._reachable()
+        if path == "/readyz":
+            return "ok"
         assert params is not None, (method, path)
         if method == "POST" and params.get("dryRun") == "All":
             if self.cluster.terminating_namespace:

@@ -318,3 +318,33 @@ def test_pods_deleted_with_their_namespace_are_no_disruption() -> None:
         assert cluster.restarts()["disruptions"] == 2
 
     run(scenario())
+
+
+def test_jobs_waiting_for_an_unavailable_api_server_are_reconciled_when_it_is_back() -> None:
+    """While the API server is down a failed reconcile is not retried on its own back-off
+    (up to 30 s); one /readyz probe waits for the server and requeues every waiting job the
+    moment it answers."""
+
+    async def scenario() -> None:
+        cluster = FakeCluster()
+        cluster.add_job("a", workers=2)
+        cluster.add_job("b", workers=2)
+        op = Operator(cluster, "a")
+        runner = asyncio.create_task(op.controller.run())
+        cluster.down = True
+        for name in ("a", "b"):
+            op.controller.notify((NS, name))
+        await asyncio.sleep(1.0)
+        assert not cluster.pods and cluster.status("a") == {}
+        probes = op.api.calls.count("get readyz")
+        assert 1 <= probes <= 4, op.api.calls  # one probe with back-off, not one per job
+        cluster.down = False
+        back = asyncio.get_running_loop().time()
+        while len(cluster.pods) < 4:
+            await asyncio.sleep(0.05)
+            assert asyncio.get_running_loop().time() - back < 3, op.api.calls
+        assert cluster.status("a")["phase"] == "Pending"
+        await op.controller.stop()
+        runner.cancel()
+
+    run(scenario())
