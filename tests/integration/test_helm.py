@@ -27,6 +27,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -632,3 +633,88 @@ def test_two_replicas_one_active_and_the_standby_takes_over(
             what="ha-worker-1 re-created by the standby",
         )
         assert created_pods(standby) >= 1
+
+
+def test_operator_access_revoked_and_restored_converges(
+    cluster: Cluster,
+    kube: Any,
+    namespaced_release: Release,
+    sa_kubeconfig: Path,
+    kwok_placement: dict[str, Any],
+    tmp_path: Path,
+) -> None:
+    """The operator's RoleBinding in the jobs namespace is deleted while a job runs (an
+    administrator's mistake, a GitOps sync gone wrong) and a worker is deleted meanwhile;
+    then the binding comes back. The operator stays up without hot-looping, and afterwards
+    the job converges with that one disruption counted once."""
+    rel = namespaced_release
+    ns = rel.jobs_namespace
+    custom = client.CustomObjectsApi(kube)
+    core = client.CoreV1Api(kube)
+    rbac = client.RbacAuthorizationV1Api(kube)
+    (binding,) = [b for b in rel.of_kind("RoleBinding") if b["metadata"]["namespace"] == ns]
+    log_path = tmp_path / "operator.log"
+    name = "revoked"
+    selector = f"kerasjob.dev/job-name={name}"
+    worker = f"{name}-worker-1"
+
+    def status() -> dict[str, Any]:
+        job = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+        return job.get("status") or {}
+
+    def live_pods() -> dict[str, str]:
+        return {
+            p.metadata.name: p.metadata.uid
+            for p in core.list_namespaced_pod(ns, label_selector=selector).items
+            if p.status.phase == "Running" and p.metadata.deletion_timestamp is None
+        }
+
+    with operator_process(rel, sa_kubeconfig, log_path) as run:
+        wait_for(lambda: probe(run.probe_url) is not None, timeout=60, interval=0.5,
+                 what="the operator's liveness endpoint")
+        custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "KerasJob",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {
+                "workers": 2,
+                "checkpoint": {"volume": {"hostPath": {"path": "/tmp/kerasjob-revoked-test"}}},
+                "template": {"spec": kwok_placement},
+            },
+        })
+        try:
+            wait_for(lambda: status().get("phase") == "Running" and len(live_pods()) == 2,
+                     timeout=90, interval=0.5, what="the job Running")
+            before = live_pods()
+
+            rbac.delete_namespaced_role_binding(binding["metadata"]["name"], ns)
+            revoked = time.monotonic()
+            core.delete_namespaced_pod(f"{name}-worker-1", ns)
+            wait_for(lambda: f"{name}-worker-1" not in live_pods(), timeout=30,
+                     what="the worker gone while access is revoked")
+            requests_then = sum(api_requests(run).values())
+            time.sleep(15)
+            during = sum(api_requests(run).values()) - requests_then
+            assert run.proc.poll() is None, "the operator exited while access was revoked"
+            # Each job's retries back off; a hot loop would make hundreds.
+            assert during <= 30, f"{during} API requests in 15 s without access"
+
+            restore = {k: v for k, v in binding.items() if k != "status"}
+            restore["metadata"] = {"name": binding["metadata"]["name"], "namespace": ns,
+                                   "labels": binding["metadata"].get("labels", {})}
+            rbac.create_namespaced_role_binding(ns, restore)
+            restored = time.monotonic()
+            wait_for(
+                lambda: (
+                    status().get("phase") == "Running"
+                    and status().get("restarts") == {"disruptions": 1, "failures": 0}
+                    and live_pods().get(worker) not in (None, before[worker])
+                ),
+                timeout=120, interval=0.5, what="the job Running again, one disruption counted",
+            )
+            print(f"\naccess revoked {restored - revoked:.0f} s ({during} API requests in 15 s of "
+                  f"it); job Running again {time.monotonic() - restored:.1f} s after restoring it")
+        except (TimeoutError, AssertionError) as exc:
+            raise AssertionError(f"{exc}\njob: {status()}\nlog:\n"
+                                 f"{log_path.read_text()[-5000:]}") from exc
+        assert len(live_pods()) == 2
