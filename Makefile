@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 IMAGE_VARIANTS ?= cpu gpu
 
 .PHONY: help venv lint fmt test test-unit test-trainer test-integration test-e2e \
-        binaries cluster-up cluster-down cluster-env crds demo bench images \
+        binaries cluster-up cluster-down cluster-env crds demo bench bench-scale images \
         helm-lint kind-e2e clean
 
 help: ## List the targets
@@ -77,6 +77,9 @@ bench: venv binaries ## Benchmarks: print figures, write JSON to bench/results/
 	$(BIN)/python bench/trainer.py
 	$(BIN)/python bench/operator.py
 	$(BIN)/python bench/recovery.py
+
+bench-scale: venv binaries ## 10, 100, 1000 KerasJobs x 8 workers on KWOK: create, disrupt, finish, delete (JSON + SVG plot)
+	$(BIN)/python bench/scale.py
 
 # `make images` runs hack/images/build.sh (see hack/images/README.md): with no reachable
 # Docker daemon it starts a private one (root, Debian's docker.io); when the official Python

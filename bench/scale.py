@@ -1,0 +1,338 @@
+"""Scale: N KerasJobs x 8 workers on fake KWOK nodes, through a whole life at once.
+
+    python bench/scale.py                    # (make bench-scale): 10, 100 and 1000 jobs
+    python bench/scale.py --jobs 10 100      # chosen levels
+
+For each level, one fresh operator process (`python -m kerasjob run`, as in the tests) and:
+1. create: all N jobs created at once (16 client threads) -> every job Running (all 8 Pods
+   scheduled and Ready on KWOK nodes);
+2. disrupt: one worker Pod of every job deleted -> every job Running again with exactly one
+   disruption counted;
+3. finish: every chief (worker 0) exits 0 (the Pod status a kubelet writes) -> every job
+   Succeeded, its other Pods cleaned up;
+4. delete: every job deleted -> all their Pods gone (garbage collection).
+Recorded per level: the seconds of each phase, the operator's peak RSS (VmHWM), its CPU
+seconds (in all and per job), its API requests (in all and per job, by kind). Prints a line
+per level, writes bench/results/scale.json and a plot, bench/results/scale.svg.
+
+Fake nodes: KWOK marks Pods Running at once; extra KWOK nodes (1000 Pods each) are added
+for the level and removed afterwards. The control plane shares this machine's cores with
+the operator: the times include the API server's, etcd's, the scheduler's and KWOK's work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+from kerasjob_dev import cluster as support
+from kerasjob_dev.harness import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    OperatorProcess,
+    core,
+    custom,
+    install_crds,
+    job_manifest,
+    now_rfc3339,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results" / "scale.json"
+PLOT = RESULTS.with_suffix(".svg")
+WORKERS = 8
+PODS_PER_NODE = 1000
+THREADS = 16
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def peak_rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return float("nan")
+
+
+def kwok_nodes(kube: Any, names: list[str]) -> None:
+    for name in names:
+        core(kube).create_node(
+            {
+                "metadata": {
+                    "name": name,
+                    "labels": {"type": "kwok", "kubernetes.io/hostname": name},
+                    "annotations": {
+                        "kwok.x-k8s.io/node": "fake",
+                        "node.alpha.kubernetes.io/ttl": "0",
+                    },
+                },
+                "spec": {
+                    "taints": [
+                        {"key": "kwok.x-k8s.io/node", "value": "fake", "effect": "NoSchedule"}
+                    ]
+                },
+                "status": {
+                    "capacity": {"cpu": "1000", "memory": "4Ti", "pods": str(PODS_PER_NODE)},
+                    "allocatable": {"cpu": "1000", "memory": "4Ti", "pods": str(PODS_PER_NODE)},
+                },
+            }
+        )
+
+
+def statuses(kube: Any, ns: str) -> dict[str, dict[str, Any]]:
+    items = custom(kube).list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL)["items"]
+    return {j["metadata"]["name"]: j.get("status") or {} for j in items}
+
+
+def pod_count(kube: Any, ns: str) -> int:
+    # Names only would be cheaper; the Python client has no metadata-only list.
+    return len(core(kube).list_namespaced_pod(ns, _preload_content=False).json()["items"])
+
+
+def wait(what: str, done: Any, timeout: float, interval: float = 1.0) -> float:
+    start = time.monotonic()
+    while not done():
+        if time.monotonic() - start > timeout:
+            raise TimeoutError(f"{what}: not done after {timeout:.0f} s")
+        time.sleep(interval)
+    return round(time.monotonic() - start, 1)
+
+
+def parallel(fn: Any, items: list[Any]) -> None:
+    with ThreadPoolExecutor(max_workers=THREADS) as pool:
+        list(pool.map(fn, items))
+
+
+def level(cluster: Any, kube: Any, n: int, run_id: str) -> dict[str, Any]:
+    ns = support.create_namespace(kube, prefix=run_id)
+    extra = [f"kwok-scale-{run_id}-{i}" for i in range(-(-n * WORKERS // PODS_PER_NODE))]
+    kwok_nodes(kube, extra)
+    op = OperatorProcess(cluster, (ns,), name=f"scale{n}", extra_args=("--progress-interval", "0"))
+    op.start()
+    assert op.proc is not None
+    pid = op.proc.pid
+    names = [f"j{i}" for i in range(n)]
+    timeout = 120 + 2.0 * n
+    phases: dict[str, float] = {}
+    cpu0 = cpu_seconds(pid)
+    try:
+        # 1. create
+        parallel(
+            lambda name: custom(kube).create_namespaced_custom_object(
+                GROUP, VERSION, ns, PLURAL, job_manifest(name, workers=WORKERS, backoffLimit=10)
+            ),
+            names,
+        )
+        phases["create_to_all_running_s"] = wait(
+            "all Running",
+            lambda: (
+                all(s.get("phase") == "Running" for s in statuses(kube, ns).values())
+                and len(statuses(kube, ns)) == n
+            ),
+            timeout,
+        )
+
+        # 2. disrupt: one worker per job, deleted as a kubelet finishes a deletion
+        def disrupt(name: str) -> None:
+            pod = core(kube).read_namespaced_pod(f"{name}-worker-1", ns)
+            core(kube).delete_namespaced_pod(
+                pod.metadata.name,
+                ns,
+                body=client.V1DeleteOptions(
+                    grace_period_seconds=0,
+                    preconditions=client.V1Preconditions(uid=pod.metadata.uid),
+                ),
+            )
+
+        parallel(disrupt, names)
+        phases["disrupt_to_all_running_s"] = wait(
+            "all Running again, one disruption",
+            lambda: all(
+                s.get("phase") == "Running"
+                and s.get("restarts") == {"disruptions": 1, "failures": 0}
+                for s in statuses(kube, ns).values()
+            ),
+            timeout,
+        )
+
+        # 3. finish: every chief (worker 0) exits 0
+        def finish(name: str) -> None:
+            now = now_rfc3339()
+            terminated = {"exitCode": 0, "reason": "Completed", "startedAt": now, "finishedAt": now}
+            core(kube).patch_namespaced_pod_status(
+                f"{name}-worker-0",
+                ns,
+                {
+                    "status": {
+                        "phase": "Succeeded",
+                        "conditions": [
+                            {"type": "Ready", "status": "False", "reason": "PodCompleted"}
+                        ],
+                        "containerStatuses": [
+                            {
+                                "name": "trainer",
+                                "image": "kerasjob/trainer:test",
+                                "imageID": "",
+                                "ready": False,
+                                "restartCount": 0,
+                                "started": False,
+                                "state": {"terminated": terminated},
+                            }
+                        ],
+                    }
+                },
+            )
+
+        parallel(finish, names)
+        phases["finish_to_all_succeeded_s"] = wait(
+            "all Succeeded",
+            lambda: all(s.get("phase") == "Succeeded" for s in statuses(kube, ns).values()),
+            timeout,
+        )
+
+        # 4. delete
+        parallel(
+            lambda name: custom(kube).delete_namespaced_custom_object(
+                GROUP, VERSION, ns, PLURAL, name, propagation_policy="Background"
+            ),
+            names,
+        )
+        phases["delete_to_all_pods_gone_s"] = wait(
+            "all Pods gone", lambda: pod_count(kube, ns) == 0, timeout, interval=2.0
+        )
+        requests = Counter(op.api_requests())
+        cpu = cpu_seconds(pid) - cpu0
+        rss = peak_rss_mib(pid)
+        restarts_seen = op.starts
+    finally:
+        op.stop()
+        for node in extra:
+            core(kube).delete_node(node)
+        support.delete_namespace(kube, ns)
+    total = sum(requests.values())
+    return {
+        "jobs": n,
+        "workers_per_job": WORKERS,
+        **phases,
+        "operator_peak_rss_mib": rss,
+        "operator_cpu_seconds": round(cpu, 2),
+        "operator_cpu_seconds_per_job": round(cpu / n, 4),
+        "api_requests": total,
+        "api_requests_per_job": round(total / n, 2),
+        "api_requests_per_job_by_kind": {k: round(v / n, 2) for k, v in sorted(requests.items())},
+        "operator_starts": restarts_seen,
+    }
+
+
+def plot(levels: list[dict[str, Any]], path: Path) -> None:
+    """A small SVG: per level, the operator's peak RSS and CPU per job, and each phase's
+    seconds, on log-scaled job counts. (Hand-written: no plotting library needed.)"""
+    series = {
+        "peak RSS (MiB)": [lv["operator_peak_rss_mib"] for lv in levels],
+        "CPU ms/job": [1000 * lv["operator_cpu_seconds_per_job"] for lv in levels],
+        "API requests/job": [lv["api_requests_per_job"] for lv in levels],
+        "create->Running (s)": [lv["create_to_all_running_s"] for lv in levels],
+        "disrupt->Running (s)": [lv["disrupt_to_all_running_s"] for lv in levels],
+    }
+    colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"]
+    w, h, pad = 640, 360, 50
+    xs = [lv["jobs"] for lv in levels]
+    import math
+
+    def x(v: float) -> float:
+        lo, hi = math.log10(min(xs)), math.log10(max(xs))
+        return pad + (w - 2 * pad) * ((math.log10(v) - lo) / ((hi - lo) or 1))
+
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" '
+        f'font-family="sans-serif" font-size="11">',
+        f'<rect width="{w}" height="{h}" fill="white"/>',
+        f'<text x="{pad}" y="20" font-size="13">kerasjob operator at scale '
+        f"({WORKERS} workers per job; each series scaled to its own maximum)</text>",
+        f'<line x1="{pad}" y1="{h - pad}" x2="{w - pad}" y2="{h - pad}" stroke="black"/>',
+    ]
+    for v in xs:
+        out.append(f'<text x="{x(v):.0f}" y="{h - pad + 15}" text-anchor="middle">{v} jobs</text>')
+    for k, (label, values) in enumerate(series.items()):
+        top = max(values) or 1
+        pts = [
+            (x(xv), h - pad - (h - 2 * pad - 20) * (yv / top))
+            for xv, yv in zip(xs, values, strict=True)
+        ]
+        out.append(
+            f'<polyline fill="none" stroke="{colors[k]}" stroke-width="2" points="'
+            + " ".join(f"{a:.0f},{b:.0f}" for a, b in pts)
+            + '"/>'
+        )
+        for (a, b), yv in zip(pts, values, strict=True):
+            out.append(f'<text x="{a + 4:.0f}" y="{b - 4:.0f}" fill="{colors[k]}">{yv:g}</text>')
+        out.append(f'<text x="{w - pad - 150}" y="{40 + 14 * k}" fill="{colors[k]}">{label}</text>')
+    out.append("</svg>")
+    path.write_text("\n".join(out) + "\n")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, nargs="+", default=[10, 100, 1000])
+    args = parser.parse_args()
+    cluster = (
+        support.current_cluster() if support.wants_current_cluster() else support.acquire_local()
+    )
+    kube = cluster.api_client()
+    install_crds(cluster)
+    run_id = f"scale{os.getpid() % 100000}"
+    started = time.monotonic()
+    levels = []
+    try:
+        for n in args.jobs:
+            res = level(cluster, kube, n, run_id)
+            levels.append(res)
+            print(
+                f"{n:5d} jobs x {WORKERS}: create->Running {res['create_to_all_running_s']} s, "
+                f"disrupt->Running {res['disrupt_to_all_running_s']} s, finish->Succeeded "
+                f"{res['finish_to_all_succeeded_s']} s, delete->gone "
+                f"{res['delete_to_all_pods_gone_s']} s | operator peak RSS "
+                f"{res['operator_peak_rss_mib']} MiB, CPU "
+                f"{1000 * res['operator_cpu_seconds_per_job']:.0f} ms/job, "
+                f"{res['api_requests_per_job']} API requests/job",
+                flush=True,
+            )
+    finally:
+        if not support.wants_current_cluster():
+            support.release_local()
+    results = {
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "loadavg_end": os.getloadavg(),
+        },
+        "levels": levels,
+        "duration_s": round(time.monotonic() - started, 1),
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    if len(levels) > 1:
+        plot(levels, PLOT)
+    print(
+        f"wrote {RESULTS.relative_to(ROOT)} and {PLOT.relative_to(ROOT)} "
+        f"({results['duration_s']} s)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
