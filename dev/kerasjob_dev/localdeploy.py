@@ -196,3 +196,17 @@ def kill_container(cid: str, signal: str = "SIGKILL") -> None:
         f"{signal} to container {cid[:12]}",
         30,
     )
+
+
+def tag_image(src: str, dst: str) -> None:
+    """Give an image imported into the real node another name (an operator "upgrade" to a
+    new tag without rebuilding)."""
+    _run([str(REPO_ROOT / "hack/cluster/node.sh"), "tag", src, dst], f"tagging {src} as {dst}", 60)
+
+
+def netcut(cid: str, cut: bool) -> None:
+    """Drop (cut) or restore all traffic of a container's network namespace but loopback:
+    a network partition of one Pod, inside the Pod only."""
+    state = "on" if cut else "off"
+    _run([str(REPO_ROOT / "hack/cluster/node.sh"), "netcut", cid, state],
+         f"network cut {state} for container {cid[:12]}", 30)

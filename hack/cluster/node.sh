@@ -379,6 +379,38 @@ kill_container() {  # kill_container ID [SIGNAL]: signal a container's main proc
   CTR tasks kill --signal "${2:-SIGKILL}" "$1" || die "could not signal container $1"
 }
 
+tag_image() {  # tag_image SRC DST: another name for an imported image (an "upgrade" in tests)
+  [ $# -eq 2 ] || die "usage: node.sh tag SRC_IMAGE DST_IMAGE"
+  CTR images tag --force "$(normalise_ref "$1")" "$(normalise_ref "$2")" >/dev/null \
+    || die "could not tag $1 as $2"
+}
+
+normalise_ref() {  # kerasjob/operator:dev -> docker.io/kerasjob/operator:dev (containerd's names)
+  case "$1" in
+    */*.*/*|*.*/*|localhost/*) echo "$1" ;;
+    */*) echo "docker.io/$1" ;;
+    *) echo "docker.io/library/$1" ;;
+  esac
+}
+
+netcut() {  # netcut CONTAINER_ID on|off: drop (on) or restore (off) all traffic of the
+  # container's network namespace but loopback, with iptables rules inside that namespace
+  # (the link stays up, as in a network partition; nothing outside the Pod changes).
+  [ $# -eq 2 ] || die "usage: node.sh netcut CONTAINER_ID on|off"
+  local pid
+  pid="$(CTR tasks ls | awk -v id="$1" '$1 == id { print $2 }')"
+  [ -n "$pid" ] || die "container $1 has no running task"
+  local chain iface mark=(-m comment --comment kerasjob-netcut -j DROP)
+  for chain in INPUT OUTPUT; do
+    iface=-i; [ "$chain" = OUTPUT ] && iface=-o
+    case "$2" in
+      on) nsenter -t "$pid" -n iptables -I "$chain" 1 ! "$iface" lo "${mark[@]}" ;;
+      off) while nsenter -t "$pid" -n iptables -D "$chain" ! "$iface" lo "${mark[@]}" 2>/dev/null; do :; done ;;
+      *) die "netcut: on or off, not $2" ;;
+    esac
+  done
+}
+
 # --- down -----------------------------------------------------------------------------------
 pids_in_cgroups() {  # every process in a cgroup under our root
   local d
@@ -515,8 +547,10 @@ case "${1:-}" in
   start) start ;;
   load) shift; load "$@" ;;
   kill) shift; kill_container "$@" ;;
+  tag) shift; tag_image "$@" ;;
+  netcut) shift; netcut "$@" ;;
   down) down ;;
   network-down) network_down ;;
   leftovers) shift; leftovers "$@" ;;
-  *) die "usage: node.sh check|network|start|load TAR...|kill ID [SIGNAL]|down|network-down|leftovers [--network]" ;;
+  *) die "usage: node.sh check|network|start|load TAR...|kill ID [SIGNAL]|tag SRC DST|netcut ID on|off|down|network-down|leftovers [--network]" ;;
 esac

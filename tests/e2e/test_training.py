@@ -86,9 +86,11 @@ class Run:
         return (self.kj.get(f"{JOBS.format(ns=self.ns)}/{self.name}") or {}).get("status") or {}
 
 
-def mnist_job(name: str, claim: str) -> dict[str, Any]:
-    """examples/mnist.yaml as a user applies it, under another name and claim."""
+def mnist_job(name: str, claim: str, **trainer: Any) -> dict[str, Any]:
+    """examples/mnist.yaml as a user applies it, under another name and claim (and with
+    these spec.trainer fields changed)."""
     job = yaml.safe_load((REPO_ROOT / "examples" / "mnist.yaml").read_text())
+    job["spec"].setdefault("trainer", {}).update(trainer)
     job["metadata"]["name"] = name
     job["spec"]["checkpoint"]["volume"] = {"persistentVolumeClaim": {"claimName": claim}}
     job["spec"].pop("ttlSecondsAfterFinished", None)  # keep it for the assertions
@@ -100,17 +102,20 @@ def last_step(text: str) -> int:
     return int(steps[-1][0]) if steps else 0
 
 
-def run_and_disrupt(run: Run, disrupt: Callable[[], None]) -> dict[str, Any]:
+def run_and_disrupt(
+    run: Run, disrupt: Callable[[], None], *, resumes: bool = True, **trainer: Any
+) -> dict[str, Any]:
     """Start the job, call `disrupt()` once the chief is past step 100 (two backups made),
     wait for Succeeded; return what the assertions need.
 
     Before the disruption no worker has resumed (first runs log "starting at step 0"), so
-    every "resumed at step" line is a resume from the disruption.
+    every "resumed at step" line is a resume from the disruption. ``resumes=False``: the
+    disruption must not restart training (no worker resumes, nothing is counted).
     """
     kj, ns, name = run.kj, run.ns, run.name
     slow = not run.dep.cluster.local  # a remote cluster may schedule and start slowly
     run.make_claim()
-    kj.request("POST", JOBS.format(ns=ns), body=mnist_job(name, run.claim))
+    kj.request("POST", JOBS.format(ns=ns), body=mnist_job(name, run.claim, **trainer))
     workers = (f"{name}-worker-0", f"{name}-worker-1")
     chief = workers[0]
     try:
@@ -131,7 +136,10 @@ def run_and_disrupt(run: Run, disrupt: Callable[[], None]) -> dict[str, Any]:
         any_resumed = any(RESUMED.search(run.log(p)) for p in workers)
         return time.monotonic() - t0 if any_resumed else None
 
-    recovery_s = wait_for(resumed, timeout=600 if slow else 180, interval=0.2, what="a resume")
+    recovery_s = (
+        wait_for(resumed, timeout=600 if slow else 180, interval=0.2, what="a resume")
+        if resumes else float("nan")
+    )
 
     def finished() -> dict[str, Any] | None:
         status = run.status()
@@ -209,3 +217,74 @@ def test_sigkilled_worker_resumes_from_backup(run: Run) -> None:
         localdeploy.kill_container(cid, "SIGKILL")
 
     assert_exact_resume(run_and_disrupt(run, sigkill))
+
+
+def test_operator_upgraded_mid_training(run: Run) -> None:
+    """`helm upgrade` to a new operator image tag while a job trains: the operator's Pod is
+    replaced, the job is not touched (no restart, no resume) and ends exactly."""
+    if not run.dep.cluster.local:
+        pytest.skip("tags the image in the local node's containerd")
+    dep = run.dep
+    new_tag = f"{localdeploy.IMAGE_TAG}-upgrade"
+    localdeploy.tag_image(localdeploy.OPERATOR_IMAGE, f"kerasjob/operator:{new_tag}")
+
+    def operator_images() -> set[str]:
+        pods = dep.kube.get(f"/api/v1/namespaces/{dep.operator_namespace}/pods") or {}
+        return {
+            c["image"] for p in pods.get("items", [])
+            if not p["metadata"].get("deletionTimestamp")
+            for c in p["spec"]["containers"]
+        }
+
+    def upgrade() -> None:
+        t0 = time.monotonic()
+        localdeploy.install_operator(
+            dep.cluster.tool("helm"), str(dep.cluster.kubeconfig), release=dep.release,
+            namespace=dep.operator_namespace, watch_namespaces=[dep.namespace],
+            extra={"image": {"tag": new_tag, "pullPolicy": "Never"}},
+        )
+        wait_for(lambda: operator_images() == {f"kerasjob/operator:{new_tag}"}, timeout=120,
+                 what="only the upgraded operator Pod left")
+        print(f"operator upgraded to {new_tag} in {time.monotonic() - t0:.1f} s")
+
+    try:
+        result = run_and_disrupt(run, upgrade, resumes=False)
+    finally:  # the session's other tests keep the operator they were given
+        localdeploy.install_operator(
+            dep.cluster.tool("helm"), str(dep.cluster.kubeconfig), release=dep.release,
+            namespace=dep.operator_namespace, watch_namespaces=[dep.namespace],
+        )
+    accuracy, steps = result["final"][-1]
+    assert int(steps) == 300 and float(accuracy) >= 0.85
+    assert not result["resumed_at"], "training restarted during the operator's upgrade"
+    assert result["status"]["restarts"] == {"disruptions": 0, "failures": 0}
+
+
+def test_worker_network_cut_longer_than_the_collective_timeout(run: Run) -> None:
+    """One worker's network is cut (inside its Pod) for longer than the collective timeout,
+    then restored: the workers give up on the collective, exit as disruptions, come back
+    and resume from the backup; the job ends exactly, with no failure counted."""
+    if not run.dep.cluster.local:
+        pytest.skip("cuts a Pod's network through the local node's containerd")
+    timeout_s = 10
+    cut: dict[str, float] = {}
+
+    def partition() -> None:
+        pod = run.kj.get(pod_path(run.ns, f"{run.name}-worker-1"))
+        cid = localdeploy.container_id(pod or {})
+        assert cid, f"worker 1 has no running container: {pod and pod.get('status')}"
+        localdeploy.netcut(cid, True)
+        cut["at"] = time.monotonic()
+        counted = wait_for(
+            lambda: (run.status().get("restarts") or {}).get("disruptions"),
+            timeout=timeout_s + 120, interval=0.5, what="the partition counted as a disruption",
+        )
+        cut["counted_after"] = time.monotonic() - cut["at"]
+        with contextlib.suppress(localdeploy.DeployError):  # gone with its Pod, usually
+            localdeploy.netcut(cid, False)
+        print(f"network cut; {counted} disruption(s) counted {cut['counted_after']:.1f} s later "
+              f"(collective timeout {timeout_s} s)")
+
+    result = run_and_disrupt(run, partition, collectiveTimeoutSeconds=timeout_s)
+    assert_exact_resume(result)
+    assert cut["counted_after"] < timeout_s + 90
