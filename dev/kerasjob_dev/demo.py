@@ -35,6 +35,7 @@ import urllib3
 import yaml
 
 import kerasjob_contract as contract
+from kerasjob.sdk.errors import KerasJobError
 from kerasjob_dev import localdeploy
 from kerasjob_dev.localcluster import LocalCluster, LocalClusterError
 from kerasjob_dev.synckube import ApiError, Kube, pod_path
@@ -458,7 +459,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         demo.say("interrupted")
         code = 130
-    except (DemoError, ApiError, OSError, urllib3.exceptions.HTTPError) as e:
+    except (DemoError, KerasJobError, OSError, urllib3.exceptions.HTTPError) as e:
         demo.say(f"FAILED: {e}")
         code = 1
     finally:

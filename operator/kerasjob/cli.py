@@ -1,18 +1,33 @@
-"""The `kerasjob` command: run the operator, or look at jobs.
+"""The `kerasjob` command: run the operator, or work with KerasJobs as kubectl would.
 
-kerasjob run [--namespace NS ...] [--peering NAME] ...   start the operator (kopf)
-kerasjob status [NAME] [-n NS]                           phase, restarts, progress
+  kerasjob run [-n NS_GLOB ...] [--peering NAME] ...      start the operator (kopf)
+  kerasjob submit -f job.yaml [--wait]                     create jobs (and wait for them)
+  kerasjob get [NAME ...] [-A] [-o wide|json|yaml|name]    list jobs: phase, restarts, progress
+  kerasjob describe NAME                                   spec, status, conditions, Pods, events
+  kerasjob logs NAME [-f] [--replica worker-1 | --all]     trainer logs (default: the chief)
+  kerasjob wait NAME [--for Succeeded] [--timeout 600]     block, with a live progress line
+  kerasjob suspend|resume|delete NAME ...                  spec.suspend, deletion
+  kerasjob status [NAME]                                   phase, restarts, progress (--json)
+  kerasjob convert tfjob.yaml                              a Kubeflow TFJob as a KerasJob
+  kerasjob completion bash|zsh                             shell completion script
+
+Job commands take -n/--namespace, --context and --kubeconfig anywhere (kubectl's habits; the
+namespace defaults to the context's). Installed as `kubectl-kerasjob` too: `kubectl kerasjob get`.
+Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 forbidden, 5 job failed, 6 wait timed out.
+Errors are one line on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
+
+import yaml
 
 from kerasjob.config import OperatorConfig
 
@@ -63,50 +78,11 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _status(args: argparse.Namespace) -> int:
-    from kubernetes import client, config
-
-    from kerasjob import API_GROUP, API_VERSION, PLURAL
-
-    config.load_kube_config(config_file=args.kubeconfig, context=args.context)
-    api = client.CustomObjectsApi()
-    ns = args.namespace_single or "default"
-    items: list[dict[str, Any]]
-    if args.name:
-        one = api.get_namespaced_custom_object(API_GROUP, API_VERSION, ns, PLURAL, args.name)
-        items = [cast(dict[str, Any], one)]
-    else:
-        listed = api.list_namespaced_custom_object(API_GROUP, API_VERSION, ns, PLURAL)
-        items = cast(dict[str, Any], listed)["items"]
-    if args.json:
-        print(json.dumps([_summary(i) for i in items], indent=2))
-        return 0
-    print(f"{'NAME':30} {'PHASE':11} {'DISRUPTIONS':>11} {'FAILURES':>8}  PROGRESS")
-    for item in items:
-        s = _summary(item)
-        print(
-            f"{s['name']:30} {s['phase'] or '-':11} {s['disruptions']:>11} "
-            f"{s['failures']:>8}  {s['progress']}"
-        )
-    return 0
-
-
 def _summary(obj: dict[str, Any]) -> dict[str, Any]:
-    status = obj.get("status") or {}
-    restarts = status.get("restarts") or {}
-    prog = status.get("progress") or {}
-    text = "-"
-    if prog.get("step") is not None:
-        text = f"step {prog.get('step')}/{prog.get('totalSteps', '?')}"
-        if prog.get("loss") is not None:
-            text += f" loss {prog['loss']:.4g}"
-    return {
-        "name": obj["metadata"]["name"],
-        "phase": status.get("phase"),
-        "disruptions": restarts.get("disruptions", 0),
-        "failures": restarts.get("failures", 0),
-        "progress": text,
-    }
+    """The row `kerasjob status` prints for a KerasJob body."""
+    from kerasjob.cli_jobs import summary_dict
+
+    return summary_dict(obj)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -156,11 +132,9 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("-v", "--verbose", action="store_true")
     run.set_defaults(func=_run)
 
-    st = sub.add_parser("status", help="show KerasJobs' phase, restarts and progress")
-    st.add_argument("name", nargs="?")
-    st.add_argument("-n", "--namespace", dest="namespace_single")
-    st.add_argument("--json", action="store_true")
-    st.set_defaults(func=_status)
+    from kerasjob.cli_args import add_job_commands
+
+    add_job_commands(sub)
     return p
 
 
@@ -169,21 +143,19 @@ def _explain(exc: BaseException, args: argparse.Namespace) -> str | None:
     from kubernetes.client.rest import ApiException
     from kubernetes.config import ConfigException
 
-    if isinstance(exc, ApiException):
+    from kerasjob.sdk.errors import KerasJobError, from_response
+
+    if isinstance(exc, ApiException):  # from the kubernetes client: the SDK's own mapping
         ns = getattr(args, "namespace_single", None) or "default"
-        try:
-            body = json.loads(exc.body or "")
-        except ValueError:
-            body = {}  # e.g. "404 page not found": no such resource at all
-        body = body if isinstance(body, dict) else {}
-        if exc.status == 404 and (body.get("details") or {}).get("name"):
-            return f"KerasJob {body['details']['name']!r} not found in namespace {ns!r}"
-        if exc.status == 404:
-            return "the KerasJob API is not in this cluster (no kerasjobs.kerasjob.dev CRD)"
-        message = body.get("message") or exc.reason
-        return f"the API server refused: {message} (HTTP {exc.status})"
-    if isinstance(exc, ConfigException | FileNotFoundError):
+        exc = from_response(exc.status or 0, exc.body or exc.reason, namespace=ns)
+    if isinstance(exc, KerasJobError):
+        return str(exc)
+    if isinstance(exc, ConfigException):
         return f"no usable kubeconfig: {exc}"
+    if isinstance(exc, OSError) and exc.filename:
+        return f"{exc.strerror or exc}: {exc.filename}"
+    if isinstance(exc, yaml.YAMLError):
+        return f"not valid YAML: {str(exc).splitlines()[0]}"
     if type(exc).__module__.startswith("urllib3") or isinstance(exc, ConnectionError):
         return f"cannot reach the API server: {type(exc).__name__}"
     return None
@@ -191,18 +163,26 @@ def _explain(exc: BaseException, args: argparse.Namespace) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.command is None and os.path.basename(sys.argv[0]).startswith("kubectl-"):
+        parser().print_help()  # `kubectl kerasjob` alone: help, never the operator
+        return 2
     if args.command is None:
         args = parser().parse_args(["run", *(argv or sys.argv[1:])])
-    if args.func is not _status:
+    if args.func is _run:
         return int(args.func(args))
     try:
         return int(args.func(args))
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `kerasjob logs x | head`
+        sys.stderr.close()
+        return 0
     except Exception as exc:  # mapped to one line below, else re-raised
         line = _explain(exc, args)
         if line is None:
             raise
         print(f"kerasjob: {line}", file=sys.stderr)
-        return 1
+        return int(getattr(exc, "exit_code", 1))
 
 
 if __name__ == "__main__":  # pragma: no cover

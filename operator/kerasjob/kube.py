@@ -1,8 +1,8 @@
 """A small asynchronous Kubernetes API client for the controller's writes.
 
 kopf watches and indexes; this client makes the few calls the controller needs (create,
-delete, patch status, post events) on one aiohttp session. Credentials come from the
-kubeconfig (or the in-cluster service account) through the `kubernetes` package's loaders.
+delete, patch status, post events) on one aiohttp session. Credentials come from
+`kerasjob.credentials.client_configuration` (kubeconfig or in-cluster), as for the SDK and CLI.
 Every request is counted by verb and resource, for the liveness/metrics probe and benches.
 """
 
@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import ssl
 from collections import Counter
 from collections.abc import Mapping
@@ -19,8 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-from kubernetes import client as k8s_client
-from kubernetes import config as k8s_config
+
+from kerasjob.credentials import client_configuration
+
+__all__ = ["ApiError", "KubeApi", "client_configuration"]
 
 log = logging.getLogger(__name__)
 
@@ -42,25 +43,6 @@ class _Auth:
     host: str
     ssl_context: ssl.SSLContext | bool
     headers: dict[str, str]
-
-
-def client_configuration(kubeconfig: str | None, context: str | None) -> k8s_client.Configuration:
-    """Credentials from ``kubeconfig`` (default: $KUBECONFIG, ~/.kube/config), else in-cluster.
-
-    The path is passed explicitly: the `kubernetes` package fixes its default kubeconfig path
-    when it is imported, before the command line could have set $KUBECONFIG.
-    """
-    cfg = k8s_client.Configuration()
-    default = os.path.expanduser(os.environ.get("KUBECONFIG", "~/.kube/config"))
-    try:
-        k8s_config.load_kube_config(
-            config_file=kubeconfig or default, context=context, client_configuration=cfg
-        )
-    except (k8s_config.ConfigException, FileNotFoundError, TypeError):
-        if kubeconfig:
-            raise
-        k8s_config.load_incluster_config(client_configuration=cfg)
-    return cfg
 
 
 def _load_auth(kubeconfig: str | None, context: str | None) -> _Auth:

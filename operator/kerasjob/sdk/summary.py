@@ -1,0 +1,110 @@
+"""What `get`/`list`/`status` show of a job: one row per job, computed from the API models."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+from kerasjob.api import Condition, ConditionStatus, KerasJob, Phase
+
+#: Phases after which a job never changes again.
+FINISHED = frozenset({Phase.SUCCEEDED.value, Phase.FAILED.value})
+
+
+@dataclasses.dataclass(frozen=True)
+class JobSummary:
+    """One job at a glance (``kerasjob get`` columns; ``as_dict`` for -o json)."""
+
+    name: str
+    namespace: str
+    phase: str | None
+    workers: int
+    disruptions: int
+    failures: int
+    step: int | None
+    total_steps: int | None
+    epoch: int | None
+    loss: float | None
+    reason: str
+    message: str
+    created: str | None
+
+    @property
+    def progress(self) -> str:
+        """"step 340/600 loss 0.1235", or "-" before the first report."""
+        if self.step is None:
+            return "-"
+        text = f"step {self.step}/{self.total_steps if self.total_steps is not None else '?'}"
+        if self.loss is not None:
+            text += f" loss {self.loss:.4g}"
+        return text
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in FINISHED
+
+    def age(self, now: datetime | None = None) -> str:
+        if not self.created:
+            return "-"
+        then = datetime.strptime(self.created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+        return human_duration(((now or datetime.now(timezone.utc)) - then).total_seconds())
+
+    def as_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["progress"] = self.progress
+        return out
+
+
+def human_duration(seconds: float) -> str:
+    """kubectl's AGE style: 42s, 5m, 3h, 2d."""
+    s = max(int(seconds), 0)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size * (2 if unit != "m" else 1):
+            return f"{s // size}{unit}"
+    return f"{s}s"
+
+
+def condition(job: KerasJob, type_: str) -> Condition | None:
+    """The condition of ``type_`` on the job, if any."""
+    conditions = (job.status.conditions if job.status else None) or []
+    return next((c for c in conditions if c.type == type_), None)
+
+
+def condition_true(job: KerasJob, type_: str) -> bool:
+    c = condition(job, type_)
+    return c is not None and c.status is ConditionStatus.TRUE
+
+
+def phase_of(job: KerasJob) -> str | None:
+    return job.status.phase.value if job.status and job.status.phase else None
+
+
+def summarize(job: KerasJob | Mapping[str, Any]) -> JobSummary:
+    """The summary of a job (a model, or a body as the API server returns it)."""
+    if not isinstance(job, KerasJob):
+        job = KerasJob.model_validate(
+            {"metadata": job.get("metadata") or {}, "status": job.get("status") or None,
+             "spec": job.get("spec") or {}}
+        )
+    status = job.status
+    restarts = status.restarts if status and status.restarts else None
+    prog = status.progress if status and status.progress else None
+    phase = phase_of(job)
+    why = condition(job, phase) if phase else None
+    return JobSummary(
+        name=job.name,
+        namespace=job.namespace,
+        phase=phase,
+        workers=job.spec.workers,
+        disruptions=restarts.disruptions if restarts else 0,
+        failures=restarts.failures if restarts else 0,
+        step=prog.step if prog else None,
+        total_steps=prog.total_steps if prog else None,
+        epoch=prog.epoch if prog else None,
+        loss=prog.loss if prog else None,
+        reason=why.reason if why else "",
+        message=why.message if why else "",
+        created=job.metadata.get("creationTimestamp"),
+    )

@@ -1,0 +1,114 @@
+"""`kerasjob convert`: Kubeflow TFJobs (tests/data/tfjobs) as KerasJobs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kerasjob import cli
+from kerasjob.api import KerasJob
+from kerasjob.convert import ConversionError, convert_tfjob
+
+CORPUS = Path(__file__).parents[1] / "data" / "tfjobs"
+FILES = sorted(CORPUS.glob("*.yaml"))
+
+
+def _load(name: str) -> dict:
+    return yaml.safe_load((CORPUS / name).read_text())
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
+def test_every_corpus_file_converts_to_a_valid_kerasjob(path: Path) -> None:
+    job, warnings = convert_tfjob(yaml.safe_load(path.read_text()))
+    model = KerasJob.model_validate(job)
+    trainer = model.spec.template["spec"]["containers"][0]
+    assert trainer["name"] == "trainer"
+    assert model.name == yaml.safe_load(path.read_text())["metadata"]["name"]
+    assert any("non-root" in w for w in warnings)
+
+
+def test_simple_keeps_command_image_namespace_and_gets_a_shared_volume() -> None:
+    job, _ = convert_tfjob(_load("simple.yaml"), checkpoint_claim="ckpt")
+    spec = job["spec"]
+    assert job["metadata"] == {"name": "tfjob-simple", "namespace": "kubeflow"}
+    assert spec["workers"] == 2 and spec["restartPolicy"] == "OnFailure"
+    c = spec["template"]["spec"]["containers"][0]
+    assert c["image"] == "docker.io/kubeflowkatib/tf-mnist-with-summaries:latest"
+    assert c["command"][1] == "/opt/tf-mnist-with-summaries/mnist.py"
+    assert spec["checkpoint"] == {"volume": {"persistentVolumeClaim": {"claimName": "ckpt"}}}
+
+
+def test_parameter_servers_are_dropped_with_a_warning() -> None:
+    job, warnings = convert_tfjob(_load("dist-mnist.yaml"))
+    assert job["spec"]["workers"] == 4 and job["spec"]["restartPolicy"] == "Never"
+    assert any(w.startswith("PS: 2 parameter server(s) dropped") for w in warnings)
+    assert "PS" not in yaml.safe_dump(job["spec"])
+
+
+def test_every_role_and_the_tf_port() -> None:
+    job, warnings = convert_tfjob(_load("chief-ps-worker.yaml"))
+    spec = job["spec"]
+    assert spec["workers"] == 2 and spec["port"] == 2223
+    assert spec["chief"]["replicas"] == 1 and spec["evaluator"]["replicas"] == 1
+    assert spec["chief"]["template"]["spec"]["containers"][0]["args"] == ["--role=chief"]
+    worker = spec["template"]["spec"]["containers"][0]
+    assert worker["ports"] == [{"name": "metrics", "containerPort": 8080}]
+    assert spec["restartPolicy"] == "ExitCode"
+    assert job["metadata"]["labels"] == {"team": "vision"}
+    assert any(w.startswith("PS:") for w in warnings)
+    assert KerasJob.model_validate(job).spec.replicas()  # chief + evaluator + workers
+
+
+def test_run_policy_and_scheduling() -> None:
+    job, warnings = convert_tfjob(_load("gang-scheduling.yaml"))
+    spec = job["spec"]
+    assert (spec["backoffLimit"], spec["activeDeadlineSeconds"],
+            spec["ttlSecondsAfterFinished"], spec["cleanPodPolicy"], spec["suspend"]) == (
+        3, 7200, 600, "All", True)
+    pod = spec["template"]["spec"]
+    assert pod["priorityClassName"] == "high-priority" and pod["schedulerName"] == "volcano"
+    assert "restartPolicy" not in pod  # the operator owns the Pod restartPolicy
+    assert any("minAvailable" in w and "queue" in w for w in warnings)
+
+
+def test_cleanpodpolicy_none_and_single_worker_needs_no_shared_volume() -> None:
+    job, warnings = convert_tfjob(_load("mnist-with-summaries.yaml"))
+    assert job["spec"]["cleanPodPolicy"] == "None" and job["spec"]["workers"] == 1
+    assert "checkpoint" not in job["spec"]
+    assert not any(w.startswith("checkpoint") for w in warnings)
+
+
+def test_a_lone_chief_becomes_the_worker() -> None:
+    tfjob = _load("chief-ps-worker.yaml")
+    specs = tfjob["spec"]["tfReplicaSpecs"]
+    del specs["Worker"], specs["Evaluator"], specs["PS"]
+    job, warnings = convert_tfjob(tfjob)
+    assert job["spec"]["workers"] == 1 and "chief" not in job["spec"]
+    assert any("Chief without Workers" in w for w in warnings)
+
+
+def test_not_a_tfjob() -> None:
+    with pytest.raises(ConversionError, match=r"not a kubeflow\.org/v1 TFJob"):
+        convert_tfjob({"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob"})
+    with pytest.raises(ConversionError, match="no Worker, Chief or Master"):
+        convert_tfjob({"apiVersion": "kubeflow.org/v1", "kind": "TFJob",
+                       "spec": {"tfReplicaSpecs": {"PS": {"replicas": 1}}}})
+
+
+def test_cli_convert_prints_yaml_and_warnings(capsys) -> None:
+    assert cli.main(["convert", str(CORPUS / "dist-mnist.yaml")]) == 0
+    out, err = capsys.readouterr()
+    assert yaml.safe_load(out)["kind"] == "KerasJob"
+    assert "kerasjob: warning: dist-mnist-for-e2e-test: PS:" in err
+
+
+def test_cli_convert_errors_are_one_line(capsys, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("apiVersion: v1\nkind: Pod\n")
+    assert cli.main(["convert", str(bad)]) == 1
+    assert cli.main(["convert", str(tmp_path / "missing.yaml")]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and all(line.startswith("kerasjob: ") for line in err)
+    assert "not a kubeflow.org/v1 TFJob" in err[0] and "missing.yaml" in err[1]
