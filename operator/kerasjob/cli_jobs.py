@@ -32,7 +32,9 @@ def _dump(obj: Any, fmt: str, out: TextIO = sys.stdout) -> None:
 
 
 def _manifest(job: KerasJob) -> dict[str, Any]:
-    return job.to_manifest()
+    out = job.to_manifest()
+    out.get("metadata", {}).pop("managedFields", None)  # as kubectl without --show-managed
+    return out
 
 
 def progress_line(s: JobSummary) -> str:

@@ -10,6 +10,7 @@ interleaved), `summary` (phase/restarts/progress rows), `function` (a Python fun
 job), `transport` (HTTP with the shared credentials of `kerasjob.credentials`).
 """
 
+from kerasjob.api import KerasJob
 from kerasjob.sdk.client import KerasJobClient, load_job
 from kerasjob.sdk.errors import (
     AlreadyExistsError,
@@ -36,6 +37,7 @@ __all__ = [
     "InvalidError",
     "JobFailedError",
     "JobSummary",
+    "KerasJob",
     "KerasJobClient",
     "KerasJobError",
     "LogLine",
