@@ -51,6 +51,9 @@ class TrainerConfig:
     stall_timeout_seconds: float = 300.0
     #: Steps between "kerasjob: step ..." log lines; 0 = every saveFreq steps.
     log_every_steps: int = 0
+    #: The user's own program (argv) to run instead of the bundled trainer's model.fit;
+    #: empty = the bundled trainer. Exec'd with the same environment (TF_CONFIG, KERASJOB_*).
+    command: tuple[str, ...] = ()
 
     @property
     def total_steps(self) -> int:
@@ -112,6 +115,15 @@ def parse_dataset(raw: Any) -> DatasetConfig:
     return DatasetConfig(source=source, path=path)
 
 
+def parse_command(raw: Any) -> tuple[str, ...]:
+    """spec.trainer.command: null or a non-empty list of non-empty strings."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not raw or not all(isinstance(a, str) and a for a in raw):
+        raise ConfigError(f"command must be a non-empty list of non-empty strings, got {raw!r}")
+    return tuple(raw)
+
+
 def parse_config(text: str | None) -> TrainerConfig:
     """Parse the JSON text of KERASJOB_TRAINER_CONFIG (None or empty = all defaults)."""
     if not text or not text.strip():
@@ -126,6 +138,8 @@ def parse_config(text: str | None) -> TrainerConfig:
     for key, value in raw.items():
         if key == "dataset":
             values["dataset"] = parse_dataset(value)
+        elif key == "command":
+            values["command"] = parse_command(value)
         elif key in _SCALARS:
             name, kind = _SCALARS[key]
             if value is not None:

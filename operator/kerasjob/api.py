@@ -317,6 +317,21 @@ class TrainerSpec(_Model):
             "Steps between progress log lines; 0 or unset logs every checkpoint.saveFreq steps."
         ),
     )
+    command: list[Annotated[str, Field(min_length=1, max_length=4096)]] | None = Field(
+        None,
+        min_length=1,
+        max_length=256,
+        description=(
+            "Your own program instead of the bundled trainer, as an argv list like a "
+            "container's command, e.g. [python, /opt/kerasjob-user/train.py, --lr=0.01]. The "
+            "trainer image runs it (exec) with TF_CONFIG and the KERASJOB_* variables set; "
+            "model and dataset are then ignored. The script comes from the image, or a "
+            "ConfigMap or volume mounted through spec.template; with the "
+            "kerasjob_trainer.session library it gets backups, save-on-SIGTERM (exit 42), "
+            "peer-loss exits (43), progress and exact resume. A missing program or script "
+            "fails the job at once (exit 78). Unset: the bundled trainer."
+        ),
+    )
 
 
 class ReplicaSpec(_Model):

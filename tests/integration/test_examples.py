@@ -44,6 +44,7 @@ def test_the_expected_examples_exist() -> None:
         "cifar10-gpu.yaml",
         "user-code-configmap.yaml",
         "checkpoint-pvc.yaml",
+        "own-script.yaml",
     } <= names
 
 
@@ -108,7 +109,9 @@ def test_operator_renders_pods_the_trainer_accepts(
             (trainer,) = [c for c in pod["spec"]["containers"] if c["name"] == "trainer"]
             env = {e["name"]: e.get("value") for e in trainer["env"]}
             config = parse_config(env["KERASJOB_TRAINER_CONFIG"])
-            assert config.model == job["spec"]["trainer"]["model"]
+            trainer_spec = job["spec"]["trainer"]
+            assert config.model == trainer_spec.get("model", "mnist-mlp")
+            assert config.command == tuple(trainer_spec.get("command") or ())
             assert "warning" not in capsys.readouterr().err
             if "image" in job["spec"]:
                 assert trainer["image"] == job["spec"]["image"]

@@ -26,7 +26,7 @@ from kerasjob.sdk import client as client_module
 from kerasjob_dev.cluster import Cluster, wait_for
 from kerasjob_dev.harness import job_manifest, set_container_exit, shared_operator
 
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(400)]
 
 
 @pytest.fixture
@@ -53,7 +53,7 @@ def test_submit_wait_suspend_resume_succeed_delete(
     assert capsys.readouterr().out == "kerasjob.kerasjob.dev/life created\n"
 
     seen: list[str | None] = []
-    running = jobs.wait("life", until="Running", timeout=60,
+    running = jobs.wait("life", until="Running", timeout=120,
                         callback=lambda j: seen.append(j.status.phase if j.status else None))
     assert running.status and running.status.replica_statuses["worker"].active == 2
     assert seen[-1] == "Running" and len(seen) >= 2  # called on every change, then done
@@ -66,18 +66,18 @@ def test_submit_wait_suspend_resume_succeed_delete(
 
     assert kj(cluster, "suspend", "life", "-n", namespace) == 0
     assert kj(cluster, "wait", "life", "-n", namespace, "--for", "condition=Suspended",
-              "--timeout", "60s") == 0
+              "--timeout", "120s") == 0
     out, err = capsys.readouterr()
     assert out.endswith("kerasjob.kerasjob.dev/life Suspended\n")
     assert "restarts 0" in err  # the live progress line
     wait_for(lambda: not jobs.pods("life"), timeout=30, what="Pods deleted on suspend")
 
     assert kj(cluster, "resume", "life", "-n", namespace) == 0
-    jobs.wait("life", until="Running", timeout=60)
+    jobs.wait("life", until="Running", timeout=120)
     wait_for(lambda: len(jobs.pods("life")) == 2, timeout=30, what="Pods back on resume")
 
     set_container_exit(cluster, namespace, "life-worker-0", 0, in_place=False)
-    assert kj(cluster, "wait", "life", "-n", namespace, "--timeout", "60", "-q") == 0
+    assert kj(cluster, "wait", "life", "-n", namespace, "--timeout", "120", "-q") == 0
     assert jobs.is_succeeded("life")
     assert [e["reason"] for e in jobs.events("life")]  # transitions are Events
     assert kj(cluster, "describe", "life", "-n", namespace) == 0
@@ -96,10 +96,10 @@ def test_failed_job_raises_with_reason_and_exits_5(
     cluster: Cluster, namespace: str, jobs: KerasJobClient, capsys
 ) -> None:
     jobs.create(job_manifest("fails", workers=2, restartPolicy="Never"))
-    jobs.wait("fails", until="Running", timeout=60)
+    jobs.wait("fails", until="Running", timeout=120)
     set_container_exit(cluster, namespace, "fails-worker-1", 1, in_place=False)
     with pytest.raises(JobFailedError) as failed:
-        jobs.wait("fails", timeout=60)
+        jobs.wait("fails", timeout=120)
     assert failed.value.reason == "PodFailed" and failed.value.job is not None
     assert kj(cluster, "wait", "fails", "-n", namespace, "-q") == 5
     err = capsys.readouterr().err
@@ -165,7 +165,7 @@ def test_function_job_ships_code_owned_by_the_job(
     cm = jobs.transport.request("GET", f"/api/v1/namespaces/{namespace}/configmaps/fn-code")
     assert "def build_model(config):" in cm["data"]["kerasjob_user_code.py"]
     assert cm["metadata"]["ownerReferences"][0]["uid"] == job.uid
-    jobs.wait("fn", until="Running", timeout=60)
+    jobs.wait("fn", until="Running", timeout=120)
     pod = jobs.pods("fn")[0]
     assert {"name": "PYTHONPATH", "value": "/opt/kerasjob-user"} in \
         pod["spec"]["containers"][0]["env"]

@@ -29,6 +29,9 @@ def test_defaults_and_camel_case() -> None:
     assert cfg.collective_timeout_seconds == 5.0 and cfg.dataset.source == "synthetic"
     # null means "the trainer's default", as the operator omits or nulls unset fields
     assert parse_config('{"learningRate": null}').learning_rate == TrainerConfig().learning_rate
+    assert parse_config('{"command": ["python", "/x/train.py"]}').command == (
+        "python", "/x/train.py")
+    assert parse_config('{"command": null}').command == TrainerConfig().command == ()
 
 
 @pytest.mark.parametrize(("text", "message"), [
@@ -42,6 +45,9 @@ def test_defaults_and_camel_case() -> None:
     ('{"dataset": {"source": "s3"}}', "dataset.source 's3' is unknown"),
     ('{"dataset": {"source": "path"}}', "needs dataset.path"),
     ('{"dataset": {"source": "path", "path": "/x", "format": "csv"}}', "dataset.format"),
+    ('{"command": []}', "command must be a non-empty list"),
+    ('{"command": "python train.py"}', "command must be a non-empty list"),
+    ('{"command": ["python", ""]}', "command must be a non-empty list"),
 ])
 def test_bad_configs(text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):

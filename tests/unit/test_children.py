@@ -6,6 +6,7 @@ import copy
 import json
 from typing import Any
 
+import pydantic
 import pytest
 
 from kerasjob import children, labels
@@ -441,3 +442,16 @@ def test_name_length_limit_counts_the_longest_pod() -> None:
     assert children.validate_job(job({"workers": 10, "checkpoint": {"volume": PVC}},
                                      name="a" * 54)) == []
     assert children.is_dns_label("a" * 63) and not children.is_dns_label("a" * 64)
+
+
+def test_trainer_command_reaches_the_trainer_and_is_validated() -> None:
+    """spec.trainer.command: passed in KERASJOB_TRAINER_CONFIG, parsed by the trainer."""
+    command = ["python", "/opt/kerasjob-user/train.py", "--epochs=2"]
+    env = env_of(children.build_pod(job({"workers": 1, "trainer": {"command": command}}),
+                                    "worker", 0, default_image=IMAGE))
+    cfg = trainer_config_parser.parse_config(env[Env.TRAINER_CONFIG.value])
+    assert cfg.command == tuple(command)
+    with pytest.raises(pydantic.ValidationError):
+        KerasJob.from_body(job({"workers": 1, "trainer": {"command": []}}))
+    with pytest.raises(pydantic.ValidationError):
+        KerasJob.from_body(job({"workers": 1, "trainer": {"command": ["python", ""]}}))

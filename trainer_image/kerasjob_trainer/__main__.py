@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 
 # Keras 3's fit fails under MultiWorkerMirroredStrategy: every `tf.keras` must be tf_keras.
@@ -52,7 +53,7 @@ def _port(text: str | None) -> int | None:
     return int(text)
 
 
-def build_context(argv: list[str] | None = None) -> RunContext:
+def build_context(argv: list[str] | None = None, *, check_model: bool = True) -> RunContext:
     args = _parser().parse_args(argv)
     env = os.environ
     config_text = args.config if args.config is not None else env.get(Env.TRAINER_CONFIG.value)
@@ -67,8 +68,11 @@ def build_context(argv: list[str] | None = None) -> RunContext:
                   or os.path.join(checkpoint_dir, DEFAULT_OUTPUT_SUBDIR))
     port = _port(args.metrics_port if args.metrics_port is not None
                  else env.get(Env.METRICS_PORT.value))
-    validate_dataset_files(config.dataset)
-    if config.model not in BUILTIN_MODELS:
+    if config.command:  # the user's program reads its own data and builds its own model
+        check_model = False
+    else:
+        validate_dataset_files(config.dataset)
+    if check_model and config.model not in BUILTIN_MODELS:
         from kerasjob_trainer.models import load_user_function
 
         load_user_function(config.model)  # a missing module is a config error, not a crash
@@ -77,12 +81,28 @@ def build_context(argv: list[str] | None = None) -> RunContext:
                       output_dir=os.path.abspath(output_dir), metrics_port=port)
 
 
-def main(argv: list[str] | None = None) -> int:
-    from kerasjob_trainer import train
+def exec_command(command: tuple[str, ...]) -> None:
+    """Replace this process with the user's program (spec.trainer.command): same PID, same
+    environment (TF_CONFIG, KERASJOB_*), its exit code is the Pod's."""
+    program = command[0]
+    if not (shutil.which(program) or (os.path.sep in program and os.access(program, os.X_OK))):
+        raise ConfigError(f"command {program!r} is not an executable in the image")
+    for arg in command[1:]:
+        if arg.endswith(".py") and arg.startswith("/") and not os.path.isfile(arg):
+            raise ConfigError(f"command: script {arg!r} does not exist (is its volume mounted?)")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execvp(program, list(command))
 
-    train.install_early_sigterm_handler()
+
+def main(argv: list[str] | None = None) -> int:
+    from kerasjob_trainer import session, train
+
+    session.install_early_sigterm_handler()
     try:
         ctx = build_context(argv)
+        if ctx.config.command:
+            exec_command(ctx.config.command)
         if ctx.cluster.is_evaluator:
             from kerasjob_trainer import evaluator
 

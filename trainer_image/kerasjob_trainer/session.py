@@ -1,0 +1,295 @@
+"""Your own `model.fit` script as a KerasJob trainer: the library API.
+
+What the bundled trainer does for its models, for any tf_keras script, in a few lines:
+
+    from kerasjob_trainer import session
+
+    job = session.start()                      # TF_CONFIG, MWMS strategy, dirs, SIGTERM guard
+    with job.strategy.scope():
+        model = build_and_compile_my_model()   # a tf_keras model
+    data = my_dataset().repeat().batch(job.global_batch_size(64))
+    job.fit(model, data, epochs=3, steps_per_epoch=200)   # backups, SIGTERM -> 42, peers -> 43
+    job.finish(model)                          # the chief writes model.keras; exit 0
+
+- **TF_CONFIG**: read by `start()` (none: one local worker); ``job.is_chief``, ``job.role``,
+  ``job.index``, ``job.num_workers``; `strategy` is MultiWorkerMirroredStrategy (NCCL on GPUs).
+- **Backup directory**: `<KERASJOB_CHECKPOINT_DIR>/backup`, BackupAndRestore every
+  `saveFreq` steps (spec.checkpoint.saveFreq): a restarted job resumes at the exact step.
+  The model must be built inside ``job.strategy.scope()`` and the data must be batched to
+  the *global* batch (``job.global_batch_size(per_replica)``) and repeat.
+- **SIGTERM** (eviction, preemption, `kubectl delete pod`): every worker saves at one agreed
+  step and exits 42; a lost peer exits 43 at once; both are restarts that never use up
+  backoffLimit. Any other exception in `fit` exits 1 (a failure).
+- **Progress**: the chief writes progress.json and serves /metrics (the operator's
+  status.progress, `kerasjob get`), and logs the stable `kerasjob: step N/M ...` lines.
+- A bad environment (TF_CONFIG, config) exits 78 before TensorFlow starts.
+
+The bundled trainer (`kerasjob_trainer.train`) is itself written on this API.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from typing import Any, NoReturn
+
+import kerasjob_contract as contract
+from kerasjob_contract import ExitCode
+from kerasjob_contract.trainer_config import ConfigError, TrainerConfig
+from kerasjob_trainer import faults, preemption
+from kerasjob_trainer.faults import hard_exit, say
+from kerasjob_trainer.metrics import ProgressReporter
+from kerasjob_trainer.progress import progress_callback
+
+#: A successful run that is still tearing TensorFlow down after this long exits anyway.
+SUCCESS_TEARDOWN_SECONDS = 20.0
+PREEMPTED_EXIT_DELAY_SECONDS = 0.3
+
+
+class _State:
+    """What the SIGTERM fallback needs to know."""
+
+    steps_this_process = 0
+
+
+def install_early_sigterm_handler() -> None:
+    """SIGTERM before fit() installs TensorFlow's handler, or when the override is off.
+
+    With no step done in this process the backup *is* the current state: exit 42. After
+    steps without save-before-preemption, the work since the last backup is lost: exit 43
+    ("restart me"), which the operator also treats as a disruption.
+    """
+
+    def handler(signum: int, frame: Any) -> None:
+        if _State.steps_this_process == 0:
+            hard_exit(ExitCode.PREEMPTED_SAVED,
+                      "SIGTERM before the first step: the backup is current; exiting 42")
+        hard_exit(ExitCode.PEER_LOST,
+                  "SIGTERM without save-before-preemption: resuming from the last backup; "
+                  "exiting 43")
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def step_done() -> None:
+    _State.steps_this_process += 1
+
+
+def first_step() -> bool:
+    """Whether the step just done is this process's first (logged, to time restarts)."""
+    return _State.steps_this_process == 1
+
+
+class Session:
+    """One trainer process of a KerasJob (see the module docstring). Made by `start()`."""
+
+    def __init__(self, ctx: Any, strategy: Any) -> None:
+        self.ctx = ctx  # kerasjob_trainer.train.RunContext
+        self.strategy = strategy
+        self.reporter: ProgressReporter | None = _reporter(ctx) if self.is_chief else None
+        self.watchdog = faults.Watchdog(ctx.config.stall_timeout_seconds)
+        self.peers = faults.PeerMonitor(_peer_addresses(ctx.cluster))
+        self.steps = 0
+
+    # -- who and where ------------------------------------------------------------------------
+
+    @property
+    def config(self) -> TrainerConfig:
+        """The job's spec.trainer (+ saveFreq), parsed (KERASJOB_TRAINER_CONFIG)."""
+        return self.ctx.config  # type: ignore[no-any-return]
+
+    @property
+    def is_chief(self) -> bool:
+        return bool(self.ctx.cluster.is_chief)
+
+    @property
+    def role(self) -> str:
+        return str(self.ctx.cluster.role)
+
+    @property
+    def index(self) -> int:
+        return int(self.ctx.cluster.index)
+
+    @property
+    def num_workers(self) -> int:
+        return max(int(self.ctx.cluster.num_workers), 1)
+
+    @property
+    def checkpoint_dir(self) -> str:
+        return str(self.ctx.checkpoint_dir)
+
+    @property
+    def backup_dir(self) -> str:
+        return str(self.ctx.backup_dir)
+
+    @property
+    def output_dir(self) -> str:
+        """Where the chief writes model.keras, progress.json and TensorBoard logs."""
+        return str(self.ctx.output_dir)
+
+    def global_batch_size(self, per_replica: int) -> int:
+        return int(per_replica) * int(self.strategy.num_replicas_in_sync)
+
+    # -- training -----------------------------------------------------------------------------
+
+    def callbacks(self, model: Any, *, epochs: int, steps_per_epoch: int,
+                  global_batch_size: int | None = None) -> list[Any]:
+        """Progress (first: a step is logged before it is saved) and BackupAndRestore with
+        save-on-SIGTERM. `fit` adds them; use this only to call model.fit yourself."""
+        if model.distribute_reduction_method == "auto":
+            # "auto" sums per-replica batch logs under MWMS (2 workers log accuracy 1.9);
+            # "first" logs the local replica's own batch, the honest per-step figure.
+            model.distribute_reduction_method = "first"
+        self.peers.quiet_when(lambda: preemption.preemption_in_progress(model))
+
+        def on_preempted_saved() -> None:
+            # Peers may still be pulling this worker's last collective chunks; a brief pause
+            # keeps them from seeing a lost peer (43).
+            time.sleep(PREEMPTED_EXIT_DELAY_SECONDS)
+            step = int(model.optimizer.iterations.numpy())
+            hard_exit(ExitCode.PREEMPTED_SAVED, f"preempted: state saved at step {step}; "
+                      f"exiting {int(ExitCode.PREEMPTED_SAVED)}")
+
+        cfg = self.config
+        say(f"{self.role}:{self.index} of {self.num_workers} worker(s), "
+            f"{self.strategy.num_replicas_in_sync} replica(s), {epochs}x{steps_per_epoch} "
+            f"steps, backup every {cfg.save_freq}")
+        return [
+            progress_callback(self, total=epochs * steps_per_epoch,
+                              steps_per_epoch=steps_per_epoch,
+                              interval=cfg.log_every_steps or cfg.save_freq,
+                              global_batch=global_batch_size),
+            preemption.backup_and_restore(self.backup_dir, cfg.save_freq, on_preempted_saved),
+        ]
+
+    def fit(self, model: Any, x: Any, *, epochs: int, steps_per_epoch: int,
+            callbacks: list[Any] | None = None, **kwargs: Any) -> Any:
+        """model.fit with backups, save-on-SIGTERM and progress; resumes where the job was.
+
+        Errors end the process with the contract's exit code (43 for a lost peer, else 1).
+        """
+        ours = self.callbacks(model, epochs=epochs, steps_per_epoch=steps_per_epoch,
+                              global_batch_size=_batch_size(x))
+        try:
+            history = model.fit(x, epochs=epochs, steps_per_epoch=steps_per_epoch,
+                                callbacks=[*ours, *(callbacks or [])],
+                                verbose=kwargs.pop("verbose", 0), **kwargs)
+        except Exception as e:  # every error must end in a contract exit code, fast
+            self.fail(e)
+        self.watchdog.pause()
+        self.peers.stop()  # peers finish and leave on their own from here on
+        self.steps = int(model.optimizer.iterations.numpy())
+        return history
+
+    def fail(self, error: BaseException) -> NoReturn:
+        """Exit with the code the error means (43: the group broke; else 1)."""
+        code = faults.classify(error) if self.num_workers > 1 else ExitCode.FAILURE
+        hard_exit(code, f"{type(error).__name__}: {faults.summary(error)} -> exiting "
+                  f"{int(code)}")
+
+    def finish(self, model: Any, *, metrics: dict[str, float] | None = None,
+               exit: bool = True) -> int:
+        """Save the final model (the chief keeps it in output_dir/model.keras), delete the
+        backup, mark progress done; then exit 0 (TensorFlow's teardown may take 20 s at
+        most). Every worker must call it: saving reads metric variables collectively."""
+        try:
+            _save_model(model, self.output_dir, self.is_chief)
+            if self.is_chief:
+                shutil.rmtree(self.backup_dir, ignore_errors=True)  # the model is safe now
+        except Exception as e:
+            self.fail(e)
+        steps = self.steps or int(model.optimizer.iterations.numpy())
+        if self.reporter is not None:
+            final = {**self.reporter.progress.metrics, **(metrics or {})}
+            self.reporter.update(step=steps, metrics=final, done=True)
+            acc = final.get("test_accuracy")
+            say(f"final {f'test_accuracy={acc:.4f} ' if acc is not None else ''}steps={steps}")
+            self.reporter.close()
+        else:
+            say(f"done steps={steps}")
+        _exit_after_teardown()
+        if exit:
+            sys.stdout.flush()
+            sys.exit(int(ExitCode.SUCCESS))
+        return int(ExitCode.SUCCESS)
+
+
+def start(argv: list[str] | None = None) -> Session:
+    """This process's Session: configuration from the environment the operator sets
+    (TF_CONFIG, KERASJOB_*), checked before TensorFlow starts (exit 78 when it cannot work),
+    then the MultiWorkerMirroredStrategy. Call it before any other TensorFlow op."""
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    from kerasjob_trainer.__main__ import build_context
+
+    install_early_sigterm_handler()
+    try:
+        ctx = build_context(argv if argv is not None else [], check_model=False)
+    except ConfigError as e:
+        print(f"kerasjob: invalid configuration: {e}", file=sys.stderr, flush=True)
+        os._exit(int(ExitCode.INVALID_CONFIG))
+    return session_for(ctx)
+
+
+def session_for(ctx: Any) -> Session:
+    import tensorflow as tf
+
+    from kerasjob_trainer.strategy import build_strategy
+
+    try:
+        strategy = build_strategy(ctx.cluster, ctx.config.collective_timeout_seconds)
+    except Exception as e:  # e.g. a peer that died while the group was forming
+        code = faults.classify(e) if ctx.cluster.num_workers > 1 else ExitCode.FAILURE
+        hard_exit(code, f"{type(e).__name__}: {faults.summary(e)} -> exiting {int(code)}")
+    tf.keras.utils.set_random_seed(ctx.config.seed)
+    return Session(ctx, strategy)
+
+
+def _batch_size(x: Any) -> int | None:
+    """The static global batch of a batched tf.data.Dataset (drop_remainder=True), else None."""
+    try:
+        import tensorflow as tf
+
+        spec = tf.nest.flatten(x.element_spec)[0]
+        return int(spec.shape[0]) if spec.shape.rank and spec.shape[0] is not None else None
+    except (AttributeError, TypeError, ValueError, IndexError):
+        return None
+
+
+def _peer_addresses(cluster: Any) -> list[str]:
+    mine = cluster.training_cluster.get(cluster.role, [])[cluster.index:cluster.index + 1]
+    return [a for addrs in cluster.training_cluster.values() for a in addrs if a not in mine]
+
+
+def _reporter(ctx: Any) -> ProgressReporter:
+    try:
+        return ProgressReporter(ctx.output_dir, ctx.metrics_port)
+    except OSError as e:  # a busy port must not stop training; progress.json still works
+        say(f"warning: cannot serve /metrics on port {ctx.metrics_port}: {e}")
+        return ProgressReporter(ctx.output_dir, None)
+
+
+def _save_model(model: Any, output_dir: str, is_chief: bool) -> None:
+    """Every worker saves (reading metric variables is a collective); only the chief keeps it."""
+    if is_chief:
+        os.makedirs(output_dir, exist_ok=True)
+        path = os.path.join(output_dir, contract.MODEL_FILE)
+        tmp = os.path.join(output_dir, f".tmp-{contract.MODEL_FILE}")
+        model.save(tmp)
+        os.replace(tmp, path)  # the evaluator and users never see a half-written model
+        say(f"saved model to {path}")
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        model.save(os.path.join(tmp, contract.MODEL_FILE))
+
+
+def _exit_after_teardown() -> None:
+    """Let TensorFlow's shutdown barrier run, but never let it keep a finished job alive."""
+    timer = threading.Timer(SUCCESS_TEARDOWN_SECONDS,
+                            lambda: hard_exit(ExitCode.SUCCESS, "teardown slow; exiting 0"))
+    timer.daemon = True
+    timer.start()
