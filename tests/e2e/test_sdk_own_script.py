@@ -1,0 +1,98 @@
+"""The SDK and the CLI on real training: examples/own-script.yaml (a user's own Keras script
+under spec.trainer.command) submitted through `KerasJobClient`, every replica's log followed
+while it trains, one worker evicted (SIGTERM: the group saves at one step, exits 42), the job
+resumed at exactly that step and waited for to Succeeded with progress from the operator."""
+
+from __future__ import annotations
+
+import re
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kerasjob import cli
+from kerasjob.sdk import KerasJobClient, summarize
+from kerasjob_dev import localdeploy
+from kerasjob_dev.cluster import REPO_ROOT, wait_for
+from kerasjob_dev.synckube import pod_path
+
+pytestmark = [pytest.mark.cluster, pytest.mark.e2e, pytest.mark.slow]
+
+NAME, CLAIM = "own-script", "own-ckpt"
+STEP = re.compile(r"^\[own-script-worker-0\] kerasjob: step (\d+)/")
+PREEMPTED = re.compile(
+    r"^\[(own-script-worker-\d)\] kerasjob: preempted: state saved at step (\d+)")
+RESUMED = re.compile(r"^\[(own-script-worker-\d)\] kerasjob: resumed at step (\d+)")
+FINAL = re.compile(
+    r"^\[own-script-worker-0\] kerasjob: final test_accuracy=([\d.]+) steps=(\d+)")
+
+
+def _matches(lines: list[str], regex: re.Pattern[str]) -> list[tuple[str, ...]]:
+    return [m.groups() for ln in lines if (m := regex.match(ln))]
+
+
+def test_own_script_trains_through_an_eviction_via_the_sdk(
+    deployment: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if not deployment.cluster.local:
+        pytest.skip("binds the checkpoint claim to a hostPath of the local real node")
+    kj, ns = deployment.kube, deployment.namespace
+    pv = localdeploy.shared_claim(kj, ns, CLAIM, tmp_path / "ckpt")
+    docs = [d for d in yaml.safe_load_all((REPO_ROOT / "examples" / "own-script.yaml")
+                                          .read_text()) if d]
+    (cm,) = [d for d in docs if d["kind"] == "ConfigMap"]
+    (job,) = [d for d in docs if d["kind"] == "KerasJob"]
+    job["spec"]["checkpoint"]["volume"]["persistentVolumeClaim"]["claimName"] = CLAIM
+    jobs = KerasJobClient(ns, kubeconfig=str(deployment.cluster.kubeconfig))
+    lines: list[str] = []
+    try:
+        kj.request("POST", f"/api/v1/namespaces/{ns}/configmaps", body=cm)
+        jobs.create(job)
+
+        def follow() -> None:
+            lines.extend(str(line) for line in jobs.logs(NAME, all_replicas=True, follow=True))
+
+        follower = threading.Thread(target=follow, daemon=True)
+        follower.start()
+        wait_for(lambda: any(int(s) >= 30 for (s,) in _matches(list(lines), STEP)),
+                 timeout=300, interval=0.5, what="the chief past step 30 (followed log)")
+        eviction = {"apiVersion": "policy/v1", "kind": "Eviction",
+                    "metadata": {"name": f"{NAME}-worker-1", "namespace": ns}}
+        kj.request("POST", pod_path(ns, f"{NAME}-worker-1", "eviction"), body=eviction)
+
+        seen: list[Any] = []
+        done = jobs.wait(NAME, timeout=480, callback=lambda j: seen.append(summarize(j)))
+        follower.join(120)
+        assert not follower.is_alive(), "log follow did not end with the job"
+        # The CLI on the finished job: every replica's log, prefixed; the wide table.
+        kubeconfig = str(deployment.cluster.kubeconfig)
+        capsys.readouterr()
+        assert cli.main(["--kubeconfig", kubeconfig, "logs", NAME, "--all", "-n", ns,
+                         "--tail", "3"]) == 0
+        out = capsys.readouterr().out
+        assert f"[{NAME}-worker-0] kerasjob: " in out and f"[{NAME}-worker-1] " in out
+        assert cli.main(["--kubeconfig", kubeconfig, "get", NAME, "-n", ns, "-o", "wide"]) == 0
+        assert "Succeeded" in capsys.readouterr().out
+    except BaseException:
+        print("\n".join(lines[-80:]), deployment.operator_logs(), sep="\n")
+        raise
+    finally:
+        kj.request("DELETE", f"/api/v1/namespaces/{ns}/configmaps/{cm['metadata']['name']}")
+        jobs.delete(NAME, wait=True, timeout=120)
+        kj.request("DELETE", f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{CLAIM}")
+        localdeploy.delete_volume(kj, pv)
+
+    saved = dict(_matches(lines, PREEMPTED))
+    resumed = dict(_matches(lines, RESUMED))
+    assert set(saved) == {f"{NAME}-worker-0", f"{NAME}-worker-1"}, lines[-60:]
+    (step,) = set(saved.values())  # one agreed step
+    assert resumed == saved  # both resumed at exactly the saved step: nothing redone
+    (final,) = _matches(lines, FINAL)
+    assert int(final[1]) == 120 and float(final[0]) > 0.5
+    restarts = done.status.restarts
+    assert restarts.disruptions >= 1 and restarts.failures == 0
+    assert any(s.step is not None and s.step > 0 for s in seen)  # status.progress reported
+    print(f"own-script: preempted at step {step}, resumed at {step}; restarts {restarts}")
