@@ -24,7 +24,7 @@ import pydantic
 import yaml
 
 from kerasjob import API_GROUP, API_VERSION, KIND, PLURAL
-from kerasjob.api import KerasJob, Phase, ReplicaRole, plain
+from kerasjob.api import ConditionType, KerasJob, Phase, ReplicaRole, plain
 from kerasjob.credentials import current_namespace
 from kerasjob.sdk import logs as _logs
 from kerasjob.sdk.errors import (
@@ -174,10 +174,10 @@ class KerasJobClient:
         return phase_of(self.get(name, namespace)) == Phase.RUNNING.value
 
     def is_succeeded(self, name: str, namespace: str | None = None) -> bool:
-        return condition_true(self.get(name, namespace), Phase.SUCCEEDED.value)
+        return condition_true(self.get(name, namespace), ConditionType.SUCCEEDED.value)
 
     def is_failed(self, name: str, namespace: str | None = None) -> bool:
-        return condition_true(self.get(name, namespace), Phase.FAILED.value)
+        return condition_true(self.get(name, namespace), ConditionType.FAILED.value)
 
     def wait(
         self,
@@ -218,7 +218,7 @@ class KerasJobClient:
         if phase in wanted or any(condition_true(job, c) for c in wanted):
             return True
         if phase == Phase.FAILED.value:
-            failed = condition(job, Phase.FAILED.value)
+            failed = condition(job, ConditionType.FAILED.value)
             raise JobFailedError(job.name, failed.reason if failed else "",
                                  failed.message if failed else "", job)
         if phase in FINISHED:  # succeeded while waiting for something else: never happens now

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 from kerasjob.api import Condition, ConditionStatus, KerasJob, Phase
+from kerasjob_contract.times import parse_time, utcnow
 
 #: Phases after which a job never changes again.
 FINISHED = frozenset({Phase.SUCCEEDED.value, Phase.FAILED.value})
@@ -46,10 +47,10 @@ class JobSummary:
         return self.phase in FINISHED
 
     def age(self, now: datetime | None = None) -> str:
-        if not self.created:
+        then = parse_time(self.created)
+        if then is None:
             return "-"
-        then = datetime.strptime(self.created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
-        return human_duration(((now or datetime.now(timezone.utc)) - then).total_seconds())
+        return human_duration(((now or utcnow()) - then).total_seconds())
 
     def as_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
