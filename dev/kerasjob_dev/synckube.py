@@ -9,16 +9,22 @@ mapping (`kerasjob.sdk.errors`; ``ApiError.status`` is the HTTP status).
 from __future__ import annotations
 
 from kerasjob.sdk.errors import ApiError
+from kerasjob.sdk.logs import pod_log_text
 from kerasjob.sdk.transport import MERGE, STRATEGIC_MERGE, Transport, pod_path
+from kerasjob_contract import TRAINER_CONTAINER
 
 __all__ = ["MERGE", "STRATEGIC_MERGE", "ApiError", "Kube", "lookup", "pod_path"]
 
 
 class Kube(Transport):
-    """`Transport` with the dev tools' User-Agent."""
+    """`Transport` with the dev tools' User-Agent and the SDK's pod-log reader."""
 
     def __init__(self, kubeconfig: str | None = None) -> None:
         super().__init__(kubeconfig, None, user_agent="kerasjob-dev")
+
+    def pod_log(self, namespace: str, pod: str, container: str = TRAINER_CONTAINER) -> str:
+        """The container's log now; "" before it has one (`kerasjob.sdk.logs.pod_log_text`)."""
+        return pod_log_text(self, namespace, pod, container)
 
 
 _PATHS = {

@@ -131,3 +131,26 @@ def test_cli_errors_without_a_cluster_are_one_line(capsys, tmp_path: Path) -> No
     with pytest.raises(SystemExit) as usage:
         cli.main(["logs", "x", "--all", "--replica", "worker-1"])
     assert usage.value.code == 2
+
+
+def test_cli_table_and_progress_line() -> None:
+    from kerasjob.cli_jobs import progress_line, table
+
+    s = summarize({
+        "metadata": {"name": "mnist", "namespace": "ml"},
+        "spec": {"workers": 1},
+        "status": {"phase": "Running", "restarts": {"disruptions": 2, "failures": 1},
+                   "progress": {"step": 120, "totalSteps": 300, "epoch": 1, "loss": 0.25}},
+    })
+    assert progress_line(s) == (
+        "mnist  Running  epoch 1  step 120/300 loss 0.25  restarts 3 (2 disruptions, 1 failures)")
+    text = table([s], wide=True, namespaces=True).splitlines()
+    assert text[0].split() == ["NAMESPACE", "NAME", "PHASE", "WORKERS", "RESTARTS", "PROGRESS",
+                               "AGE", "DISRUPTIONS", "FAILURES", "REASON"]
+    assert text[1].split()[:5] == ["ml", "mnist", "Running", "1", "3"]
+
+
+def test_kubectl_plugin_alone_prints_help(monkeypatch, capsys) -> None:
+    monkeypatch.setattr("sys.argv", ["kubectl-kerasjob"])
+    assert cli.main([]) == 2
+    assert "kerasjob submit -f job.yaml" in capsys.readouterr().out

@@ -57,3 +57,21 @@ def test_follow_reads_every_replica_and_the_recreated_pod(monkeypatch) -> None:
                        "[j-worker-0] resumed at step 2", "[j-worker-0] done"]
     assert "[j-worker-1] step 1" in got and len(got) == 5
     assert sorted(t.streams) == [("j-worker-0", "a"), ("j-worker-0", "b"), ("j-worker-1", "c")]
+
+
+def test_pod_log_text_is_empty_until_there_is_a_log() -> None:
+    from kerasjob.sdk.errors import ApiError
+
+    class Waiting:
+        def lines(self, path: str, **_: Any):
+            raise ApiError(400, 'container "trainer" is waiting to start')
+            yield  # a generator, as Transport.lines is
+
+    class Talking:
+        def lines(self, path: str, **_: Any):
+            assert path == "/api/v1/namespaces/ns/pods/p/log"
+            yield from ["kerasjob: step 1/2", "kerasjob: step 2/2"]
+
+    assert logs.pod_log_text(Waiting(), "ns", "p") == ""  # type: ignore[arg-type]
+    assert logs.pod_log_text(Talking(), "ns", "p") == (  # type: ignore[arg-type]
+        "kerasjob: step 1/2\nkerasjob: step 2/2\n")

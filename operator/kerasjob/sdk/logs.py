@@ -62,6 +62,17 @@ def read_pod_log(
     return [LogLine(pod, text, stamp) for stamp, text in map(_split_timestamp, lines)]
 
 
+def pod_log_text(transport: Transport, namespace: str, pod: str,
+                 container: str = TRAINER_CONTAINER) -> str:
+    """The current container's log as `kubectl logs` shows it; "" when there is none yet, or
+    the API server or kubelet cannot be reached (for pollers: the demo, tests, benches)."""
+    try:
+        return "".join(f"{line}\n" for line in transport.lines(
+            pod_path(namespace, pod, "log"), query={"container": container}, read_timeout=10))
+    except KerasJobError:
+        return ""
+
+
 def interleave(logs: Iterable[list[LogLine]]) -> list[LogLine]:
     """Merge several Pods' lines in time order (each Pod's own order kept)."""
     return list(heapq.merge(*logs, key=lambda ln: ln.time))

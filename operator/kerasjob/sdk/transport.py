@@ -19,7 +19,6 @@ from kerasjob import PLURAL
 from kerasjob.credentials import client_configuration
 from kerasjob.sdk.errors import (
     ConfigurationError,
-    KerasJobError,
     NotFoundError,
     UnreachableError,
     from_response,
@@ -178,20 +177,6 @@ class Transport:
         for line in self.lines(path, query=q, read_timeout=timeout_s + 30):
             if line.strip():
                 yield json.loads(line)
-
-    def pod_log(self, namespace: str, pod: str, container: str = "trainer") -> str:
-        """The current container's log, as `kubectl logs` shows it ("" when there is none
-        yet, or the API server or kubelet cannot be reached)."""
-        try:
-            resp = self._send(
-                "GET",
-                self.url(pod_path(namespace, pod, "log"), {"container": container}),
-                timeout=10,
-                extra_headers={"Accept": "*/*"},
-            )
-        except KerasJobError:
-            return ""
-        return resp.data.decode(errors="replace") if resp.status == 200 else ""
 
 
 def pod_path(namespace: str, name: str | None = None, sub: str = "") -> str:
