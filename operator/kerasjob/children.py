@@ -23,7 +23,7 @@ import jinja2
 import pydantic
 import yaml
 
-from kerasjob import labels
+from kerasjob import bounded, labels
 from kerasjob.api import (
     API_VERSION_FULL,
     KIND,
@@ -290,6 +290,10 @@ def validate_job(obj: JobLike) -> list[str]:
     nothing. Also repeats the CRD's CEL rules, for objects that never went through the API
     server (CLI, SDK, tests).
     """
+    raw_spec = obj.get("spec") if isinstance(obj, Mapping) else None
+    too_big = bounded.spec_problems(raw_spec)
+    if too_big:  # before anything walks the spec recursively
+        return too_big
     try:
         j = _job(obj)
     except pydantic.ValidationError as e:

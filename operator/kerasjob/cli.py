@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, cast
 
+from kerasjob import bounded
 from kerasjob.config import OperatorConfig
 
 
@@ -190,6 +191,8 @@ def _explain(exc: BaseException, args: argparse.Namespace) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # A KerasJob nested thousands of levels deep must not crash the operator or the CLI.
+    bounded.install()
     args = parser().parse_args(argv)
     if args.command is None:
         args = parser().parse_args(["run", *(argv or sys.argv[1:])])

@@ -22,6 +22,8 @@ import aiohttp
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
+from kerasjob import bounded
+
 log = logging.getLogger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -202,9 +204,11 @@ class KubeApi:
         return True
 
     async def merge_patch(self, path: str, patch: Mapping[str, Any], resource: str) -> Any:
-        return await self.request(
+        """The patched object, at most `bounded.BODY_DEPTH` levels deep."""
+        written = await self.request(
             "PATCH", path, body=patch, content_type=MERGE_PATCH, count_as=f"patch {resource}"
         )
+        return bounded.prune(written)
 
 
 def pod_path(namespace: str, name: str | None = None) -> str:
