@@ -13,6 +13,8 @@ mode="json")` (or `KerasJob.to_manifest()`); parse a kopf body with `KerasJob.fr
 from __future__ import annotations
 
 import enum
+import posixpath
+import re
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Annotated, Any
@@ -339,6 +341,41 @@ class ReplicaSpec(_Model):
     )
 
 
+#: Top-level directories the checkpoint volume may not be mounted on or below: the
+#: container's programs, libraries, configuration and kernel filesystems.
+SYSTEM_DIRS = (
+    "bin", "boot", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "sbin", "sys", "usr",
+)
+#: Directories the volume may not replace (below them is fine): /tmp is the trainer's
+#: writable emptyDir, /run and /var hold the runtime's state.
+RESERVED_DIRS = ("tmp", "run", "var")
+#: A normalised absolute path: no empty, '.' or '..' segment; a trailing '/' is allowed.
+_NORMAL_PATH = r"^(/[^/]+)+/?$"
+_DOT_SEGMENT = r"/[.][.]?(/|$)"
+_SYSTEM_PATH = "^/(" + "|".join(SYSTEM_DIRS) + ")(/|$)"
+_RESERVED_PATH = "^/(" + "|".join(RESERVED_DIRS) + ")/?$"
+MOUNT_PATH_NOT_NORMAL = (
+    "checkpoint.mountPath must be a normalised absolute path below '/' (no '.', '..' or "
+    "empty segments), e.g. /kerasjob/checkpoint"
+)
+MOUNT_PATH_SYSTEM = (
+    "checkpoint.mountPath may not hide a system directory: not on or below /"
+    + ", /".join(SYSTEM_DIRS) + ", not /" + ", /".join(RESERVED_DIRS) + " themselves"
+)
+
+
+def mount_path_problem(path: str) -> str | None:
+    """Why ``path`` cannot be the checkpoint mountPath (the CRD's CEL rules, repeated for
+    objects that never went through the API server), or None."""
+    if not re.match(_NORMAL_PATH, path) or re.search(_DOT_SEGMENT, path):
+        normal = "/" + posixpath.normpath("/" + path).lstrip("/")
+        hint = f" (normalised: {normal})" if path.startswith("/") else ""
+        return MOUNT_PATH_NOT_NORMAL + hint
+    if re.match(_SYSTEM_PATH, path) or re.match(_RESERVED_PATH, path):
+        return MOUNT_PATH_SYSTEM
+    return None
+
+
 class CheckpointSpec(_Model):
     """Where BackupAndRestore state and the final model are written."""
 
@@ -347,6 +384,12 @@ class CheckpointSpec(_Model):
             "x-kubernetes-validations": [
                 _cel("self.mountPath.startsWith('/')",
                      "checkpoint.mountPath must be an absolute path"),
+                _cel(f"self.mountPath.matches('{_NORMAL_PATH}') && "
+                     f"!self.mountPath.matches('{_DOT_SEGMENT}')",
+                     MOUNT_PATH_NOT_NORMAL),
+                _cel(f"!self.mountPath.matches('{_SYSTEM_PATH}') && "
+                     f"!self.mountPath.matches('{_RESERVED_PATH}')",
+                     MOUNT_PATH_SYSTEM),
             ]
         }
     )

@@ -32,6 +32,7 @@ from kerasjob.api import (
     ReplicaRole,
     RestartPolicy,
     checkpoint_dir,
+    mount_path_problem,
 )
 from kerasjob.merge import deep_merge
 from kerasjob.tf_config import build_tf_config, pod_name, tf_config_json
@@ -325,6 +326,8 @@ def validate_job(obj: JobLike) -> list[str]:
     ckpt = spec.checkpoint
     if not ckpt.mount_path.startswith("/"):
         problems.append("spec.checkpoint.mountPath must be an absolute path")
+    elif (mount_problem := mount_path_problem(ckpt.mount_path)) is not None:
+        problems.append(f"spec.{mount_problem}")
     if ckpt.volume is not None and len(ckpt.volume) != 1:
         problems.append("spec.checkpoint.volume must have exactly one volume source key")
     shared = ckpt.volume is not None and "emptyDir" not in ckpt.volume
