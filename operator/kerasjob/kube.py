@@ -168,10 +168,14 @@ class KubeApi:
 
     # -- the calls the controller makes ------------------------------------------------
 
-    async def create(self, path: str, obj: Mapping[str, Any], resource: str) -> bool:
-        """Create; False (no error) when it already exists."""
+    async def create(
+        self, path: str, obj: Mapping[str, Any], resource: str, *, strict: bool = False
+    ) -> bool:
+        """Create; False (no error) when it already exists. ``strict``: unknown and
+        duplicate fields are a 400 error instead of being dropped (fieldValidation=Strict)."""
+        params = {"fieldValidation": "Strict"} if strict else None
         try:
-            await self.request("POST", path, body=obj, count_as=f"create {resource}")
+            await self.request("POST", path, body=obj, params=params, count_as=f"create {resource}")
         except ApiError as e:
             if e.status == 409:
                 return False

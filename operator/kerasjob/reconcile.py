@@ -25,6 +25,7 @@ from kerasjob import restart_policy as rp
 from kerasjob import status as st
 from kerasjob.api import Reason
 from kerasjob.podview import PodView
+from kerasjob.rejection import Rejection
 from kerasjob_contract.times import format_time, parse_time
 
 REASON_INVALID_SPEC = Reason.INVALID_SPEC.value
@@ -128,8 +129,13 @@ class _Planner:
         pods: Iterable[PodView],
         now: datetime,
         force_delete_after: float,
+        rejection: Rejection | None = None,
     ) -> None:
         self.job = job
+        # A refusal of an older generation's child says nothing about this one.
+        self.rejection = (
+            rejection if rejection is not None and rejection.generation == job.generation else None
+        )
         self.now = now
         self.force_delete_after = force_delete_after
         self.old = old_status
@@ -385,6 +391,17 @@ class _Planner:
                 message = f"Creating {len(job.tasks)} Pods and the headless Service"
                 self.cond(st.COND_CREATED, True, Reason.CREATED.value, message)
                 self.event("Normal", Reason.CREATED.value, message)
+            if self.rejection is not None:  # forbidden for now: say so, retry later
+                message = self.rejection.describe()
+                shown = st.get_condition(self.conditions, st.COND_CREATED) or {}
+                if shown.get("status") != "False" or shown.get("message") != message:
+                    self.event("Warning", self.rejection.reason, message)
+                self.cond(st.COND_CREATED, False, self.rejection.reason, message)
+        elif st.get_condition(self.conditions, st.COND_CREATED) is not None and not (
+            st.condition_true(self.conditions, st.COND_CREATED)
+        ):
+            message = "The Pods were created"
+            self.cond(st.COND_CREATED, True, Reason.CREATED.value, message)
 
         wanted = [t for t in job.tasks if t.name not in succeeded]
         all_ready = bool(wanted) and all(
@@ -426,6 +443,10 @@ class _Planner:
         elif self.job.invalid:
             message = "; ".join(self.job.invalid)
             self.finish(st.FAILED, REASON_INVALID_SPEC, f"invalid spec: {message}")
+            self.finished()
+        elif self.rejection is not None and self.rejection.permanent:
+            self.observe()  # what happened before still counts
+            self.finish(st.FAILED, self.rejection.reason, self.rejection.describe())
             self.finished()
         elif self.job.suspend:
             # What happened before the suspension still counts (and may end the job).
@@ -484,10 +505,13 @@ def plan(
     now: datetime,
     *,
     force_delete_after: float = 30.0,
+    rejection: Rejection | None = None,
 ) -> Plan:
     """Decide, from the job, its stored status and its observed Pods, what to do now.
 
     ``force_delete_after``: seconds past a Pod's deletionTimestamp (which already includes
     its grace period) after which it is deleted again with grace period 0.
+    ``rejection``: the API server's last refusal to create a child of this job (see
+    `rejection`): a permanent one fails the job, a forbidden one is shown while waiting.
     """
-    return _Planner(job, old_status, pods, now, force_delete_after).run()
+    return _Planner(job, old_status, pods, now, force_delete_after, rejection).run()

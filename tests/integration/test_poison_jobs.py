@@ -23,10 +23,12 @@ from kerasjob_dev.cluster import Cluster, create_namespace, delete_namespace, wa
 from kerasjob_dev.harness import (
     OperatorProcess,
     condition,
+    core,
     create_job,
     events_for,
     install_crds,
     job_manifest,
+    job_status,
     pods,
     wait_phase,
 )
@@ -123,3 +125,98 @@ def test_deeply_nested_templates_fail_alone(
     )
     assert cli.returncode == 0, cli.stderr
     assert "deep-9000-map" in cli.stdout and "Traceback" not in cli.stderr
+
+
+#: Templates that make a Pod the API server refuses (id, template, a fragment of its message).
+INVALID_PODS: list[tuple[str, dict[str, Any], str]] = [
+    (
+        "cpu-quantity",
+        {"spec": {"containers": [{"name": "trainer", "resources": {"requests": {"cpu": "lots"}}}]}},
+        "quantities must match the regular expression",
+    ),
+    (
+        "annotation-300kb",
+        {"metadata": {"annotations": {"big": "x" * 300_000}}},
+        "metadata.annotations: Too long",
+    ),
+    ("no-container", {"spec": {"containers": None}}, "spec.containers: Required value"),
+    (
+        "image-removed",
+        {"spec": {"containers": [{"name": "trainer", "image": None}]}},
+        "spec.containers[0].image: Required value",
+    ),
+    (
+        "field-typo",
+        {"spec": {"containers": [{"name": "trainer", "resorces": {"limits": {"cpu": "1"}}}]}},
+        'unknown field "spec.containers[0].resorces"',
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("template", "fragment"),
+    [case[1:] for case in INVALID_PODS],
+    ids=[case[0] for case in INVALID_PODS],
+)
+def test_a_pod_the_api_server_refuses_fails_the_job_with_its_message(
+    kube: Any,
+    poison_ns: str,
+    operator: OperatorProcess,
+    template: dict[str, Any],
+    fragment: str,
+) -> None:
+    body = job_manifest("bad-pod", workers=2)
+    body["spec"]["template"] = merge_template(body["spec"]["template"], template)
+    create_job(kube, poison_ns, body)
+    status = wait_phase(kube, poison_ns, "bad-pod", "Failed", timeout=20)
+    failed = condition(status, "Failed")
+    assert failed is not None and failed["reason"] == "PodRejected", status
+    assert fragment in failed["message"], failed["message"]
+    wait_for(
+        lambda: any(
+            e.type == "Warning" and e.reason == "PodRejected" and fragment in e.message
+            for e in events_for(kube, poison_ns, "bad-pod")
+        ),
+        timeout=10,
+        what="a Warning event PodRejected with the API's message",
+    )
+    assert not pods(kube, poison_ns, "bad-pod")
+    create_job(kube, poison_ns, job_manifest("good", workers=1))
+    wait_phase(kube, poison_ns, "good", "Running")
+    assert operator.alive()
+
+
+def merge_template(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge_template(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def test_a_forbidden_pod_waits_with_the_reason_and_runs_once_allowed(
+    cluster: Cluster, kube: Any, poison_ns: str, operator: OperatorProcess
+) -> None:
+    cluster.kubectl("create", "quota", "one-pod", "--hard=pods=1", "-n", poison_ns)
+    wait_for(
+        lambda: "pods" in (core(kube).read_namespaced_resource_quota("one-pod", poison_ns)
+                           .status.hard or {}),
+        timeout=20,
+        what="the quota's status",
+    )
+    create_job(kube, poison_ns, job_manifest("over-quota", workers=2))
+
+    def forbidden() -> dict[str, Any] | None:
+        created = condition(job_status(kube, poison_ns, "over-quota"), "Created")
+        ok = created and created["status"] == "False" and created["reason"] == "CreateForbidden"
+        return created if ok else None
+
+    created = wait_for(forbidden, timeout=30, what="Created False, reason CreateForbidden")
+    assert "exceeded quota" in created["message"], created
+    assert job_status(kube, poison_ns, "over-quota")["phase"] == "Pending"
+    assert any(e.reason == "CreateForbidden" for e in events_for(kube, poison_ns, "over-quota"))
+    cluster.kubectl("delete", "quota", "one-pod", "-n", poison_ns)
+    status = wait_phase(kube, poison_ns, "over-quota", "Running", timeout=90)
+    assert condition(status, "Created")["status"] == "True"  # type: ignore[index]

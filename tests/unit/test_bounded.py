@@ -93,3 +93,15 @@ def test_a_real_template_is_well_within_the_bounds() -> None:
     }
     assert bounded.depth(tpl) <= 12
     assert validate_job(_job(tpl)) == []
+
+
+def test_validation_of_a_parsed_model_checks_the_bounds_too() -> None:
+    from kerasjob.api import KerasJob
+
+    deep: object = {}
+    for _ in range(40):
+        deep = {"a": deep}
+    model = KerasJob.from_body(_job({"spec": {"x": deep}}))
+    assert validate_job(model) == [
+        "spec.template is nested more than 32 levels deep (a Pod template needs about 12)"
+    ]
