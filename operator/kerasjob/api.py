@@ -146,6 +146,11 @@ class Reason(str, enum.Enum):
     DEADLINE_EXCEEDED = "DeadlineExceeded"
     BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
     NON_RETRYABLE_EXIT_CODE = "NonRetryableExitCode"
+    POD_REJECTED = "PodRejected"
+    SERVICE_REJECTED = "ServiceRejected"
+    NETWORK_POLICY_REJECTED = "NetworkPolicyRejected"
+    CREATE_FORBIDDEN = "CreateForbidden"
+    DISRUPTION_LOOP = "DisruptionLoop"
 
 
 class DatasetSource(str, enum.Enum):
@@ -707,6 +712,18 @@ class LastRestart(_StatusModel):
     disruption: bool | None = Field(
         None, description="True for a disruption, false for a failure."
     )
+    repeated: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "How many restarts in a row had this reason with no training progress in "
+            "between (see status.progress.step); from 3 on, Pods are re-created with a "
+            "growing delay (condition Restarting, reason DisruptionLoop)."
+        ),
+    )
+    progress_step: int | None = Field(
+        None, ge=0, description="status.progress.step when that run of restarts began."
+    )
 
 
 class Progress(_StatusModel):
@@ -737,6 +754,13 @@ class TrackedPod(_StatusModel):
     )
     succeeded: bool = Field(
         False, description="This task exited 0: it is never re-created. Survives re-creation."
+    )
+    stopped: bool = Field(
+        False,
+        description=(
+            "The operator stopped this incarnation because the job had finished "
+            "(cleanPodPolicy): its exit is not a failure."
+        ),
     )
 
 
