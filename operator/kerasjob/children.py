@@ -16,7 +16,7 @@ import copy
 import functools
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jinja2
@@ -180,6 +180,26 @@ def build_service(job: JobLike) -> dict[str, Any]:
         owner_references=[owner_reference(j)],
         selector=labels.selector(j.name),
         port=j.spec.port,
+    )
+
+
+def build_network_policy(
+    job: JobLike, *, metrics_from: Sequence[Mapping[str, Any]] = ()
+) -> dict[str, Any]:
+    """The job's NetworkPolicy, named after the job: ingress to its Pods' TF port only from
+    the job's own Pods; to the metrics port only from ``metrics_from`` (NetworkPolicyPeers);
+    nothing else (templates/networkpolicy.yaml.j2)."""
+    j = _job(job)
+    return render(
+        "networkpolicy.yaml.j2",
+        job_name=j.name,
+        namespace=j.namespace,
+        labels=common_labels(j.name),
+        owner_references=[owner_reference(j)],
+        selector=labels.selector(j.name),
+        port=j.spec.port,
+        metrics_port=DEFAULT_METRICS_PORT,
+        metrics_from=[dict(peer) for peer in metrics_from],
     )
 
 

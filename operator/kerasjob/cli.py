@@ -39,6 +39,7 @@ def _run(args: argparse.Namespace) -> int:
                 "liveness": args.liveness,
                 "peering": args.peering,
                 "metrics_port": args.metrics_port,
+                "network_policy": False if args.no_network_policy else None,
             }.items()
             if v is not None
         },
@@ -153,6 +154,11 @@ def parser() -> argparse.ArgumentParser:
         "--progress-interval",
         type=float,
         help="seconds between chief metrics scrapes, 0 disables (10)",
+    )
+    run.add_argument(
+        "--no-network-policy",
+        action="store_true",
+        help="create no NetworkPolicy per job ($KERASJOB_NETWORK_POLICY=false)",
     )
     run.add_argument("-v", "--verbose", action="store_true")
     run.set_defaults(func=_run)

@@ -37,6 +37,7 @@ from kerasjob.kube import (
     events_path,
     gather_limited,
     job_path,
+    network_policy_path,
     pod_path,
     service_path,
 )
@@ -49,6 +50,10 @@ from kerasjob_contract import DEFAULT_METRICS_PORT
 from kerasjob_contract.times import utcnow
 
 log = logging.getLogger("kerasjob.controller")
+
+#: The name under which the job's NetworkPolicy create is tracked (as observed.SERVICE).
+NETWORK_POLICY = "\0networkpolicy"
+_SHARED_KINDS = {SERVICE: "Service", NETWORK_POLICY: "NetworkPolicy"}
 
 
 def _namespace_gone(error: BaseException) -> bool:
@@ -349,6 +354,16 @@ class Controller:
         calls: list[tuple[str | None, Any]] = []  # (child created, or None; the call)
         for action in actions:
             if isinstance(action, rc.CreateService) and model is not None:
+                # The job's shared children: its Service and, unless switched off, the
+                # NetworkPolicy that keeps its TF port to its own Pods (before any Pod).
+                if self.config.network_policy:
+                    policy = children.build_network_policy(
+                        model, metrics_from=self.config.metrics_from
+                    )
+                    create = self.api.create(
+                        network_policy_path(ns), policy, "networkpolicies", strict=True
+                    )
+                    calls.append((NETWORK_POLICY, create))
                 service = children.build_service(model)
                 create = self.api.create(service_path(ns), service, "services", strict=True)
                 calls.append((SERVICE, create))
@@ -374,8 +389,9 @@ class Controller:
                     job_path(ns, job.name), "kerasjobs", uid=job.uid, propagation="Background"
                 )
                 calls.append((None, call))
-        # The Service first (Pods resolve each other through it), then the rest together.
-        first = 1 if calls and calls[0][0] == SERVICE else 0
+        # The Service and NetworkPolicy first (Pods resolve each other through the one and
+        # must never run unprotected by the other), then the rest together.
+        first = sum(1 for name, _ in calls if name in (SERVICE, NETWORK_POLICY))
         results = await gather_limited([c for _, c in calls[:first]])
         results += await gather_limited([c for _, c in calls[first:]])
         now = asyncio.get_running_loop().time()
@@ -385,7 +401,9 @@ class Controller:
             if name is not None and not isinstance(result, BaseException):
                 self.expectations.expect(key, name, now)
             elif isinstance(result, ApiError) and name is not None and refused is None:
-                kind, child = ("Service", job.name) if name == SERVICE else ("Pod", name)
+                kind, child = _SHARED_KINDS.get(name, "Pod"), name
+                if name in _SHARED_KINDS:
+                    child = job.name
                 refused = rejection.from_error(
                     result.status, result.body, kind=kind, name=child, generation=job.generation
                 )

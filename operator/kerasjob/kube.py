@@ -225,6 +225,11 @@ def service_path(namespace: str, name: str | None = None) -> str:
     return f"{base}/{name}" if name else base
 
 
+def network_policy_path(namespace: str, name: str | None = None) -> str:
+    base = f"/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies"
+    return f"{base}/{name}" if name else base
+
+
 def events_path(namespace: str) -> str:
     return f"/api/v1/namespaces/{namespace}/events"
 

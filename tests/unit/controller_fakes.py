@@ -55,6 +55,7 @@ class FakeCluster:
         self.jobs: dict[str, dict[str, Any]] = {}
         self.pods: dict[str, dict[str, Any]] = {}
         self.services: dict[str, dict[str, Any]] = {}
+        self.network_policies: dict[str, dict[str, Any]] = {}
         self.events: list[dict[str, Any]] = []
         self.terminating_namespace = False
         self.down = False  # the API server is unreachable
@@ -168,12 +169,14 @@ class FakeCluster:
         refusal = self.refuse(resource, obj) if self.refuse is not None else None
         if refusal is not None:
             raise refusal
-        store = {"pods": self.pods, "services": self.services}[resource]
+        store = {"pods": self.pods, "services": self.services,
+                 "networkpolicies": self.network_policies}[resource]
         name = obj["metadata"]["name"]
         if name in store:
             return False
         body = copy.deepcopy(dict(obj))
-        body.setdefault("kind", "Pod" if resource == "pods" else "Service")
+        kinds = {"pods": "Pod", "services": "Service", "networkpolicies": "NetworkPolicy"}
+        body.setdefault("kind", kinds[resource])
         body["metadata"]["uid"] = f"{resource}-{next(_uids)}"
         body.setdefault("status", {"phase": "Pending"})
         self._bump(body)

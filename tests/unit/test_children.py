@@ -441,3 +441,23 @@ def test_name_length_limit_counts_the_longest_pod() -> None:
     assert children.validate_job(job({"workers": 10, "checkpoint": {"volume": PVC}},
                                      name="a" * 54)) == []
     assert children.is_dns_label("a" * 63) and not children.is_dns_label("a" * 64)
+
+
+def test_network_policy_admits_only_the_jobs_pods_to_the_tf_port() -> None:
+    body = {
+        "metadata": {"name": "j", "namespace": "ns", "uid": "u"},
+        "spec": {"workers": 2, "port": 2345,
+                 "checkpoint": {"volume": {"persistentVolumeClaim": {"claimName": "c"}}}},
+    }
+    peer = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops"}}}
+    policy = children.build_network_policy(body, metrics_from=[peer])
+    assert policy["kind"] == "NetworkPolicy" and policy["metadata"]["name"] == "j"
+    assert policy["metadata"]["ownerReferences"][0]["uid"] == "u"
+    own = {"matchLabels": {"kerasjob.dev/job-name": "j"}}
+    assert policy["spec"]["podSelector"] == own
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    tf, metrics = policy["spec"]["ingress"]
+    assert tf == {"from": [{"podSelector": own}], "ports": [{"protocol": "TCP", "port": 2345}]}
+    assert metrics == {"from": [peer], "ports": [{"protocol": "TCP", "port": 9464}]}
+    # No peers configured: the metrics port takes no connections at all.
+    assert len(children.build_network_policy(body)["spec"]["ingress"]) == 1

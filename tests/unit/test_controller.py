@@ -436,3 +436,39 @@ def test_a_refusal_of_an_older_generation_is_forgotten() -> None:
         assert running(cluster, workers=1)
 
     run(scenario())
+
+
+# -- the job's NetworkPolicy ----------------------------------------------------------------
+
+
+def test_the_network_policy_is_created_with_the_service_before_any_pod() -> None:
+    async def scenario() -> None:
+        cluster = FakeCluster()
+        cluster.add_job(workers=2)
+        op = Operator(cluster, "a")
+        await settle(cluster, [op])
+        assert running(cluster)
+        policy = cluster.network_policies["job"]
+        assert policy["metadata"]["ownerReferences"][0]["uid"] == cluster.jobs["job"][
+            "metadata"]["uid"]
+        creates = [c for c in op.api.calls if c.startswith("create ") and c != "create events"]
+        assert creates.index("create networkpolicies") < creates.index("create pods")
+        assert op.api.loose_creates == []
+
+    run(scenario())
+
+
+def test_no_network_policy_when_switched_off() -> None:
+    from dataclasses import replace
+
+    async def scenario() -> None:
+        cluster = FakeCluster()
+        cluster.add_job(workers=1, checkpoint={})
+        op = Operator(cluster, "a")
+        op.controller.config = replace(CONFIG, network_policy=False)
+        await settle(cluster, [op])
+        assert running(cluster, workers=1)
+        assert not cluster.network_policies
+        assert "create networkpolicies" not in op.api.calls
+
+    run(scenario())
