@@ -19,12 +19,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from kerasjob.api import Reason
+
 #: Create refusals that retrying the same spec cannot fix.
 PERMANENT_STATUSES = frozenset({400, 413, 415, 422})
 #: Create refusals that may pass later.
 WAITING_STATUSES = frozenset({403})
 
-REASON_WAITING = "CreateForbidden"
+REASON_WAITING = Reason.CREATE_FORBIDDEN.value
+#: The reason a job fails with when the API server rejects its child of this kind.
+REJECTED = {
+    "Pod": Reason.POD_REJECTED.value,
+    "Service": Reason.SERVICE_REJECTED.value,
+    "NetworkPolicy": Reason.NETWORK_POLICY_REJECTED.value,
+}
 #: Seconds before the n-th retry of a forbidden create (capped).
 MAX_RETRY_SECONDS = 60.0
 
@@ -48,7 +56,7 @@ class Rejection:
 
     @property
     def reason(self) -> str:
-        return f"{self.kind}Rejected" if self.permanent else REASON_WAITING
+        return REJECTED[self.kind] if self.permanent else REASON_WAITING
 
     def describe(self) -> str:
         verb = "rejected" if self.permanent else "refused"
