@@ -216,7 +216,13 @@ def test_a_forbidden_pod_waits_with_the_reason_and_runs_once_allowed(
     created = wait_for(forbidden, timeout=30, what="Created False, reason CreateForbidden")
     assert "exceeded quota" in created["message"], created
     assert job_status(kube, poison_ns, "over-quota")["phase"] == "Pending"
-    assert any(e.reason == "CreateForbidden" for e in events_for(kube, poison_ns, "over-quota"))
+    wait_for(  # events are posted in the background, right after the status write
+        lambda: any(
+            e.reason == "CreateForbidden" for e in events_for(kube, poison_ns, "over-quota")
+        ),
+        timeout=10,
+        what="a Warning event CreateForbidden",
+    )
     cluster.kubectl("delete", "quota", "one-pod", "-n", poison_ns)
     status = wait_phase(kube, poison_ns, "over-quota", "Running", timeout=90)
     assert condition(status, "Created")["status"] == "True"  # type: ignore[index]

@@ -133,7 +133,11 @@ def test_the_same_disruption_forever_backs_off_and_says_so(
     restarting = condition(status, "Restarting")
     assert restarting is not None and restarting["reason"] == "DisruptionLoop", status
     assert "times in a row with no training progress" in restarting["message"]
-    assert any(e.reason == "DisruptionLoop" for e in events_for(kube, namespace, "lost"))
+    wait_for(
+        lambda: any(e.reason == "DisruptionLoop" for e in events_for(kube, namespace, "lost")),
+        timeout=10,
+        what="a Warning event DisruptionLoop",
+    )
     # Re-created at once while below the threshold; then 10 s later, then 20 s later.
     assert created_after[0] < 5, created_after
     assert created_after[restart_loop.LOOP_THRESHOLD - 1] >= 9, created_after
