@@ -13,6 +13,8 @@ mode="json")` (or `KerasJob.to_manifest()`); parse a kopf body with `KerasJob.fr
 from __future__ import annotations
 
 import enum
+import posixpath
+import re
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Annotated, Any
@@ -144,6 +146,11 @@ class Reason(str, enum.Enum):
     DEADLINE_EXCEEDED = "DeadlineExceeded"
     BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
     NON_RETRYABLE_EXIT_CODE = "NonRetryableExitCode"
+    POD_REJECTED = "PodRejected"
+    SERVICE_REJECTED = "ServiceRejected"
+    NETWORK_POLICY_REJECTED = "NetworkPolicyRejected"
+    CREATE_FORBIDDEN = "CreateForbidden"
+    DISRUPTION_LOOP = "DisruptionLoop"
 
 
 class DatasetSource(str, enum.Enum):
@@ -354,6 +361,41 @@ class ReplicaSpec(_Model):
     )
 
 
+#: Top-level directories the checkpoint volume may not be mounted on or below: the
+#: container's programs, libraries, configuration and kernel filesystems.
+SYSTEM_DIRS = (
+    "bin", "boot", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "sbin", "sys", "usr",
+)
+#: Directories the volume may not replace (below them is fine): /tmp is the trainer's
+#: writable emptyDir, /run and /var hold the runtime's state.
+RESERVED_DIRS = ("tmp", "run", "var")
+#: A normalised absolute path: no empty, '.' or '..' segment; a trailing '/' is allowed.
+_NORMAL_PATH = r"^(/[^/]+)+/?$"
+_DOT_SEGMENT = r"/[.][.]?(/|$)"
+_SYSTEM_PATH = "^/(" + "|".join(SYSTEM_DIRS) + ")(/|$)"
+_RESERVED_PATH = "^/(" + "|".join(RESERVED_DIRS) + ")/?$"
+MOUNT_PATH_NOT_NORMAL = (
+    "checkpoint.mountPath must be a normalised absolute path below '/' (no '.', '..' or "
+    "empty segments), e.g. /kerasjob/checkpoint"
+)
+MOUNT_PATH_SYSTEM = (
+    "checkpoint.mountPath may not hide a system directory: not on or below /"
+    + ", /".join(SYSTEM_DIRS) + ", not /" + ", /".join(RESERVED_DIRS) + " themselves"
+)
+
+
+def mount_path_problem(path: str) -> str | None:
+    """Why ``path`` cannot be the checkpoint mountPath (the CRD's CEL rules, repeated for
+    objects that never went through the API server), or None."""
+    if not re.match(_NORMAL_PATH, path) or re.search(_DOT_SEGMENT, path):
+        normal = "/" + posixpath.normpath("/" + path).lstrip("/")
+        hint = f" (normalised: {normal})" if path.startswith("/") else ""
+        return MOUNT_PATH_NOT_NORMAL + hint
+    if re.match(_SYSTEM_PATH, path) or re.match(_RESERVED_PATH, path):
+        return MOUNT_PATH_SYSTEM
+    return None
+
+
 class CheckpointSpec(_Model):
     """Where BackupAndRestore state and the final model are written."""
 
@@ -362,6 +404,12 @@ class CheckpointSpec(_Model):
             "x-kubernetes-validations": [
                 _cel("self.mountPath.startsWith('/')",
                      "checkpoint.mountPath must be an absolute path"),
+                _cel(f"self.mountPath.matches('{_NORMAL_PATH}') && "
+                     f"!self.mountPath.matches('{_DOT_SEGMENT}')",
+                     MOUNT_PATH_NOT_NORMAL),
+                _cel(f"!self.mountPath.matches('{_SYSTEM_PATH}') && "
+                     f"!self.mountPath.matches('{_RESERVED_PATH}')",
+                     MOUNT_PATH_SYSTEM),
             ]
         }
     )
@@ -679,6 +727,18 @@ class LastRestart(_StatusModel):
     disruption: bool | None = Field(
         None, description="True for a disruption, false for a failure."
     )
+    repeated: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "How many restarts in a row had this reason with no training progress in "
+            "between (see status.progress.step); from 3 on, Pods are re-created with a "
+            "growing delay (condition Restarting, reason DisruptionLoop)."
+        ),
+    )
+    progress_step: int | None = Field(
+        None, ge=0, description="status.progress.step when that run of restarts began."
+    )
 
 
 class Progress(_StatusModel):
@@ -709,6 +769,13 @@ class TrackedPod(_StatusModel):
     )
     succeeded: bool = Field(
         False, description="This task exited 0: it is never re-created. Survives re-creation."
+    )
+    stopped: bool = Field(
+        False,
+        description=(
+            "The operator stopped this incarnation because the job had finished "
+            "(cleanPodPolicy): its exit is not a failure."
+        ),
     )
 
 

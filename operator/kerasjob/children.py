@@ -16,14 +16,14 @@ import copy
 import functools
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jinja2
 import pydantic
 import yaml
 
-from kerasjob import labels
+from kerasjob import bounded, labels
 from kerasjob.api import (
     API_VERSION_FULL,
     KIND,
@@ -32,6 +32,7 @@ from kerasjob.api import (
     ReplicaRole,
     RestartPolicy,
     checkpoint_dir,
+    mount_path_problem,
 )
 from kerasjob.merge import deep_merge
 from kerasjob.tf_config import build_tf_config, pod_name, tf_config_json
@@ -182,6 +183,26 @@ def build_service(job: JobLike) -> dict[str, Any]:
     )
 
 
+def build_network_policy(
+    job: JobLike, *, metrics_from: Sequence[Mapping[str, Any]] = ()
+) -> dict[str, Any]:
+    """The job's NetworkPolicy, named after the job: ingress to its Pods' TF port only from
+    the job's own Pods; to the metrics port only from ``metrics_from`` (NetworkPolicyPeers);
+    nothing else (templates/networkpolicy.yaml.j2)."""
+    j = _job(job)
+    return render(
+        "networkpolicy.yaml.j2",
+        job_name=j.name,
+        namespace=j.namespace,
+        labels=common_labels(j.name),
+        owner_references=[owner_reference(j)],
+        selector=labels.selector(j.name),
+        port=j.spec.port,
+        metrics_port=DEFAULT_METRICS_PORT,
+        metrics_from=[dict(peer) for peer in metrics_from],
+    )
+
+
 def build_pod(job: JobLike, role: ReplicaRole | str, index: int, *, default_image: str,
               restart_attempt: int = 0) -> dict[str, Any]:
     """The Pod of task (role, index): <job>-<role>-<index>.
@@ -253,11 +274,12 @@ def build_pod(job: JobLike, role: ReplicaRole | str, index: int, *, default_imag
     for key in OWNED_POD_SPEC_FIELDS:
         pod_spec[key] = base["spec"][key]
     trainer = _trainer_container(pod_spec)
-    trainer["env"] = [
-        {"name": e["name"], "value": owned_env[e["name"]]}
-        if isinstance(e, Mapping) and e.get("name") in owned_env else e
-        for e in trainer.get("env") or []
-    ]
+    if trainer is not None:  # else a template removed it: the API server says what is wrong
+        trainer["env"] = [
+            {"name": e["name"], "value": owned_env[e["name"]]}
+            if isinstance(e, Mapping) and e.get("name") in owned_env else e
+            for e in trainer.get("env") or []
+        ]
     pod_spec["volumes"] = [
         volume if isinstance(v, Mapping) and v.get("name") == CHECKPOINT_VOLUME else v
         for v in pod_spec.get("volumes") or []
@@ -290,6 +312,11 @@ def validate_job(obj: JobLike) -> list[str]:
     nothing. Also repeats the CRD's CEL rules, for objects that never went through the API
     server (CLI, SDK, tests).
     """
+    too_big = bounded.spec_problems(
+        obj.get("spec") if isinstance(obj, Mapping) else _schemaless_parts(obj)
+    )
+    if too_big:  # before anything walks the spec recursively
+        return too_big
     try:
         j = _job(obj)
     except pydantic.ValidationError as e:
@@ -321,6 +348,8 @@ def validate_job(obj: JobLike) -> list[str]:
     ckpt = spec.checkpoint
     if not ckpt.mount_path.startswith("/"):
         problems.append("spec.checkpoint.mountPath must be an absolute path")
+    elif (mount_problem := mount_path_problem(ckpt.mount_path)) is not None:
+        problems.append(f"spec.{mount_problem}")
     if ckpt.volume is not None and len(ckpt.volume) != 1:
         problems.append("spec.checkpoint.volume must have exactly one volume source key")
     shared = ckpt.volume is not None and "emptyDir" not in ckpt.volume
@@ -333,6 +362,17 @@ def validate_job(obj: JobLike) -> list[str]:
     for where, tpl in _templates(j):
         problems.extend(_template_problems(where, tpl, ckpt.mount_path))
     return problems
+
+
+def _schemaless_parts(j: KerasJob) -> dict[str, Any]:
+    """The spec fields without a schema (any depth, any size), as `bounded` checks them."""
+    s = j.spec
+    return {
+        "template": s.template,
+        "chief": {"template": s.chief.template} if s.chief else None,
+        "evaluator": {"template": s.evaluator.template} if s.evaluator else None,
+        "checkpoint": {"volume": s.checkpoint.volume},
+    }
 
 
 def _templates(j: KerasJob) -> list[tuple[str, Any]]:
@@ -409,11 +449,12 @@ def _normalise_template(tpl: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _trainer_container(pod_spec: Mapping[str, Any]) -> dict[str, Any]:
-    for c in pod_spec["containers"]:
-        if c.get("name") == TRAINER_CONTAINER:
+def _trainer_container(pod_spec: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The trainer container; None only when a template deleted the containers."""
+    for c in pod_spec.get("containers") or []:
+        if isinstance(c, dict) and c.get("name") == TRAINER_CONTAINER:
             return c
-    raise AssertionError("the rendered Pod always has a trainer container")
+    return None
 
 
 def is_dns_label(value: str) -> bool:

@@ -29,6 +29,7 @@ from typing import Any
 
 import yaml
 
+from kerasjob import bounded
 from kerasjob.config import OperatorConfig
 
 
@@ -53,6 +54,7 @@ def _run(args: argparse.Namespace) -> int:
                 "liveness": args.liveness,
                 "peering": args.peering,
                 "metrics_port": args.metrics_port,
+                "network_policy": False if args.no_network_policy else None,
             }.items()
             if v is not None
         },
@@ -129,6 +131,11 @@ def parser() -> argparse.ArgumentParser:
         type=float,
         help="seconds between chief metrics scrapes, 0 disables (10)",
     )
+    run.add_argument(
+        "--no-network-policy",
+        action="store_true",
+        help="create no NetworkPolicy per job ($KERASJOB_NETWORK_POLICY=false)",
+    )
     run.add_argument("-v", "--verbose", action="store_true")
     run.set_defaults(func=_run)
 
@@ -162,6 +169,8 @@ def _explain(exc: BaseException, args: argparse.Namespace) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # A KerasJob nested thousands of levels deep must not crash the operator or the CLI.
+    bounded.install()
     args = parser().parse_args(argv)
     if args.command is None and os.path.basename(sys.argv[0]).startswith("kubectl-"):
         parser().print_help()  # `kubectl kerasjob` alone: help, never the operator

@@ -6,8 +6,10 @@ through the Deployment's env.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 #: The trainer image used when neither spec.image nor the template names one.
 DEFAULT_TRAINER_IMAGE = "ghcr.io/kerasjob/trainer:0.1.0-cpu"
@@ -63,4 +65,14 @@ class OperatorConfig:
     peering: str | None = field(default_factory=lambda: os.environ.get("KERASJOB_PEERING"))
     """A kopf peering name for several replicas (needs kopf's peering CRDs); None: standalone."""
     priority: int = field(default_factory=lambda: int(_env("KERASJOB_PRIORITY", "0")))
+    network_policy: bool = field(
+        default_factory=lambda: _env("KERASJOB_NETWORK_POLICY", "true").lower()
+        not in ("0", "false", "no", "off")
+    )
+    """Create a NetworkPolicy per job: its TF port reachable only from its own Pods."""
+    metrics_from: tuple[dict[str, Any], ...] = field(
+        default_factory=lambda: tuple(json.loads(_env("KERASJOB_METRICS_FROM", "[]")))
+    )
+    """NetworkPolicyPeers allowed to the trainers' metrics port (the operator itself,
+    Prometheus); JSON in $KERASJOB_METRICS_FROM (the chart writes it). Empty: nobody."""
     verbose: bool = False

@@ -26,7 +26,7 @@ from typing import Any
 
 import aiohttp
 
-from kerasjob import children, progress
+from kerasjob import children, progress, rejection
 from kerasjob import reconcile as rc
 from kerasjob.config import OperatorConfig
 from kerasjob.events import EventRecorder, build_event
@@ -37,17 +37,23 @@ from kerasjob.kube import (
     events_path,
     gather_limited,
     job_path,
+    network_policy_path,
     pod_path,
     service_path,
 )
 from kerasjob.observed import SERVICE, Expectations, Observed, WriteCache, index_behind
 from kerasjob.podview import PodView
+from kerasjob.rejection import Rejection
 from kerasjob.status import merge_patch
 from kerasjob.workqueue import Key, WorkQueue
 from kerasjob_contract import DEFAULT_METRICS_PORT
 from kerasjob_contract.times import utcnow
 
 log = logging.getLogger("kerasjob.controller")
+
+#: The name under which the job's NetworkPolicy create is tracked (as observed.SERVICE).
+NETWORK_POLICY = "\0networkpolicy"
+_SHARED_KINDS = {SERVICE: "Service", NETWORK_POLICY: "NetworkPolicy"}
 
 
 def _namespace_gone(error: BaseException) -> bool:
@@ -87,6 +93,8 @@ class Controller:
         self.events = EventRecorder(api)
         self.written = WriteCache()
         self.expectations = Expectations()
+        self.rejections: dict[Key, Rejection] = {}
+        """The API server's last refusal to create a child, per job (see `rejection`)."""
         self._errors: dict[Key, int] = {}
         self._awaiting_api: set[Key] = set()
         self._api_probe: asyncio.Task[None] | None = None
@@ -266,13 +274,19 @@ class Controller:
             self.queue.forget(key)
             self._errors.pop(key, None)
             self.expectations.forget(key)
+            self.rejections.pop(key, None)
             return None
         if await index_behind(self.api, key[0], seen.status, seen.pods):
             log.debug("%s/%s: Pod index behind the status; waiting", *key)
             return 0.5
         now = utcnow()
         plan = rc.plan(
-            seen.job, seen.status, seen.pods, now, force_delete_after=self.config.force_delete_after
+            seen.job,
+            seen.status,
+            seen.pods,
+            now,
+            force_delete_after=self.config.force_delete_after,
+            rejection=self.rejections.get(key),
         )
         patch = merge_patch(seen.status, plan.status)
         if plan.status.get("restarts") != seen.status.get("restarts") and (
@@ -302,7 +316,9 @@ class Controller:
         )
         if actions:
             log.debug("%s/%s: %s", *key, ", ".join(type(a).__name__ for a in actions))
-            await self._act(key, seen, plan, actions)
+            refused = await self._act(key, seen, plan, actions)
+            if refused is not None:  # plan again with it: fail the job, or show the wait
+                return 0.0 if refused.permanent else refused.retry_after
         delay = plan.requeue_after if wait is None else (
             wait if plan.requeue_after is None else min(wait, plan.requeue_after)
         )
@@ -322,20 +338,35 @@ class Controller:
         try:
             await self.api.request(
                 "POST", events_path(job.namespace), body=probe, params={"dryRun": "All"},
-                count_as="create events (dry run)",
+                count_as="create events",  # a dry run: RBAC-wise the same verb
             )
         except ApiError as e:
             return _namespace_gone(e)
         return False
 
-    async def _act(self, key: Key, seen: Observed, plan: rc.Plan, actions: list[rc.Action]) -> None:
+    async def _act(
+        self, key: Key, seen: Observed, plan: rc.Plan, actions: list[rc.Action]
+    ) -> Rejection | None:
+        """Carry out the actions; a child the API server refused to create is returned (and
+        kept for the next plan) instead of raised."""
         job, model = seen.job, seen.parsed.model
         ns = job.namespace
         calls: list[tuple[str | None, Any]] = []  # (child created, or None; the call)
         for action in actions:
             if isinstance(action, rc.CreateService) and model is not None:
+                # The job's shared children: its Service and, unless switched off, the
+                # NetworkPolicy that keeps its TF port to its own Pods (before any Pod).
+                if self.config.network_policy:
+                    policy = children.build_network_policy(
+                        model, metrics_from=self.config.metrics_from
+                    )
+                    create = self.api.create(
+                        network_policy_path(ns), policy, "networkpolicies", strict=True
+                    )
+                    calls.append((NETWORK_POLICY, create))
                 service = children.build_service(model)
-                calls.append((SERVICE, self.api.create(service_path(ns), service, "services")))
+                create = self.api.create(service_path(ns), service, "services", strict=True)
+                calls.append((SERVICE, create))
             elif isinstance(action, rc.CreatePod) and model is not None:
                 manifest = children.build_pod(
                     model,
@@ -344,7 +375,8 @@ class Controller:
                     default_image=self.config.default_image,
                     restart_attempt=plan.restart_attempt,
                 )
-                calls.append((action.task.name, self.api.create(pod_path(ns), manifest, "pods")))
+                create = self.api.create(pod_path(ns), manifest, "pods", strict=True)
+                calls.append((action.task.name, create))
             elif isinstance(action, rc.DeletePod):
                 grace = 0 if action.force else None
                 call = self.api.delete(
@@ -357,17 +389,37 @@ class Controller:
                     job_path(ns, job.name), "kerasjobs", uid=job.uid, propagation="Background"
                 )
                 calls.append((None, call))
-        # The Service first (Pods resolve each other through it), then the rest together.
-        first = 1 if calls and calls[0][0] == SERVICE else 0
+        # The Service and NetworkPolicy first (Pods resolve each other through the one and
+        # must never run unprotected by the other), then the rest together.
+        first = sum(1 for name, _ in calls if name in (SERVICE, NETWORK_POLICY))
         results = await gather_limited([c for _, c in calls[:first]])
         results += await gather_limited([c for _, c in calls[first:]])
         now = asyncio.get_running_loop().time()
+        refused: Rejection | None = None
+        errors: list[BaseException] = []
         for (name, _), result in zip(calls, results, strict=True):
             if name is not None and not isinstance(result, BaseException):
                 self.expectations.expect(key, name, now)
-        errors = [r for r in results if isinstance(r, BaseException)]
+            elif isinstance(result, ApiError) and name is not None and refused is None:
+                kind, child = _SHARED_KINDS.get(name, "Pod"), name
+                if name in _SHARED_KINDS:
+                    child = job.name
+                refused = rejection.from_error(
+                    result.status, result.body, kind=kind, name=child, generation=job.generation
+                )
+                if refused is None:
+                    errors.append(result)
+            elif isinstance(result, BaseException):
+                errors.append(result)
+        if refused is not None:
+            refused = self.rejections[key] = refused.again(self.rejections.get(key))
+            log.info("%s/%s: %s", *key, refused.describe())
+            return refused
+        if any(n is not None for n, _ in calls):
+            self.rejections.pop(key, None)  # every create went through
         if errors:
             raise errors[0]
+        return None
 
     # -- progress --------------------------------------------------------------------------
 

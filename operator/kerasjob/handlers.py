@@ -19,7 +19,7 @@ from typing import Any
 
 import kopf
 
-from kerasjob import API_GROUP, API_VERSION, PLURAL, metrics
+from kerasjob import API_GROUP, API_VERSION, PLURAL, bounded, metrics
 from kerasjob import labels as lbl
 from kerasjob.api import plain
 from kerasjob.config import OperatorConfig
@@ -49,7 +49,10 @@ class NoDiffBase(kopf.DiffBaseStorage):
 
 @kopf.index(API_GROUP, API_VERSION, PLURAL)
 async def kerasjob_bodies(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> Any:
-    return {(namespace, name): {k: plain(body.get(k)) for k in _JOB_FIELDS if k in body}}
+    # At most bounded.BODY_DEPTH levels: a job nested deeper is failed by validation, and
+    # nothing downstream ever walks more than that.
+    bounded_body = bounded.prune(body)
+    return {(namespace, name): {k: plain(bounded_body.get(k)) for k in _JOB_FIELDS if k in body}}
 
 
 @kopf.index("pods", labels={lbl.JOB_NAME: kopf.PRESENT})

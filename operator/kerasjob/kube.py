@@ -23,6 +23,8 @@ from kerasjob.credentials import client_configuration
 
 __all__ = ["ApiError", "KubeApi", "client_configuration"]
 
+from kerasjob import bounded
+
 log = logging.getLogger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -148,10 +150,14 @@ class KubeApi:
 
     # -- the calls the controller makes ------------------------------------------------
 
-    async def create(self, path: str, obj: Mapping[str, Any], resource: str) -> bool:
-        """Create; False (no error) when it already exists."""
+    async def create(
+        self, path: str, obj: Mapping[str, Any], resource: str, *, strict: bool = False
+    ) -> bool:
+        """Create; False (no error) when it already exists. ``strict``: unknown and
+        duplicate fields are a 400 error instead of being dropped (fieldValidation=Strict)."""
+        params = {"fieldValidation": "Strict"} if strict else None
         try:
-            await self.request("POST", path, body=obj, count_as=f"create {resource}")
+            await self.request("POST", path, body=obj, params=params, count_as=f"create {resource}")
         except ApiError as e:
             if e.status == 409:
                 return False
@@ -184,9 +190,11 @@ class KubeApi:
         return True
 
     async def merge_patch(self, path: str, patch: Mapping[str, Any], resource: str) -> Any:
-        return await self.request(
+        """The patched object, at most `bounded.BODY_DEPTH` levels deep."""
+        written = await self.request(
             "PATCH", path, body=patch, content_type=MERGE_PATCH, count_as=f"patch {resource}"
         )
+        return bounded.prune(written)
 
 
 def pod_path(namespace: str, name: str | None = None) -> str:
@@ -196,6 +204,11 @@ def pod_path(namespace: str, name: str | None = None) -> str:
 
 def service_path(namespace: str, name: str | None = None) -> str:
     base = f"/api/v1/namespaces/{namespace}/services"
+    return f"{base}/{name}" if name else base
+
+
+def network_policy_path(namespace: str, name: str | None = None) -> str:
+    base = f"/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies"
     return f"{base}/{name}" if name else base
 
 

@@ -57,6 +57,9 @@ class PodView:
     """status.reason, e.g. Evicted, Preempting, NodeLost, Shutdown."""
     disruption_reason: str = ""
     """Reason of a True DisruptionTarget condition (EvictionByEvictionAPI, ...), else ''."""
+    waiting: str = ""
+    """Why it cannot start, "<Reason>: <message>": not schedulable (a missing claim, no node
+    fits), or its trainer's image or config cannot be had; else ''."""
 
     @property
     def deleting(self) -> bool:
@@ -112,6 +115,23 @@ def _metrics_port(pod: Mapping[str, Any]) -> int | None:
     return None
 
 
+#: Container waiting reasons that mean the Pod will not start without a change.
+STUCK_WAITING_REASONS = frozenset({
+    "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError",
+    "CreateContainerError",
+})
+
+
+def _waiting(conditions: list[Mapping[str, Any]], trainer: Mapping[str, Any]) -> str:
+    for c in conditions:
+        if c.get("type") == "PodScheduled" and c.get("status") == "False":
+            return f"{c.get('reason') or 'Unschedulable'}: {c.get('message') or ''}".strip()
+    waiting = (trainer.get("state") or {}).get("waiting") or {}
+    if waiting.get("reason") in STUCK_WAITING_REASONS:
+        return f"{waiting['reason']}: {waiting.get('message') or ''}".strip()
+    return ""
+
+
 def _owner_uid(meta: Mapping[str, Any]) -> str | None:
     for ref in meta.get("ownerReferences") or []:
         if ref.get("kind") == KIND and ref.get("controller"):
@@ -162,4 +182,5 @@ def pod_view(pod: Mapping[str, Any]) -> PodView | None:
         metrics_port=_metrics_port(pod),
         status_reason=str(status.get("reason") or ""),
         disruption_reason=disruption,
+        waiting=_waiting(conditions, trainer)[:1024],
     )

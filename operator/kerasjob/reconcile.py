@@ -21,10 +21,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from kerasjob import restart_loop
 from kerasjob import restart_policy as rp
 from kerasjob import status as st
 from kerasjob.api import Reason
 from kerasjob.podview import PodView
+from kerasjob.rejection import Rejection
 from kerasjob_contract.times import format_time, parse_time
 
 REASON_INVALID_SPEC = Reason.INVALID_SPEC.value
@@ -101,6 +103,11 @@ class Event:
     message: str
 
 
+#: Seconds a Succeeded job leaves its still-running Pods (other workers finishing the same
+#: step, the evaluator's final evaluation) to end on their own before cleanPodPolicy stops
+#: them: a worker that exits 0 a moment after the chief is counted succeeded, not stopped.
+CLEANUP_GRACE_SECONDS = 10.0
+
 #: While old Pods of a job are still going, look again this often (their deletion events
 #: normally wake the controller first).
 REGROUP_RECHECK_SECONDS = 2.0
@@ -128,8 +135,13 @@ class _Planner:
         pods: Iterable[PodView],
         now: datetime,
         force_delete_after: float,
+        rejection: Rejection | None = None,
     ) -> None:
         self.job = job
+        # A refusal of an older generation's child says nothing about this one.
+        self.rejection = (
+            rejection if rejection is not None and rejection.generation == job.generation else None
+        )
         self.now = now
         self.force_delete_after = force_delete_after
         self.old = old_status
@@ -152,7 +164,9 @@ class _Planner:
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def cond(self, type_: str, status: bool, reason: str, message: str) -> None:
+    def cond(
+        self, type_: str, status: bool, reason: str, message: str, *, add_false: bool = False
+    ) -> None:
         self.conditions = st.set_condition(
             self.conditions,
             type_,
@@ -161,6 +175,7 @@ class _Planner:
             message,
             now=self.now,
             generation=self.job.generation,
+            add_false=add_false,
         )
 
     def event(self, type_: str, reason: str, message: str) -> None:
@@ -215,6 +230,11 @@ class _Planner:
         }
         if code is not None:
             last["exitCode"] = code
+        if verdict.count_disruption:
+            last.update(restart_loop.record(
+                self.status.get("lastRestart"), reason, self.status,
+                was_running=self.prev_phase == st.RUNNING,
+            ))
         self.status["lastRestart"] = last
         exit_text = f" (exit code {code})" if code is not None else ""
         if verdict.count_disruption:
@@ -287,19 +307,49 @@ class _Planner:
         self.event("Normal" if phase == st.SUCCEEDED else "Warning", reason, message)
 
     def finished(self) -> None:
-        """A finished job: clean Pods up per cleanPodPolicy, delete it after its TTL."""
+        """A finished job: clean Pods up per cleanPodPolicy, delete it after its TTL.
+
+        Pods still running when a job succeeded get `CLEANUP_GRACE_SECONDS` to end on their
+        own; a Pod the operator then stops is marked ``stopped``: its exit is no failure.
+        """
+        self.late_successes()
         policy = self.job.clean_pod_policy
-        for pod in self.owned.values():
-            if policy == "All" or (policy == "Running" and not pod.finished):
-                self.delete(pod)
-        ttl = self.job.ttl_seconds_after_finished
         done = parse_time(self.status.get("completionTime"))
+        grace_left = 0.0
+        if self.status.get("phase") == st.SUCCEEDED and done is not None:
+            grace_left = (
+                done + timedelta(seconds=CLEANUP_GRACE_SECONDS) - self.now
+            ).total_seconds()
+        for pod in self.owned.values():
+            if not (policy == "All" or (policy == "Running" and not pod.finished)):
+                continue
+            if not pod.finished and not pod.deleting:
+                if grace_left > 0:
+                    self.requeue(grace_left)
+                    continue
+                rec = self.tracked.get(pod.name)
+                if rec is not None and rec.get("uid") == pod.uid:
+                    rec["stopped"] = True
+            self.delete(pod)
+        ttl = self.job.ttl_seconds_after_finished
         if ttl is not None and done is not None:
             left = (done + timedelta(seconds=ttl) - self.now).total_seconds()
             if left <= 0:
                 self.actions.append(DeleteJob())
             else:
                 self.requeue(left)
+
+    def late_successes(self) -> None:
+        """After the job finished: a tracked Pod that has since exited 0 still counts as
+        succeeded (it exited in the same instant as the chief, or in the cleanup grace)."""
+        for task in self.job.tasks:
+            pod = self.owned.get(task.name)
+            rec = self.tracked.get(task.name)
+            if pod is None or rec is None or rec.get("uid") != pod.uid or rec.get("succeeded"):
+                continue
+            if pod.finished and isinstance(rp.classify_finished(pod), rp.Success):
+                rec["succeeded"] = True
+                rec["counted"] = True
 
     def suspended(self) -> None:
         for pod in self.owned.values():
@@ -379,12 +429,27 @@ class _Planner:
         if creates and old:
             creates = []
             self.requeue(REGROUP_RECHECK_SECONDS)
+        hold = restart_loop.hold_until(self.status.get("lastRestart"), self.status)
+        if creates and hold is not None and hold > self.now:
+            creates = []  # the same disruption again and again, no progress: back off
+            self.requeue((hold - self.now).total_seconds())
         if creates:
             self.actions[:0] = [CreateService(), *creates]
             if st.get_condition(self.conditions, st.COND_CREATED) is None:
                 message = f"Creating {len(job.tasks)} Pods and the headless Service"
                 self.cond(st.COND_CREATED, True, Reason.CREATED.value, message)
                 self.event("Normal", Reason.CREATED.value, message)
+            if self.rejection is not None:  # forbidden for now: say so, retry later
+                message = self.rejection.describe()
+                shown = st.get_condition(self.conditions, st.COND_CREATED) or {}
+                if shown.get("status") != "False" or shown.get("message") != message:
+                    self.event("Warning", self.rejection.reason, message)
+                self.cond(st.COND_CREATED, False, self.rejection.reason, message)
+        elif st.get_condition(self.conditions, st.COND_CREATED) is not None and not (
+            st.condition_true(self.conditions, st.COND_CREATED)
+        ):
+            message = "The Pods were created"
+            self.cond(st.COND_CREATED, True, Reason.CREATED.value, message)
 
         wanted = [t for t in job.tasks if t.name not in succeeded]
         all_ready = bool(wanted) and all(
@@ -410,10 +475,33 @@ class _Planner:
                 if last.get("pod")
                 else "Waiting for Pods to become ready again"
             )
+            if restart_loop.looping(last, self.status):
+                reason = restart_loop.REASON_LOOP
+                message = restart_loop.message(last)
+                if last != (self.old.get("lastRestart") or {}):  # once per new restart
+                    self.event("Warning", reason, message)
             self.cond(st.COND_RESTARTING, True, reason, message)
             self.cond(st.COND_RUNNING, False, Reason.RESTARTING.value, message)
             if self.prev_phase != st.RESTARTING:
                 self.event("Normal", Reason.RESTARTING.value, message)
+        if phase != st.RUNNING:
+            self.explain_waiting(wanted)
+
+    def explain_waiting(self, wanted: list[Task]) -> None:
+        """A Pod that cannot start (a checkpoint claim that does not exist, no node that
+        fits, an image that cannot be pulled) shows in the job's own status and events:
+        condition Running False with the Pod's reason and message, one Warning per change."""
+        for task in wanted:
+            pod = self.owned.get(task.name)
+            if pod is None or not pod.waiting or pod.deleting or pod.finished:
+                continue
+            reason, _, detail = pod.waiting.partition(":")
+            message = f"Pod {task.name} cannot start: {reason}: {detail.strip()}"
+            shown = st.get_condition(self.conditions, st.COND_RUNNING) or {}
+            if shown.get("message") != message:
+                self.event("Warning", f"Pod{reason}", message)
+            self.cond(st.COND_RUNNING, False, reason, message, add_false=True)
+            return
 
     def run(self) -> Plan:
         if self.job.deleting:
@@ -426,6 +514,10 @@ class _Planner:
         elif self.job.invalid:
             message = "; ".join(self.job.invalid)
             self.finish(st.FAILED, REASON_INVALID_SPEC, f"invalid spec: {message}")
+            self.finished()
+        elif self.rejection is not None and self.rejection.permanent:
+            self.observe()  # what happened before still counts
+            self.finish(st.FAILED, self.rejection.reason, self.rejection.describe())
             self.finished()
         elif self.job.suspend:
             # What happened before the suspension still counts (and may end the job).
@@ -456,7 +548,14 @@ class _Planner:
             t.role for t in self.job.tasks if self.tracked.get(t.name, {}).get("succeeded")
         ]
         owned = [p for p in self.owned.values() if p.name in names]
-        self.status["replicaStatuses"] = st.replica_statuses(self.job.roles, owned, succeeded)
+        stopped = {
+            name for name, rec in self.tracked.items()
+            if rec.get("stopped") and (p := self.owned.get(name)) is not None
+            and p.uid == rec.get("uid")
+        }
+        self.status["replicaStatuses"] = st.replica_statuses(
+            self.job.roles, owned, succeeded, stopped=stopped
+        )
         if not self.status.get("phase"):
             self.status["phase"] = st.PENDING
 
@@ -484,10 +583,13 @@ def plan(
     now: datetime,
     *,
     force_delete_after: float = 30.0,
+    rejection: Rejection | None = None,
 ) -> Plan:
     """Decide, from the job, its stored status and its observed Pods, what to do now.
 
     ``force_delete_after``: seconds past a Pod's deletionTimestamp (which already includes
     its grace period) after which it is deleted again with grace period 0.
+    ``rejection``: the API server's last refusal to create a child of this job (see
+    `rejection`): a permanent one fails the job, a forbidden one is shown while waiting.
     """
-    return _Planner(job, old_status, pods, now, force_delete_after).run()
+    return _Planner(job, old_status, pods, now, force_delete_after, rejection).run()

@@ -50,9 +50,11 @@ def set_condition(
     *,
     now: datetime,
     generation: int | None,
+    add_false: bool = False,
 ) -> list[dict[str, Any]]:
     """Return ``conditions`` with ``type_`` set; lastTransitionTime moves only on a change
-    of status. A condition that does not exist yet is not added as False (absent == False).
+    of status. A condition that does not exist yet is not added as False (absent == False)
+    unless ``add_false`` (a False condition that carries a reason worth showing).
     """
     wanted = "True" if status else "False"
     out: list[dict[str, Any]] = []
@@ -69,7 +71,7 @@ def set_condition(
         if generation is not None:
             new["observedGeneration"] = generation
         out.append(new)
-    if not found and status:
+    if not found and (status or add_false):
         new = {
             "type": type_,
             "status": wanted,
@@ -87,17 +89,23 @@ def replica_statuses(
     roles: Iterable[str],
     pods: Iterable[PodView],
     succeeded_roles: Iterable[str],
+    *,
+    stopped: Iterable[str] = (),
 ) -> dict[str, dict[str, int]]:
     """Pod counts per role: active (exists, not finished, not terminating), ready, succeeded
     (tasks that exited 0, even if their Pod is gone; one role per such task), failed (Pods
-    now in phase Failed)."""
+    now in phase Failed, except the ``stopped`` ones: the operator ended them because the
+    job had finished)."""
 
     def zero() -> dict[str, int]:
         return {"active": 0, "ready": 0, "succeeded": 0, "failed": 0}
 
     out = {role: zero() for role in roles}
+    stopped = set(stopped)
     for pod in pods:
         counts = out.setdefault(pod.role, zero())
+        if pod.phase == "Failed" and pod.name in stopped:
+            continue
         if pod.phase == "Failed":
             counts["failed"] += 1
         elif not pod.finished and not pod.deleting:

@@ -55,9 +55,12 @@ class FakeCluster:
         self.jobs: dict[str, dict[str, Any]] = {}
         self.pods: dict[str, dict[str, Any]] = {}
         self.services: dict[str, dict[str, Any]] = {}
+        self.network_policies: dict[str, dict[str, Any]] = {}
         self.events: list[dict[str, Any]] = []
         self.terminating_namespace = False
         self.down = False  # the API server is unreachable
+        #: Answers a create with this error instead (an admission or validation refusal).
+        self.refuse: Callable[[str, Mapping[str, Any]], ApiError | None] | None = None
         self.log: list[str] = []
         #: The Pod watch: (resourceVersion, Pod name) of every change, in order.
         self.pod_events: list[tuple[int, str]] = []
@@ -163,12 +166,17 @@ class FakeCluster:
         if resource == "events":
             self.events.append(copy.deepcopy(dict(obj)))
             return True
-        store = {"pods": self.pods, "services": self.services}[resource]
+        refusal = self.refuse(resource, obj) if self.refuse is not None else None
+        if refusal is not None:
+            raise refusal
+        store = {"pods": self.pods, "services": self.services,
+                 "networkpolicies": self.network_policies}[resource]
         name = obj["metadata"]["name"]
         if name in store:
             return False
         body = copy.deepcopy(dict(obj))
-        body.setdefault("kind", "Pod" if resource == "pods" else "Service")
+        kinds = {"pods": "Pod", "services": "Service", "networkpolicies": "NetworkPolicy"}
+        body.setdefault("kind", kinds[resource])
         body["metadata"]["uid"] = f"{resource}-{next(_uids)}"
         body.setdefault("status", {"phase": "Pending"})
         self._bump(body)
@@ -203,6 +211,8 @@ class FakeApi:
     def __init__(self, cluster: FakeCluster) -> None:
         self.cluster = cluster
         self.calls: list[str] = []
+        #: Pod and Service creates made without fieldValidation=Strict.
+        self.loose_creates: list[str] = []
 
     def _reachable(self) -> None:
         if self.cluster.down:
@@ -213,9 +223,13 @@ class FakeApi:
         self._reachable()
         return self.cluster.merge_patch(path, patch)
 
-    async def create(self, path: str, obj: Mapping[str, Any], resource: str) -> bool:
+    async def create(
+        self, path: str, obj: Mapping[str, Any], resource: str, *, strict: bool = False
+    ) -> bool:
         self.calls.append(f"create {resource}")
         self._reachable()
+        if not strict and resource != "events":
+            self.loose_creates.append(resource)
         return self.cluster.create(path, obj)
 
     async def delete(self, path: str, resource: str, *, uid: str | None = None,

@@ -192,3 +192,46 @@ def test_condition_needs_type_and_status() -> None:
         Condition.model_validate({"status": "True"})
     with pytest.raises(pydantic.ValidationError):
         Condition.model_validate({"type": "X", "status": "Yes"})
+
+
+@pytest.mark.parametrize(
+    ("path", "problem"),
+    [
+        ("/", "normalised"),
+        ("/../../etc", "normalised"),
+        ("//etc", "normalised"),
+        ("/data/./ckpt", "normalised"),
+        ("/data/ckpt/..", "normalised"),
+        ("/etc", "system directory"),
+        ("/etc/kerasjob", "system directory"),
+        ("/proc/x", "system directory"),
+        ("/usr/lib/python3", "system directory"),
+        ("/tmp", "system directory"),
+        ("/var/", "system directory"),
+        ("/kerasjob/checkpoint", None),
+        ("/kerasjob/checkpoint/", None),
+        ("/var/lib/ckpt", None),
+        ("/tmp/ckpt", None),
+        ("/etcetera", None),
+        ("/a..b/c", None),
+    ],
+)
+def test_mount_path_rules(path: str, problem: str | None) -> None:
+    from kerasjob.api import mount_path_problem
+    from kerasjob.children import validate_job
+
+    found = mount_path_problem(path)
+    assert (found is None) if problem is None else (found is not None and problem in found)
+    body = {
+        "metadata": {"name": "j", "namespace": "ns", "uid": "u"},
+        "spec": {"workers": 1, "checkpoint": {"mountPath": path}},
+    }
+    problems = validate_job(body)
+    assert bool(problems) == (problem is not None), problems
+
+
+def test_mount_path_rules_are_in_the_crd() -> None:
+    from kerasjob.api import MOUNT_PATH_NOT_NORMAL, MOUNT_PATH_SYSTEM, CheckpointSpec
+
+    rules = CheckpointSpec.model_config["json_schema_extra"]["x-kubernetes-validations"]  # type: ignore[index]
+    assert {r["message"] for r in rules} >= {MOUNT_PATH_NOT_NORMAL, MOUNT_PATH_SYSTEM}

@@ -109,6 +109,7 @@ NAMESPACED_PERMISSIONS = {
     "/pods": {"list", "watch", "create", "delete"},
     "/services": {"create"},
     "/events": {"create"},
+    "networking.k8s.io/networkpolicies": {"create"},
 }
 
 
@@ -441,3 +442,21 @@ def test_readme_permission_table_matches_the_rules() -> None:
     }
     expected = {key.split("/", 1)[1]: verbs for key, verbs in NAMESPACED_PERMISSIONS.items()}
     assert table == expected
+
+
+@needs_helm
+def test_network_policy_env_and_rbac_follow_the_switch() -> None:
+    mon = {"namespaceSelector": {"matchLabels": {"team": "mon"}}}
+    objects = render(**{"networkPolicy.metricsFrom": [mon]})
+    env = {e["name"]: e.get("value") for e in container(objects)["env"]}
+    assert env["KERASJOB_NETWORK_POLICY"] == "true"
+    peers = json.loads(env["KERASJOB_METRICS_FROM"])
+    assert peers[0]["namespaceSelector"] == {
+        "matchLabels": {"kubernetes.io/metadata.name": "kerasjob-system"}
+    }
+    assert peers[0]["podSelector"]["matchLabels"]["app.kubernetes.io/name"] == "kerasjob-operator"
+    assert peers[1:] == [mon]
+    off = render(**{"networkPolicy.enabled": False})
+    env = {e["name"]: e.get("value") for e in container(off)["env"]}
+    assert env["KERASJOB_NETWORK_POLICY"] == "false" and "KERASJOB_METRICS_FROM" not in env
+    assert "networking.k8s.io/networkpolicies" not in rules_by_resource(one(off, "ClusterRole"))

@@ -455,3 +455,23 @@ def test_trainer_command_reaches_the_trainer_and_is_validated() -> None:
         KerasJob.from_body(job({"workers": 1, "trainer": {"command": []}}))
     with pytest.raises(pydantic.ValidationError):
         KerasJob.from_body(job({"workers": 1, "trainer": {"command": ["python", ""]}}))
+
+
+def test_network_policy_admits_only_the_jobs_pods_to_the_tf_port() -> None:
+    body = {
+        "metadata": {"name": "j", "namespace": "ns", "uid": "u"},
+        "spec": {"workers": 2, "port": 2345,
+                 "checkpoint": {"volume": {"persistentVolumeClaim": {"claimName": "c"}}}},
+    }
+    peer = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops"}}}
+    policy = children.build_network_policy(body, metrics_from=[peer])
+    assert policy["kind"] == "NetworkPolicy" and policy["metadata"]["name"] == "j"
+    assert policy["metadata"]["ownerReferences"][0]["uid"] == "u"
+    own = {"matchLabels": {"kerasjob.dev/job-name": "j"}}
+    assert policy["spec"]["podSelector"] == own
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    tf, metrics = policy["spec"]["ingress"]
+    assert tf == {"from": [{"podSelector": own}], "ports": [{"protocol": "TCP", "port": 2345}]}
+    assert metrics == {"from": [peer], "ports": [{"protocol": "TCP", "port": 9464}]}
+    # No peers configured: the metrics port takes no connections at all.
+    assert len(children.build_network_policy(body)["spec"]["ingress"]) == 1

@@ -310,12 +310,52 @@ def test_pods_deleted_with_their_namespace_are_no_disruption() -> None:
         assert await op.reconcile() is None
         assert cluster.status() == status_before
         new_calls = op.api.calls[calls_before:]
-        assert "create events (dry run)" in new_calls
-        assert set(new_calls) <= {"create events (dry run)", "list pods"}, new_calls  # reads
+        assert "create events" in new_calls  # the dry-run probe
+        assert set(new_calls) <= {"create events", "list pods"}, new_calls  # no writes
         # A Pod deleted in a live namespace is a disruption again.
         cluster.terminating_namespace = False
         await settle(cluster, [op])
         assert cluster.restarts()["disruptions"] == 2
+
+    run(scenario())
+
+
+# -- children the API server refuses -------------------------------------------------------
+
+
+def _refusal(status: int, message: str) -> Any:
+    from kerasjob.kube import ApiError
+
+    def refuse(resource: str, obj: Any) -> ApiError | None:
+        if resource != "pods":
+            return None
+        return ApiError(status, "POST", "/api/v1/namespaces/ns/pods", {"message": message})
+
+    return refuse
+
+
+def test_an_invalid_pod_fails_the_job_with_the_api_message() -> None:
+    async def scenario() -> None:
+        cluster = FakeCluster()
+        cluster.add_job(workers=2)
+        message = 'Pod "job-worker-0" is invalid: spec.containers[0].image: Required value'
+        cluster.refuse = _refusal(422, message)
+        op = Operator(cluster, "a")
+        await settle(cluster, [op])
+        status = cluster.status()
+        assert status["phase"] == "Failed"
+        failed = next(c for c in status["conditions"] if c["type"] == "Failed")
+        assert failed["reason"] == "PodRejected"
+        assert message in failed["message"] and "HTTP 422" in failed["message"]
+        assert not cluster.pods
+        assert op.api.loose_creates == []  # every Pod and Service create was strict
+        await op.controller.events.drain()
+        assert [e["reason"] for e in cluster.events if e["type"] == "Warning"] == ["PodRejected"]
+        # Terminal: no more creates however often it is looked at.
+        creates = op.api.calls.count("create pods")
+        for _ in range(3):
+            await op.reconcile()
+        assert op.api.calls.count("create pods") == creates
 
     run(scenario())
 
@@ -346,5 +386,89 @@ def test_jobs_waiting_for_an_unavailable_api_server_are_reconciled_when_it_is_ba
         assert cluster.status("a")["phase"] == "Pending"
         await op.controller.stop()
         runner.cancel()
+
+    run(scenario())
+
+
+def test_a_forbidden_pod_waits_visibly_and_runs_once_allowed() -> None:
+    async def scenario() -> None:
+        cluster = FakeCluster()
+        cluster.add_job(workers=2)
+        message = 'pods "job-worker-0" is forbidden: exceeded quota: q, requested: pods=1'
+        cluster.refuse = _refusal(403, message)
+        op = Operator(cluster, "a")
+        op.sync()
+        delay = await op.reconcile()
+        assert delay is not None and delay >= 2.0
+        delay = await op.reconcile()
+        assert delay is not None and delay >= 4.0  # backs off
+        status = cluster.status()
+        assert status["phase"] == "Pending"
+        created = next(c for c in status["conditions"] if c["type"] == "Created")
+        assert created["status"] == "False" and created["reason"] == "CreateForbidden"
+        assert message in created["message"]
+        await op.controller.events.drain()
+        warnings = [e for e in cluster.events if e["reason"] == "CreateForbidden"]
+        assert len(warnings) == 1  # once, not at every retry
+        cluster.refuse = None  # quota freed
+        await settle(cluster, [op])
+        assert running(cluster)
+        created = next(c for c in cluster.status()["conditions"] if c["type"] == "Created")
+        assert created["status"] == "True"
+
+    run(scenario())
+
+
+def test_a_refusal_of_an_older_generation_is_forgotten() -> None:
+    async def scenario() -> None:
+        cluster = FakeCluster()
+        cluster.add_job(workers=1, checkpoint={})
+        cluster.refuse = _refusal(403, "forbidden for now")
+        op = Operator(cluster, "a")
+        op.sync()
+        await op.reconcile()
+        assert op.controller.rejections
+        cluster.refuse = None
+        job = cluster.jobs["job"]
+        job["metadata"]["generation"] = 2  # the user fixed the template
+        cluster._bump(job)
+        await settle(cluster, [op])
+        assert running(cluster, workers=1)
+
+    run(scenario())
+
+
+# -- the job's NetworkPolicy ----------------------------------------------------------------
+
+
+def test_the_network_policy_is_created_with_the_service_before_any_pod() -> None:
+    async def scenario() -> None:
+        cluster = FakeCluster()
+        cluster.add_job(workers=2)
+        op = Operator(cluster, "a")
+        await settle(cluster, [op])
+        assert running(cluster)
+        policy = cluster.network_policies["job"]
+        assert policy["metadata"]["ownerReferences"][0]["uid"] == cluster.jobs["job"][
+            "metadata"]["uid"]
+        creates = [c for c in op.api.calls if c.startswith("create ") and c != "create events"]
+        assert creates.index("create networkpolicies") < creates.index("create pods")
+        assert op.api.loose_creates == []
+
+    run(scenario())
+
+
+def test_no_network_policy_when_switched_off() -> None:
+    from dataclasses import replace
+
+    async def scenario() -> None:
+        cluster = FakeCluster()
+        cluster.add_job(workers=1, checkpoint={})
+        op = Operator(cluster, "a")
+        op.controller.config = replace(CONFIG, network_policy=False)
+        await settle(cluster, [op])
+        assert running(cluster, workers=1)
+        assert not cluster.network_policies
+        assert "create networkpolicies" not in op.api.calls
 
     run(scenario())

@@ -207,6 +207,11 @@ def test_chief_success_succeeds_job_and_is_never_recreated() -> None:
     p = run(j, s, done)
     assert p.status["phase"] == "Succeeded"
     assert p.status["replicaStatuses"]["worker"]["succeeded"] == 1
+    # The others get CLEANUP_GRACE_SECONDS to end on their own, then are stopped.
+    assert not deletes(p) and p.requeue_after == rc.CLEANUP_GRACE_SECONDS
+    assert not creates(p)
+    later = NOW + timedelta(seconds=rc.CLEANUP_GRACE_SECONDS)
+    p = run(j, p.status, done, later)
     assert sorted(deletes(p)) == ["j-worker-1", "j-worker-2"]
     assert not creates(p)
     # The finished Pod is gone later: never recreated, no disruption.
@@ -233,7 +238,87 @@ def test_clean_pod_policies() -> None:
         j = job(clean_pod_policy=policy)
         s = settle(j, [pod(i) for i in range(3)])
         done = [pod(0, phase="Succeeded", termination=Termination(0)), pod(1), pod(2)]
-        assert sorted(deletes(run(j, s, done))) == expected, policy
+        s = run(j, s, done).status
+        later = NOW + timedelta(seconds=rc.CLEANUP_GRACE_SECONDS)
+        assert sorted(deletes(run(j, s, done, later))) == expected, policy
+
+
+def test_workers_ending_with_the_chief_are_counted_succeeded() -> None:
+    """The chief's exit is seen first; the others exit 0 a moment later (after the job is
+    Succeeded): replicaStatuses counts all three."""
+    j = job(clean_pod_policy="Running")
+    s = settle(j, [pod(i) for i in range(3)])
+    ok = Termination(0, "Completed")
+    s = run(j, s, [pod(0, phase="Succeeded", termination=ok), pod(1), pod(2)]).status
+    assert s["phase"] == "Succeeded"
+    all_done = [pod(i, phase="Succeeded", ready=False, termination=ok) for i in range(3)]
+    p = run(j, s, all_done, NOW + timedelta(seconds=1))
+    assert p.status["replicaStatuses"]["worker"] == {
+        "active": 0, "ready": 0, "succeeded": 3, "failed": 0
+    }
+    assert not deletes(p)
+
+
+def test_a_pod_stopped_by_the_cleanup_is_not_failed() -> None:
+    """The evaluator still runs when the chief succeeds; after the grace the operator stops
+    it (SIGTERM, exit 143): not a failure of the evaluator."""
+    tasks = (rc.Task("j-worker-0", "worker", 0), rc.Task("j-evaluator-0", "evaluator", 0))
+    j = job(tasks=tasks, clean_pod_policy="Running")
+    ev = pod(0, uid="ev", name="j-evaluator-0", role="evaluator")
+    s = settle(j, [pod(0), ev])
+    ok = Termination(0, "Completed")
+    s = run(j, s, [pod(0, phase="Succeeded", termination=ok), ev]).status
+    later = NOW + timedelta(seconds=rc.CLEANUP_GRACE_SECONDS)
+    p = run(j, s, [pod(0, phase="Succeeded", termination=ok), ev], later)
+    assert deletes(p) == ["j-evaluator-0"]
+    killed = replace(ev, phase="Failed", termination=Termination(143, "Error"),
+                     deletion_timestamp=later)
+    p = run(j, p.status, [pod(0, phase="Succeeded", termination=ok), killed], later)
+    assert p.status["phase"] == "Succeeded"
+    assert p.status["replicaStatuses"]["evaluator"]["failed"] == 0
+    assert p.status["replicaStatuses"]["worker"]["succeeded"] == 1
+
+
+def test_the_same_disruption_without_progress_backs_off() -> None:
+    """A nodeName that does not exist: every Pod is deleted by the Pod GC, again and again.
+    From the 3rd loss in a row with no progress, re-creation waits (10 s, 20 s, ...), the
+    job says why, and backoffLimit is never touched."""
+    j = job(workers=1)
+    s = settle(j, [pod(0)])
+    now = NOW
+    delays = []
+    for n in range(1, 6):
+        now += timedelta(seconds=60)
+        p = run(j, s, [], now)  # the Pod is gone
+        last = p.status["lastRestart"]
+        assert last["repeated"] == n and last["reason"] == "PodDeleted"
+        assert p.status["restarts"] == {"disruptions": n, "failures": 0}
+        delays.append(p.requeue_after if not creates(p) else 0)
+        restarting = next(c for c in p.status["conditions"] if c["type"] == "Restarting")
+        if n >= 3:
+            assert restarting["reason"] == "DisruptionLoop"
+            assert "times in a row with no training progress" in restarting["message"]
+            assert any(e.reason == "DisruptionLoop" for e in p.events)
+            # Once the delay passed, the Pod is re-created.
+            wait = timedelta(seconds=p.requeue_after or 0)
+            assert creates(run(j, p.status, [], now + wait)) == ["j-worker-0"]
+        # The new Pod never runs (its node does not exist) until the GC deletes it again.
+        stuck = pod(0, uid=f"u{n}", phase="Pending", ready=False)
+        s = run(j, p.status, [stuck], now + timedelta(seconds=300)).status
+    assert delays == [0, 0, 10.0, 20.0, 40.0]
+
+
+def test_progress_between_disruptions_resets_the_loop() -> None:
+    j = job(workers=1)
+    s = settle(j, [pod(0)])
+    for n in range(4):
+        s = run(j, s, [], NOW + timedelta(seconds=n)).status
+        s = {**s, "progress": {"step": 100 * (n + 1)}}  # trained in between
+        starting = pod(0, uid=f"u{n}", phase="Pending", ready=False)
+        s = run(j, s, [starting], NOW + timedelta(seconds=n)).status
+    assert s["lastRestart"]["repeated"] == 1
+    restarting = next(c for c in s["conditions"] if c["type"] == "Restarting")
+    assert restarting["reason"] != "DisruptionLoop"
 
 
 def test_invalid_spec_fails_once_without_actions() -> None:
@@ -364,3 +449,33 @@ def test_replacements_wait_until_no_old_incarnation_is_left() -> None:
     p = run(j, p.status, [])
     assert creates(p) == ["j-worker-0", "j-worker-1"]
     assert p.status["restarts"] == {"disruptions": 2, "failures": 0}
+
+
+def test_preemptions_of_a_running_job_are_no_loop() -> None:
+    """A job that was Running when it lost a Pod made progress, step or no step (a custom
+    trainer may export none): spot preemptions never back off."""
+    j = job(workers=1)
+    s = settle(j, [pod(0)])
+    for n in range(5):
+        s = run(j, s, [], NOW + timedelta(seconds=n)).status
+        assert s["lastRestart"]["repeated"] == 1
+        s = run(j, s, [pod(0, uid=f"u{n}")], NOW + timedelta(seconds=n)).status
+        assert s["phase"] == "Running"
+
+
+def test_a_pod_that_cannot_start_shows_in_the_job_status_and_events() -> None:
+    j = job(workers=2)
+    why = 'Unschedulable: 0/5 nodes are available: persistentvolumeclaim "ckpt" not found.'
+    pending = [pod(0, phase="Pending", ready=False, waiting=why),
+               pod(1, phase="Pending", ready=False)]
+    p = run(j, {}, pending)
+    assert p.status["phase"] == "Pending"
+    running = next(c for c in p.status["conditions"] if c["type"] == "Running")
+    assert running["status"] == "False" and running["reason"] == "Unschedulable"
+    assert 'persistentvolumeclaim "ckpt" not found' in running["message"]
+    assert [e.reason for e in p.events if e.type == "Warning"] == ["PodUnschedulable"]
+    again = run(j, p.status, pending)
+    assert not [e for e in again.events if e.type == "Warning"]  # once, not per reconcile
+    ready = run(j, again.status, [pod(0), pod(1)])
+    running = next(c for c in ready.status["conditions"] if c["type"] == "Running")
+    assert running["status"] == "True"
