@@ -54,6 +54,9 @@ class TrainerConfig:
     #: The user's own program (argv) to run instead of the bundled trainer's model.fit;
     #: empty = the bundled trainer. Exec'd with the same environment (TF_CONFIG, KERASJOB_*).
     command: tuple[str, ...] = ()
+    #: Reproducible runs: TensorFlow op determinism and seeded, checkpointed random state.
+    #: With it a disrupted run ends with the same weights as an undisturbed one.
+    deterministic: bool = False
 
     @property
     def total_steps(self) -> int:
@@ -76,6 +79,7 @@ _SCALARS: dict[str, tuple[str, type]] = {
     "collectiveTimeoutSeconds": ("collective_timeout_seconds", float),
     "stallTimeoutSeconds": ("stall_timeout_seconds", float),
     "logEverySteps": ("log_every_steps", int),
+    "deterministic": ("deterministic", bool),
 }
 _POSITIVE = ("epochs", "steps_per_epoch", "batch_size_per_replica", "save_freq",
              "learning_rate", "collective_timeout_seconds", "stall_timeout_seconds")
@@ -84,6 +88,10 @@ _POSITIVE = ("epochs", "steps_per_epoch", "batch_size_per_replica", "save_freq",
 def _typed(key: str, value: Any, kind: type) -> Any:
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key} must be a bool, got {value!r}")
+        return value
     if isinstance(value, bool) or not isinstance(value, kind):
         raise ConfigError(f"{key} must be a {kind.__name__}, got {value!r}")
     return value

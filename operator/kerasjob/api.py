@@ -339,6 +339,15 @@ class TrainerSpec(_Model):
             "fails the job at once (exit 78). Unset: the bundled trainer."
         ),
     )
+    deterministic: bool = Field(
+        TRAINER_DEFAULTS.deterministic,
+        description=(
+            "Reproducible training: TensorFlow op determinism, seeded and checkpointed "
+            "random state. The same job then ends with the same weights whether or not it "
+            "was disrupted (bit-identical on CPU). Costs some throughput (see the trainer "
+            f"README). Default: {str(TRAINER_DEFAULTS.deterministic).lower()}."
+        ),
+    )
 
 
 class ReplicaSpec(_Model):

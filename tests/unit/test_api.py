@@ -33,6 +33,8 @@ def test_defaults() -> None:
     assert (spec.trainer.epochs, spec.trainer.steps_per_epoch) == (3, 200)
     assert spec.trainer.batch_size_per_replica == 64 and spec.trainer.seed == 42
     assert spec.trainer.learning_rate is None
+    assert spec.trainer.deterministic is False
+    assert KerasJobSpec.model_validate({"trainer": {"deterministic": True}}).trainer.deterministic
     assert spec.checkpoint.volume is None
     assert spec.checkpoint.mount_path == "/kerasjob/checkpoint"
     assert spec.checkpoint.save_freq == 100

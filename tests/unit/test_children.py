@@ -184,6 +184,7 @@ def test_env() -> None:
     assert json.loads(env[Env.TRAINER_CONFIG.value]) == {
         "model": "mnist-mlp", "dataset": {"source": "mnist-sample"}, "epochs": 3,
         "stepsPerEpoch": 200, "batchSizePerReplica": 64, "seed": 42, "saveFreq": 100,
+        "deterministic": False,
     }
     # every env value is a string, as the API requires
     assert all(isinstance(v, str) for v in env.values())
