@@ -103,10 +103,12 @@ class Group:
     """A set of trainers sharing one checkpoint dir: `start()` launches one generation."""
 
     def __init__(self, tmp: Path, config: dict[str, Any], workers: int = 2,
-                 chief: bool = False, evaluator: bool = False) -> None:
+                 chief: bool = False, evaluator: bool = False,
+                 env: dict[str, str] | None = None) -> None:
         self.tmp = tmp
         self.ckpt = tmp / "ckpt"
         self.config = config
+        self.env = dict(env or {})  # extra environment of every process
         self.roles = ([("chief", 0)] if chief else []) + [("worker", i) for i in range(workers)]
         self.evaluator = evaluator
         self.generation = 0
@@ -128,6 +130,7 @@ class Group:
         self.trainers = []
         for role, index in roles:
             env = {
+                **self.env,
                 Env.TF_CONFIG.value: tf_config(cluster, role, index),
                 Env.TRAINER_CONFIG.value: json.dumps(self.config),
                 Env.CHECKPOINT_DIR.value: str(self.ckpt),

@@ -18,7 +18,7 @@ def test_builtin_models_train_on_synthetic_data(name: str, shape: tuple[int, ...
     model = models.build_model(name, {}, 1e-3).model
     assert tuple(model.input_shape[1:]) == shape and model.output_shape[-1] == 10
     examples = data.load_examples(DatasetConfig("synthetic"), shape, 10, 42)
-    history = model.fit(data.make_train_dataset(examples, 8, 42), steps_per_epoch=2,
+    history = model.fit(data.make_train_input(examples, 8, 42, 0), steps_per_epoch=2,
                         epochs=1, verbose=0)
     assert np.isfinite(history.history["loss"][-1])
 
@@ -34,7 +34,7 @@ def test_mnist_sample_split_is_fixed_and_disjoint() -> None:
     assert np.array_equal(again[3], y_test)
 
 
-def test_seeded_shuffle_gives_every_worker_the_same_order() -> None:
+def test_stream_pipeline_seeded_shuffle_gives_every_worker_the_same_order() -> None:
     import tensorflow as tf
 
     from kerasjob_trainer import data
@@ -43,7 +43,7 @@ def test_seeded_shuffle_gives_every_worker_the_same_order() -> None:
     ex = data.Examples(ds, None, 64)
 
     def first_batches(seed: int) -> list[list[int]]:
-        it = iter(data.make_train_dataset(ex, 16, seed))
+        it = iter(data.make_stream_dataset(ex, 16, seed))
         return [next(it)[1].numpy().tolist() for _ in range(4)]
 
     assert first_batches(42) == first_batches(42)

@@ -85,3 +85,7 @@ def test_callback_has_the_handler_after_train_begin(fresh, tmp_path) -> None:
         signal.signal(signal.SIGTERM, previous)
     assert seen == {"handler": True, "quiet": False}
     assert int(model.optimizer.iterations.numpy()) == 3
+    # the step the input pipeline starts at, read from the backup's files before fit
+    assert fresh.restored_step(str(tmp_path / "backup"), 3) == 3
+    assert fresh.restored_step(str(tmp_path / "backup"), 5) == 3  # mid-epoch: epoch 0, batch 2
+    assert fresh.restored_step(str(tmp_path / "none"), 3) == 0

@@ -32,6 +32,8 @@ def test_defaults_and_camel_case() -> None:
     assert parse_config('{"command": ["python", "/x/train.py"]}').command == (
         "python", "/x/train.py")
     assert parse_config('{"command": null}').command == TrainerConfig().command == ()
+    assert TrainerConfig().deterministic is False
+    assert parse_config('{"deterministic": true}').deterministic is True
 
 
 @pytest.mark.parametrize(("text", "message"), [
@@ -40,6 +42,8 @@ def test_defaults_and_camel_case() -> None:
     ('{"batchSizePerReplica": 0}', "batchSizePerReplica must be > 0"),
     ('{"epochs": true}', "epochs must be a int"),
     ('{"stepsPerEpoch": "10"}', "stepsPerEpoch must be a int"),
+    ('{"deterministic": 1}', "deterministic must be a bool"),
+    ('{"deterministic": "true"}', "deterministic must be a bool"),
     ('{"model": "resnet"}', "neither a built-in"),
     ('{"model": "pkg.mod"}', "neither a built-in"),
     ('{"dataset": {"source": "s3"}}', "dataset.source 's3' is unknown"),

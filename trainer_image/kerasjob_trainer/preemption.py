@@ -161,3 +161,56 @@ def preemption_in_progress(model: Any) -> bool:
     )
 
 
+
+#: Variables tf_keras's WorkerTrainingState writes into every backup (pinned like the rest).
+_SAVED_EPOCH_KEY = "ckpt_saved_epoch/.ATTRIBUTES/VARIABLE_VALUE"
+_SAVED_BATCH_KEY = "ckpt_saved_batch/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+def restored_step(backup_dir: str, steps_per_epoch: int) -> int:
+    """The global step `fit` will resume at from the chief's backup (0 without one).
+
+    Read from the files before `fit` (no collective), so the input pipeline can start at the
+    right position; the same rule as tf_keras's
+    `WorkerTrainingState.maybe_load_initial_counters_from_ckpt` for an integer save_freq.
+    The trainer checks the result against `optimizer.iterations` at the first step.
+    """
+    import tensorflow as tf
+
+    path = tf.train.latest_checkpoint(os.path.join(backup_dir, "chief"))
+    if not path:
+        return 0
+    reader = tf.train.load_checkpoint(path)
+    for key in (_SAVED_EPOCH_KEY, _SAVED_BATCH_KEY):
+        if not reader.has_tensor(key):
+            raise UnsupportedVersion(f"backup {path} has no {key}; re-check preemption.py")
+    epoch = int(reader.get_tensor(_SAVED_EPOCH_KEY))
+    batch = int(reader.get_tensor(_SAVED_BATCH_KEY))
+    if batch < 0:  # written by an epoch-level save (never by this trainer)
+        return max(epoch + 1, 0) * steps_per_epoch
+    if batch == steps_per_epoch - 1:
+        return (epoch + 1) * steps_per_epoch
+    return epoch * steps_per_epoch + batch + 1
+
+
+def checkpoint_random_state(model: Any) -> int:
+    """Put the `tf.random.Generator` of every random layer (Dropout, ...) into the backup.
+
+    With `enable_tf_random_generator` (deterministic runs) such a layer draws from a
+    generator whose state is a variable, but tf_keras keeps it out of checkpoints on purpose
+    (`BaseRandomLayer._trackable_children`): a resumed run would restart every random stream
+    from its seed. Tracking the generators as an attribute of the model puts their state in
+    the BackupAndRestore checkpoint (not in model.keras). Returns how many were found.
+    """
+    import tf_keras
+
+    generators = []
+    for layer in model.submodules:
+        if not isinstance(layer, tf_keras.layers.Layer):
+            continue
+        generator = getattr(getattr(layer, "_random_generator", None), "_generator", None)
+        if generator is not None:
+            generators.append(generator)
+    if generators:
+        model._kerasjob_random_state = generators
+    return len(generators)

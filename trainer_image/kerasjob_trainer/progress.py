@@ -16,7 +16,7 @@ _SCALAR_METADATA: bytes = b""
 
 
 def progress_callback(session: Any, *, total: int, steps_per_epoch: int, interval: int,
-                      global_batch: int | None = None) -> Any:
+                      global_batch: int | None = None, start_step: int | None = None) -> Any:
     """A tf_keras callback that logs `kerasjob: step N/M ...` after the first step of the
     process and every ``interval`` steps, reports progress (the chief) and beats the stall
     watchdog and arms the peer monitor on every step."""
@@ -44,6 +44,11 @@ def progress_callback(session: Any, *, total: int, steps_per_epoch: int, interva
 
         def _begin(self) -> None:
             self.step = int(self.model.optimizer.iterations.numpy())
+            if start_step is not None and self.step != start_step:
+                # The input pipeline started at start_step: training on would silently
+                # feed the wrong batches.
+                raise RuntimeError(f"data position mismatch: the pipeline starts at step "
+                                   f"{start_step}, the restored optimizer at {self.step}")
             self.epoch = self.step // steps_per_epoch
             self.mark = (time.monotonic(), self.step)
             if self.step:

@@ -42,6 +42,7 @@ import kerasjob_contract as contract
 from kerasjob_contract import ExitCode
 from kerasjob_contract.trainer_config import ConfigError, TrainerConfig
 from kerasjob_trainer import faults, preemption
+from kerasjob_trainer.audit import Audit
 from kerasjob_trainer.faults import hard_exit, say
 from kerasjob_trainer.metrics import ProgressReporter
 from kerasjob_trainer.progress import progress_callback
@@ -95,6 +96,8 @@ class Session:
         self.watchdog = faults.Watchdog(ctx.config.stall_timeout_seconds)
         self.peers = faults.PeerMonitor(_peer_addresses(ctx.cluster))
         self.steps = 0
+        #: The data and step audit (KERASJOB_AUDIT_DIR), None when off.
+        self.audit = Audit.from_env(f"{ctx.cluster.role}{ctx.cluster.index}")
 
     # -- who and where ------------------------------------------------------------------------
 
@@ -135,17 +138,26 @@ class Session:
     def global_batch_size(self, per_replica: int) -> int:
         return int(per_replica) * int(self.strategy.num_replicas_in_sync)
 
+    def restored_step(self, steps_per_epoch: int) -> int:
+        """The global step `fit` will resume at (0 for a fresh job), read from the backup
+        before `fit`: start the input pipeline there (see data position in the README)."""
+        return preemption.restored_step(self.backup_dir, steps_per_epoch)
+
     # -- training -----------------------------------------------------------------------------
 
     def callbacks(self, model: Any, *, epochs: int, steps_per_epoch: int,
-                  global_batch_size: int | None = None) -> list[Any]:
+                  global_batch_size: int | None = None,
+                  start_step: int | None = None) -> list[Any]:
         """Progress (first: a step is logged before it is saved) and BackupAndRestore with
-        save-on-SIGTERM. `fit` adds them; use this only to call model.fit yourself."""
+        save-on-SIGTERM. `fit` adds them; use this only to call model.fit yourself.
+        `start_step`: the step the input pipeline starts at, checked at the first step."""
         if model.distribute_reduction_method == "auto":
             # "auto" sums per-replica batch logs under MWMS (2 workers log accuracy 1.9);
             # "first" logs the local replica's own batch, the honest per-step figure.
             model.distribute_reduction_method = "first"
         self.peers.quiet_when(lambda: preemption.preemption_in_progress(model))
+        if self.config.deterministic and preemption.checkpoint_random_state(model):
+            say("deterministic: the random layers' generator state is in every backup")
 
         def on_preempted_saved() -> None:
             # Peers may still be pulling this worker's last collective chunks; a brief pause
@@ -158,23 +170,29 @@ class Session:
         cfg = self.config
         say(f"{self.role}:{self.index} of {self.num_workers} worker(s), "
             f"{self.strategy.num_replicas_in_sync} replica(s), {epochs}x{steps_per_epoch} "
-            f"steps, backup every {cfg.save_freq}")
+            f"steps, backup every {cfg.save_freq}"
+            f"{', deterministic' if cfg.deterministic else ''}")
         return [
             progress_callback(self, total=epochs * steps_per_epoch,
                               steps_per_epoch=steps_per_epoch,
                               interval=cfg.log_every_steps or cfg.save_freq,
-                              global_batch=global_batch_size),
+                              global_batch=global_batch_size, start_step=start_step),
+            *([self.audit.callback()] if self.audit else []),
             preemption.backup_and_restore(self.backup_dir, cfg.save_freq, on_preempted_saved),
         ]
 
     def fit(self, model: Any, x: Any, *, epochs: int, steps_per_epoch: int,
-            callbacks: list[Any] | None = None, **kwargs: Any) -> Any:
+            callbacks: list[Any] | None = None, global_batch_size: int | None = None,
+            start_step: int | None = None, **kwargs: Any) -> Any:
         """model.fit with backups, save-on-SIGTERM and progress; resumes where the job was.
 
-        Errors end the process with the contract's exit code (43 for a lost peer, else 1).
+        `start_step`: where `x` starts (`restored_step`); checked against the restored
+        optimizer at the first step (exit 1 on a mismatch). Errors end the process with the
+        contract's exit code (43 for a lost peer, else 1).
         """
         ours = self.callbacks(model, epochs=epochs, steps_per_epoch=steps_per_epoch,
-                              global_batch_size=_batch_size(x))
+                              global_batch_size=global_batch_size or _batch_size(x),
+                              start_step=start_step)
         try:
             history = model.fit(x, epochs=epochs, steps_per_epoch=steps_per_epoch,
                                 callbacks=[*ours, *(callbacks or [])],
@@ -240,6 +258,8 @@ def session_for(ctx: Any) -> Session:
 
     from kerasjob_trainer.strategy import build_strategy
 
+    if ctx.config.deterministic:
+        make_deterministic()
     try:
         strategy = build_strategy(ctx.cluster, ctx.config.collective_timeout_seconds)
     except Exception as e:  # e.g. a peer that died while the group was forming
@@ -247,6 +267,21 @@ def session_for(ctx: Any) -> Session:
         hard_exit(code, f"{type(e).__name__}: {faults.summary(e)} -> exiting {int(code)}")
     tf.keras.utils.set_random_seed(ctx.config.seed)
     return Session(ctx, strategy)
+
+
+def make_deterministic() -> None:
+    """Reproducible runs: deterministic kernels and a checkpointed random state.
+
+    Before any op (the strategy configures the eager context). tf_keras's
+    `enable_tf_random_generator` makes layers that draw random numbers (Dropout, ...) use a
+    `tf.random.Generator` whose state is a variable; `preemption.checkpoint_random_state`
+    puts it in the backup, so a resumed run continues the same random stream.
+    """
+    import tensorflow as tf
+    import tf_keras
+
+    tf.config.experimental.enable_op_determinism()
+    tf_keras.backend.experimental.enable_tf_random_generator()
 
 
 def _batch_size(x: Any) -> int | None:

@@ -1,0 +1,116 @@
+"""The step-indexed input pipeline: what a replica trains on at global step g is a pure
+function of (seed, g), so a resumed run continues the data stream exactly.
+
+The examples form one endless stream of passes over the training set; pass e visits the
+examples in a permutation seeded by (seed, e): example position p (0, 1, 2, ...) is example
+`shuffle_{seed, p // N}(p % N)` of the N examples. Global batch g is positions
+[g*B, (g+1)*B); replica r (of the R replicas in sync, per-replica batch b = B/R) takes
+positions [g*B + r*b, g*B + (r+1)*b). The permutation is `RandomIndexShuffle`, a stateless
+random-access bijection: the index of any position costs the same whatever g is, so a run
+restored at step s starts its pipeline at s without reading through s batches, and every
+replica computes (and gathers) only its own slice.
+
+A source is indexable when its examples can be gathered by index: the in-memory arrays of
+mnist-sample, synthetic, npz and TFRecord sources (TFRecord files are read into memory once)
+and user datasets of known, finite size (materialised once). Anything else (an infinite or
+unknown-size user dataset) takes the stream pipeline, see `data.make_stream_dataset`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+#: Third word of every permutation seed, so a job's seed never collides with other uses.
+SEED_SALT = 0x6B6A  # "kj"
+#: RandomIndexShuffle rounds (its default; changing it changes every run's order).
+SHUFFLE_ROUNDS = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class Indexed:
+    """Every training example in memory: x[i], y[i] is example i."""
+
+    x: np.ndarray
+    y: np.ndarray
+
+    @property
+    def size(self) -> int:
+        return len(self.y)
+
+
+def example_indices(step: Any, replica: Any, per_replica: int, global_batch: int,
+                    size: int, seed: int) -> Any:
+    """Indices (int64 tensor of shape [per_replica]) of replica `replica`'s slice of global
+    batch `step`. Works eagerly and inside tf.data functions."""
+    import tensorflow as tf
+
+    step = tf.cast(step, tf.int64)
+    replica = tf.cast(replica, tf.int64)
+    positions = step * global_batch + replica * per_replica + tf.range(per_replica,
+                                                                       dtype=tf.int64)
+    passes = positions // size
+    seeds = tf.stack([tf.fill([per_replica], tf.constant(seed, tf.int64)), passes,
+                      tf.fill([per_replica], tf.constant(SEED_SALT, tf.int64))], axis=1)
+    return tf.raw_ops.RandomIndexShuffle(index=positions % size, seed=seeds,
+                                         max_index=tf.constant(size - 1, tf.int64),
+                                         rounds=SHUFFLE_ROUNDS)
+
+
+def global_batch_indices(step: int, global_batch: int, size: int, seed: int) -> np.ndarray:
+    """The example indices of global batch `step` (for tests and audits)."""
+    return example_indices(step, 0, global_batch, global_batch, size, seed).numpy()
+
+
+AuditHook = Callable[[Any, Any, Any], Any]
+"""(step, replica, indices) -> indices, run inside the pipeline (see `audit.py`)."""
+
+
+def dataset_fn(source: Indexed, global_batch: int, seed: int, start_step: int,
+               audit: AuditHook | None = None) -> Callable[[Any], Any]:
+    """The function for `strategy.distribute_datasets_from_function` (via DatasetCreator).
+
+    Each worker's pipeline yields one per-replica batch per local replica and step, in the
+    order MultiDeviceIterator hands them to the local replicas (element k: step
+    start + k // R, local replica k % R).
+    """
+    import tensorflow as tf
+
+    x = tf.constant(source.x)
+    y = tf.constant(source.y)
+    size = source.size
+
+    def make(context: Any) -> Any:
+        local = context.num_replicas_in_sync // context.num_input_pipelines
+        first = context.input_pipeline_id * local
+        per_replica = context.get_per_replica_batch_size(global_batch)
+
+        def indices(k: Any) -> Any:
+            step = start_step + k // local
+            replica = first + k % local
+            idx = example_indices(step, replica, per_replica, global_batch, size, seed)
+            return audit(step, replica, idx) if audit else idx
+
+        def gather(idx: Any) -> tuple[Any, Any]:
+            return tf.gather(x, idx), tf.gather(y, idx)
+
+        ds = tf.data.Dataset.counter(0, dtype=tf.int64).map(indices)
+        ds = ds.map(gather, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        return ds.prefetch(tf.data.AUTOTUNE)
+
+    return make
+
+
+def indexed_input(source: Indexed, global_batch: int, seed: int, start_step: int,
+                  audit: AuditHook | None = None) -> Any:
+    """What `model.fit` takes: a DatasetCreator (every worker builds its own slices)."""
+    import tensorflow as tf
+    import tf_keras
+
+    options = tf.distribute.InputOptions(experimental_fetch_to_device=True)
+    return tf_keras.utils.experimental.DatasetCreator(
+        dataset_fn(source, global_batch, seed, start_step, audit), input_options=options
+    )
