@@ -100,7 +100,7 @@ def test_cost_does_not_depend_on_the_step() -> None:
     first_batch_seconds(0)  # warm-up (tracing)
     near, far = first_batch_seconds(10), first_batch_seconds(10**9)
     print(f"first batch at step 10: {near:.3f}s, at step 10^9: {far:.3f}s")
-    assert far < max(5 * near, 0.5)
+    assert far < max(5 * near, 5.0)  # reading through 10^9 batches would take days
 
 
 def test_each_pass_is_a_permutation_and_passes_differ() -> None:

@@ -46,16 +46,17 @@ class Audit:
             f.write(json.dumps(record, separators=(",", ":")) + "\n")
             f.flush()
 
-    def pipeline_hook(self, step: Any, replica: Any, indices: Any) -> Any:
-        """Inside tf.data: records (step, replica, indices), returns the indices."""
+    def pipeline_hook(self, steps: Any, replicas: Any, indices: Any) -> Any:
+        """Inside tf.data: records each (step, replica, indices) row, returns the indices."""
         import tensorflow as tf
 
         def record(s: Any, r: Any, idx: Any) -> Any:
-            self._write(self._data, {"step": int(s), "replica": int(r),
-                                     "indices": idx.numpy().tolist()})
+            for step, replica, row in zip(s.numpy().tolist(), r.numpy().tolist(),
+                                          idx.numpy().tolist(), strict=True):
+                self._write(self._data, {"step": step, "replica": replica, "indices": row})
             return idx
 
-        out = tf.py_function(record, [step, replica, indices], tf.int64)
+        out = tf.py_function(record, [steps, replicas, indices], tf.int64)
         out.set_shape(indices.shape)
         return out
 
