@@ -1,10 +1,16 @@
-"""Trainer benchmarks: throughput per strategy, backup overhead, kill -> first resumed step.
+"""Trainer benchmarks: throughput per strategy, input pipeline and determinism, backup
+overhead, kill -> first resumed step.
 
     python bench/trainer.py    # (make bench) prints figures, writes bench/results/trainer.json
 
 Figures (mnist-mlp on the MNIST sample, batchSizePerReplica 64, CPU):
 - steps/s for no strategy, 1-worker MWMS and 2-worker MWMS (2 processes on 127.0.0.1):
   median over windows of WINDOW steps after a warm-up;
+- pipelines (1-worker MWMS): the stream pipeline (shuffle buffer, the trainer's pipeline
+  before the step-indexed one) vs the step-indexed pipeline, with `deterministic` off and
+  on; ROUNDS rounds of one WINDOW-step window per variant back to back in one process, the
+  median rate of each and the median per-round indexed/stream ratio (the bar: >= 0.95
+  with determinism off);
 - backup overhead: extra time of a step that writes the BackupAndRestore backup, in % of
   the time of saveFreq ordinary steps, at the default saveFreq (100), 2-worker MWMS;
 - recovery: SIGKILL one of 2 real trainers, time until the survivor exits (43), and until
@@ -35,6 +41,10 @@ WINDOW = 25
 STEPS = 320
 SAVE_FREQ = 100
 BATCH = 64
+ROUNDS = 15
+PIPELINE_WARMUP = 10
+PIPELINE_ALONE_BATCHES = 1000
+PIPELINES = ("stream", "indexed", "indexed-deterministic")
 RESULTS = ROOT / "bench" / "results" / "trainer.json"
 
 
@@ -56,7 +66,7 @@ def measure(mode: str, backup_dir: str | None) -> dict[str, Any]:
     with strategy.scope():
         model = models.build_model("mnist-mlp", {}, 1e-3).model
     examples = data.load_examples(DatasetConfig(), (784,), 10, 42)
-    dataset = data.make_train_dataset(examples, global_batch, 42)
+    dataset = data.make_train_input(examples, global_batch, 42, 0)
     ends: list[float] = []
     saves: list[int] = []
 
@@ -134,6 +144,91 @@ def throughput(tmp: Path) -> dict[str, Any]:
     return figures
 
 
+def measure_pipelines() -> dict[str, Any]:
+    """In a child process: ROUNDS rounds of one window per variant, back to back.
+
+    One model, one process: each variant's window runs right after the others', so a
+    change in the machine's load (shared machines) hits all of them alike; the figure is
+    the median over rounds of each variant's rate, and the median of the per-round ratios.
+    """
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    import tensorflow as tf
+    import tf_keras
+
+    from kerasjob_contract.trainer_config import DatasetConfig
+    from kerasjob_trainer import data, models
+    from kerasjob_trainer.cluster import LOCAL
+    from kerasjob_trainer.strategy import build_strategy
+
+    strategy = build_strategy(LOCAL, 60)
+    with strategy.scope():
+        model = models.build_model("mnist-mlp", {}, 1e-3).model
+    examples = data.load_examples(DatasetConfig(), (784,), 10, 42)
+    inputs = {"stream": lambda: data.make_stream_dataset(examples, BATCH, 42),
+              "indexed": lambda: data.make_train_input(examples, BATCH, 42, 0)}
+    ends: list[float] = []
+
+    class Clock(tf_keras.callbacks.Callback):
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            ends.append(time.perf_counter())
+
+    rates: dict[str, list[float]] = {p: [] for p in PIPELINES}
+    for _ in range(ROUNDS + 1):  # round 0 warms every variant up (tracing), not counted
+        for variant in PIPELINES:
+            pipeline, _, deterministic = variant.partition("-")
+            if deterministic:
+                tf.config.experimental.enable_op_determinism()
+            ends.clear()
+            model.fit(inputs[pipeline](), epochs=1, steps_per_epoch=PIPELINE_WARMUP + WINDOW,
+                      callbacks=[Clock()], verbose=0)
+            if deterministic:
+                # Not public API; the bench only, so both modes share one process.
+                from tensorflow.python.framework import config as tf_framework_config
+
+                tf_framework_config.disable_op_determinism()
+            rates[variant].append(WINDOW / (ends[-1] - ends[-1 - WINDOW]))
+    # The pipelines alone (no training step): batches/s one pipeline produces on its own.
+    alone: dict[str, float] = {}
+    for pipeline, make in inputs.items():
+        ds = make()  # distributed as fit distributes it
+        ds = (strategy.distribute_datasets_from_function(ds, ds.input_options)
+              if pipeline == "indexed" else strategy.experimental_distribute_dataset(ds))
+        it = iter(ds)
+        for _ in range(50):
+            next(it)
+        began = time.perf_counter()
+        for _ in range(PIPELINE_ALONE_BATCHES):
+            next(it)
+        alone[pipeline] = PIPELINE_ALONE_BATCHES / (time.perf_counter() - began)
+    return {"rates": {p: r[1:] for p, r in rates.items()}, "alone": alone}
+
+
+def pipelines(tmp: Path) -> dict[str, Any]:
+    """Stream vs indexed pipeline, determinism off/on (see `measure_pipelines`)."""
+    out = tmp / "pipelines.json"
+    assert _child("pipelines", {"TF_CONFIG": ""}, None, out).wait(600) == 0
+    measured = json.loads(out.read_text())
+    rates = measured["rates"]
+    figures: dict[str, Any] = {
+        p: {"steps_per_second": round(statistics.median(r), 1),
+            "windows": [round(x, 1) for x in r]} for p, r in rates.items()
+    }
+    for p in PIPELINES[1:]:
+        ratios = [a / b for a, b in zip(rates[p], rates["stream"], strict=True)]
+        figures[p]["vs_stream"] = round(statistics.median(ratios), 3)
+    figures["rounds"] = ROUNDS
+    figures["window_steps"] = WINDOW
+    figures["pipeline_alone_batches_per_second"] = {
+        p: round(r) for p, r in measured["alone"].items()}
+    for p in PIPELINES:
+        ratio = f" ({figures[p]['vs_stream']:.3f}x stream)" if "vs_stream" in figures[p] else ""
+        print(f"  {p:22s} {figures[p]['steps_per_second']:7.1f} steps/s{ratio}", flush=True)
+    print("  the pipelines alone (no training): " + ", ".join(
+        f"{p} {r} batches/s" for p, r in figures["pipeline_alone_batches_per_second"].items()),
+        flush=True)
+    return figures
+
+
 def recovery(tmp: Path) -> dict[str, Any]:
     from kerasjob_dev.trainer_procs import RESUMED_LINE, STEP_LINE, Group
 
@@ -182,7 +277,11 @@ def main() -> int:
     p.add_argument("--measure")
     p.add_argument("--out")
     p.add_argument("--backup-dir")
+    p.add_argument("--only", choices=("pipelines",), help="run only these figures")
     args = p.parse_args()
+    if args.measure == "pipelines":
+        Path(args.out).write_text(json.dumps(measure_pipelines()))
+        os._exit(0)
     if args.measure:
         result = measure(args.measure, args.backup_dir)
         if result["chief"]:
@@ -191,15 +290,22 @@ def main() -> int:
     started = time.monotonic()
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="kerasjob-bench-") as tmp:
-        print("trainer throughput (mnist-mlp, MNIST sample, CPU):", flush=True)
-        figures = throughput(Path(tmp))
-        print("recovery (2 workers, SIGKILL one):", flush=True)
-        figures["recovery"] = recovery(Path(tmp))
-    r = figures["recovery"]
-    print(f"  survivor exited {r['survivor_exit_code']} after {r['kill_to_survivor_exit_s']}s;"
-          f" first resumed step {r['kill_to_first_resumed_step_s']}s after the kill "
-          f"({r['restart_to_first_step_s']}s of it TensorFlow start-up); "
-          f"{r['steps_redone']} steps redone (saveFreq {SAVE_FREQ})", flush=True)
+        figures: dict[str, Any] = {}
+        if not args.only:
+            print("trainer throughput (mnist-mlp, MNIST sample, CPU):", flush=True)
+            figures = throughput(Path(tmp))
+        print(f"input pipelines (1-worker MWMS, {ROUNDS} rounds of {WINDOW} steps each):",
+              flush=True)
+        figures["pipelines"] = pipelines(Path(tmp))
+        if not args.only:
+            print("recovery (2 workers, SIGKILL one):", flush=True)
+            figures["recovery"] = recovery(Path(tmp))
+            r = figures["recovery"]
+            print(f"  survivor exited {r['survivor_exit_code']} after "
+                  f"{r['kill_to_survivor_exit_s']}s; first resumed step "
+                  f"{r['kill_to_first_resumed_step_s']}s after the kill "
+                  f"({r['restart_to_first_step_s']}s of it TensorFlow start-up); "
+                  f"{r['steps_redone']} steps redone (saveFreq {SAVE_FREQ})", flush=True)
     import tensorflow as tf
 
     figures["environment"] = {
@@ -207,9 +313,10 @@ def main() -> int:
         "loadavg_before": round(load_before, 2), "loadavg_after": round(os.getloadavg()[0], 2),
         "runtime_s": round(time.monotonic() - started, 1),
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(figures, indent=1) + "\n")
-    print(f"wrote {RESULTS.relative_to(ROOT)}")
+    results = RESULTS.with_name("trainer-pipelines.json") if args.only else RESULTS
+    results.parent.mkdir(parents=True, exist_ok=True)
+    results.write_text(json.dumps(figures, indent=1) + "\n")
+    print(f"wrote {results.relative_to(ROOT)}")
     return 0
 
 
