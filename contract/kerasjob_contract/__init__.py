@@ -95,6 +95,16 @@ METRIC_SAMPLES_PER_SECOND = "kerasjob_samples_per_second"
 METRIC_TRAINING_METRIC = "kerasjob_metric"
 """Labelled by name, e.g. kerasjob_metric{name="accuracy"} 0.93"""
 
+#: Goodput accounting (the chief; see trainer_image/README.md, "Goodput"): counters over
+#: the job's life, across restarts.
+METRIC_DISRUPTIONS = "kerasjob_disruptions_total"
+METRIC_LOST_SECONDS = "kerasjob_lost_seconds_total"
+"""Downtime (last productive step -> first resumed step) plus the time of redone steps."""
+METRIC_STEPS_REDONE = "kerasjob_steps_redone_total"
+METRIC_PRODUCTIVE_SECONDS = "kerasjob_productive_seconds_total"
+METRIC_GOODPUT_RATIO = "kerasjob_goodput_ratio"
+"""productive / (productive + lost), from the job's first step to its latest."""
+
 PROGRESS_FILE = "progress.json"
 
 #: Files and directories below KERASJOB_CHECKPOINT_DIR / KERASJOB_OUTPUT_DIR.
@@ -105,6 +115,9 @@ MODEL_FILE = "model.keras"
 """The final model (tf_keras .keras), written by the chief into OUTPUT_DIR."""
 EVAL_FILE = "eval.json"
 """Written by the sidecar evaluator into OUTPUT_DIR."""
+GOODPUT_SUBDIR = "goodput"
+"""<CHECKPOINT_DIR>/goodput: each worker's last step and exit (last-<role><index>.json) and
+the chief's ledger of disruptions (ledger.json)."""
 
 #: Regular expressions for the stdout lines the trainer prints (stable: the demo and the
 #: tests parse them). Examples:
@@ -112,8 +125,16 @@ EVAL_FILE = "eval.json"
 #:   kerasjob: step 300/600 epoch 1 loss=0.2317 accuracy=0.9344 samples/s=4120
 #:   kerasjob: preempted: state saved at step 312; exiting 42
 #:   kerasjob: final test_accuracy=0.9312 steps=600
+#:   kerasjob: disruption 2 cause=killed:worker1 last_step=45 at=1795373345.120 resumed_step=30
+#:       first_step_at=1795373361.480 steps_redone=15 downtime_s=16.36 lost_s=16.52 goodput=0.81
+#:   (one line; times are Unix seconds, the chief's clock for first_step_at)
 LOG_RESUMED_RE = r"^kerasjob: resumed at step (\d+)"
 LOG_STEP_RE = r"^kerasjob: step (\d+)/(\d+)(?: epoch (\d+) loss=(\S+)(?: accuracy=(\S+))?)?"
 """Groups: step, total steps, then (when logged) epoch, loss, accuracy."""
 LOG_PREEMPTED_RE = r"^kerasjob: preempted: state saved at step (\d+)"
 LOG_FINAL_RE = r"^kerasjob: final (?:test_accuracy=([0-9.]+) )?steps=(\d+)"
+LOG_DISRUPTION_RE = (
+    r"^kerasjob: disruption (\d+) cause=(\S+) last_step=(\d+) at=([0-9.]+) "
+    r"resumed_step=(\d+) first_step_at=([0-9.]+) steps_redone=(\d+) "
+    r"downtime_s=([0-9.]+) lost_s=([0-9.]+) goodput=([0-9.]+)"
+)

@@ -6,7 +6,8 @@ last backup are redone; SIGTERM to worker 1, an eviction of a non-chief: 42 agai
 data audit (KERASJOB_AUDIT_DIR) of both runs must show the same example indices for every
 global step and replica, the same epoch, in-epoch batch, optimizer.iterations and
 scheduled learning rate per step, and (with `deterministic`) the same final weights (the
-measured difference is printed).
+measured difference is printed). The goodput ledger's disruptions (cause, last step,
+resumed step, steps redone, times) agree with the audit's per-step times within a second.
 """
 
 from __future__ import annotations
@@ -119,6 +120,41 @@ def _disrupted(g: Group) -> list[str]:
     return happened
 
 
+def _generations(g: Group, name: str) -> list[list[dict[str, Any]]]:
+    """The audit's step records of one worker, split by process (generation)."""
+    out: dict[int, list[dict[str, Any]]] = {}
+    for r in _records(g.tmp / "audit" / f"steps-{name}.jsonl"):
+        out.setdefault(r["pid"], []).append(r)
+    return list(out.values())
+
+
+def _check_goodput(g: Group) -> None:
+    ledger = json.loads((g.ckpt / "goodput" / "ledger.json").read_text())
+    events = ledger["events"]
+    print("goodput:", json.dumps(ledger["totals"]))
+    assert [e["cause"] for e in events] == ["preempted", "killed:worker1", "preempted"]
+    gens = list(zip(_generations(g, "worker0"), _generations(g, "worker1"), strict=True))
+    assert len(gens) == 4
+    for k, event in enumerate(events):
+        before = gens[k][0] + gens[k][1]
+        last = max(r["iterations"] for r in before)
+        at = max(r["time"] for r in before if r["iterations"] == last)
+        first = gens[k + 1][0][0]  # the chief's first step of the next generation
+        assert event["last_step"] == last and event["resumed_step"] == first["step"]
+        assert event["steps_redone"] == last - first["step"]
+        assert abs(event["at"] - at) < 1.0, (event, at)
+        assert abs(event["first_step_at"] - first["time"]) < 1.0, (event, first)
+        assert event["downtime_s"] == pytest.approx(event["first_step_at"] - event["at"],
+                                                    abs=0.01)
+        print(f"disruption {k + 1}: {event['cause']}: downtime {event['downtime_s']:.2f}s, "
+              f"{event['steps_redone']} steps redone, {event['lost_s']:.2f}s lost "
+              f"(audit: last step {at:.3f}, first resumed step {first['time']:.3f})")
+    assert events[1]["steps_redone"] > 0 and events[0]["steps_redone"] == 0
+    totals = json.loads((g.output / "progress.json").read_text())["goodput"]
+    assert totals == ledger["totals"] and totals["disruptions"] == 3
+    assert 0 < totals["goodput"] < 1
+
+
 @pytest.mark.timeout(900)
 def test_disrupted_run_equals_undisturbed_run(tmp_path: Path) -> None:
     base, hit = _group(tmp_path / "undisturbed"), _group(tmp_path / "disrupted")
@@ -162,7 +198,10 @@ def test_disrupted_run_equals_undisturbed_run(tmp_path: Path) -> None:
     lrs = [_steps(base, "worker0")[s][0]["lr"] for s in (0, 7, 14)]
     assert lrs[0] > lrs[1] > lrs[2]  # the schedule does decay
 
-    # 3. Determinism: the same final weights.
+    # 3. Goodput: the ledger's three disruptions agree with the audit's per-step times.
+    _check_goodput(hit)
+
+    # 4. Determinism: the same final weights.
     a, b = _weights(base), _weights(hit)
     diff = max(float(np.max(np.abs(x - y))) for x, y in zip(a, b, strict=True))
     print(f"max |w_disrupted - w_undisturbed| = {diff!r} over "

@@ -8,6 +8,7 @@ flushing), and a watchdog catches a silent stall that raises nothing.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import sys
@@ -53,7 +54,18 @@ def say(message: str) -> None:
     print(f"kerasjob: {message}", flush=True)
 
 
+_EXIT_HOOKS: list[Callable[[int], None]] = []
+
+
+def on_hard_exit(hook: Callable[[int], None]) -> None:
+    """Run `hook(code)` on every hard exit, first (it must be quick; errors are ignored)."""
+    _EXIT_HOOKS.append(hook)
+
+
 def hard_exit(code: int, message: str | None = None) -> NoReturn:
+    for hook in _EXIT_HOOKS:
+        with contextlib.suppress(Exception):  # leaving fast matters more than the record
+            hook(int(code))
     if message:
         stream = sys.stdout if code in (ExitCode.SUCCESS, ExitCode.PREEMPTED_SAVED) else sys.stderr
         print(f"kerasjob: {message}", file=stream, flush=True)

@@ -28,6 +28,7 @@ class Progress:
     samples_per_second: float | None = None
     done: bool = False
     updated_at: str = ""
+    goodput: dict[str, Any] | None = None  # goodput.Ledger.totals(), after a disruption
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -39,6 +40,7 @@ class Progress:
             "samplesPerSecond": self.samples_per_second,
             "done": self.done,
             "updatedAt": self.updated_at,
+            **({"goodput": self.goodput} if self.goodput is not None else {}),
         }
 
 
@@ -58,11 +60,12 @@ def render_prometheus(p: Progress) -> str:
     """Prometheus text exposition format 0.0.4, metric names from contract.py."""
     lines: list[str] = []
 
-    def gauge(name: str, help_text: str, samples: list[tuple[str, float]]) -> None:
+    def gauge(name: str, help_text: str, samples: list[tuple[str, float]],
+              kind: str = "gauge") -> None:
         if not samples:
             return
         lines.append(f"# HELP {name} {help_text}")
-        lines.append(f"# TYPE {name} gauge")
+        lines.append(f"# TYPE {name} {kind}")
         lines.extend(f"{name}{labels} {_number(v)}" for labels, v in samples)
 
     gauge(contract.METRIC_EPOCH, "Current training epoch (0-based).", [("", p.epoch)])
@@ -74,6 +77,18 @@ def render_prometheus(p: Progress) -> str:
           [("", p.samples_per_second)] if p.samples_per_second is not None else [])
     gauge(contract.METRIC_TRAINING_METRIC, "Training metrics of the last logged step.",
           [(f'{{name="{_escape_label(k)}"}}', v) for k, v in sorted(p.metrics.items())])
+    g = p.goodput or {"disruptions": 0, "lostSeconds": 0.0, "stepsRedone": 0}
+    gauge(contract.METRIC_DISRUPTIONS, "Disruptions the job recovered from.",
+          [("", g["disruptions"])], "counter")
+    gauge(contract.METRIC_LOST_SECONDS, "Seconds lost to disruptions (downtime and redone "
+          "steps).", [("", g["lostSeconds"])], "counter")
+    gauge(contract.METRIC_STEPS_REDONE, "Steps trained again after disruptions.",
+          [("", g["stepsRedone"])], "counter")
+    if p.goodput is not None:
+        gauge(contract.METRIC_PRODUCTIVE_SECONDS, "Training seconds not lost to disruptions.",
+              [("", g["productiveSeconds"])], "counter")
+        gauge(contract.METRIC_GOODPUT_RATIO, "Productive / (productive + lost) seconds.",
+              [("", g["goodput"])])
     return "\n".join(lines) + "\n"
 
 

@@ -9,6 +9,7 @@ import os
 import time
 from typing import Any
 
+from kerasjob_trainer import goodput
 from kerasjob_trainer.faults import say
 
 TENSORBOARD_SUBDIR = "tensorboard"
@@ -66,6 +67,12 @@ def progress_callback(session: Any, *, total: int, steps_per_epoch: int, interva
             step_done()
             session.watchdog.beat()
             session.peers.arm()
+            found = session.goodput.step_done(self.step)
+            if found:
+                ledger = session.goodput.ledger
+                say(goodput.log_line(len(ledger.disruptions), found, ledger.goodput))
+                if reporter:
+                    reporter.update(goodput=ledger.totals())
             if first_step() or self.step % interval == 0 or self.step == total:
                 self._log(logs or {})
 

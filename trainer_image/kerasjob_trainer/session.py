@@ -41,7 +41,7 @@ from typing import Any, NoReturn
 import kerasjob_contract as contract
 from kerasjob_contract import ExitCode
 from kerasjob_contract.trainer_config import ConfigError, TrainerConfig
-from kerasjob_trainer import faults, preemption
+from kerasjob_trainer import faults, goodput, preemption
 from kerasjob_trainer.audit import Audit
 from kerasjob_trainer.faults import hard_exit, say
 from kerasjob_trainer.metrics import ProgressReporter
@@ -98,6 +98,10 @@ class Session:
         self.steps = 0
         #: The data and step audit (KERASJOB_AUDIT_DIR), None when off.
         self.audit = Audit.from_env(f"{ctx.cluster.role}{ctx.cluster.index}")
+        # Before fit: the chief reads the previous generation's goodput records now.
+        self.goodput = goodput.Recorder(ctx.checkpoint_dir,
+                                        f"{ctx.cluster.role}{ctx.cluster.index}", self.is_chief)
+        faults.on_hard_exit(self.goodput.exiting)
 
     # -- who and where ------------------------------------------------------------------------
 
@@ -222,9 +226,11 @@ class Session:
         except Exception as e:
             self.fail(e)
         steps = self.steps or int(model.optimizer.iterations.numpy())
+        self.goodput.exiting(int(ExitCode.SUCCESS))
         if self.reporter is not None:
             final = {**self.reporter.progress.metrics, **(metrics or {})}
-            self.reporter.update(step=steps, metrics=final, done=True)
+            self.reporter.update(step=steps, metrics=final, done=True,
+                                 goodput=self.goodput.ledger.totals())
             acc = final.get("test_accuracy")
             say(f"final {f'test_accuracy={acc:.4f} ' if acc is not None else ''}steps={steps}")
             self.reporter.close()
