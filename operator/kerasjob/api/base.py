@@ -1,0 +1,166 @@
+"""The API's building blocks: group/version constants, the model base classes, CEL rule
+helper, timestamps, and the enumerations (phases, condition types, reasons, roles...)."""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, PlainSerializer
+from pydantic.alias_generators import to_camel
+
+from kerasjob import API_GROUP, API_VERSION
+from kerasjob_contract.times import format_time
+
+API_VERSION_FULL = f"{API_GROUP}/{API_VERSION}"
+
+#: Directory, under checkpoint.mountPath, holding one sub-directory per job (see
+#: `checkpoint_dir`). Kept here because the chart/docs and the controller refer to it.
+DEFAULT_MOUNT_PATH = "/kerasjob/checkpoint"
+
+#: A built-in model name (kebab-case) or "package.module:function". The trainer checks that
+#: the built-in exists; the schema only rejects what can never work.
+MODEL_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?"
+    r"|[A-Za-z_][A-Za-z0-9_]*([.][A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*)$"
+)
+
+#: The core/v1 volume sources a checkpoint volume may use. Listed so that a typo such as
+#: `persistentVolumeclaim` is rejected by the API server instead of by the kubelet later.
+VOLUME_SOURCES = (
+    "persistentVolumeClaim", "hostPath", "emptyDir", "nfs", "csi", "ephemeral", "cephfs",
+    "glusterfs", "iscsi", "azureFile", "azureDisk", "gcePersistentDisk",
+    "awsElasticBlockStore", "configMap", "secret", "projected", "image",
+)
+
+
+def _cel(rule: str, message: str) -> dict[str, str]:
+    """One x-kubernetes-validations entry: a CEL rule and the message users see."""
+    return {"rule": rule, "message": message}
+
+
+#: A timestamp: parsed from any RFC 3339 string, written as metav1.Time.
+Timestamp = Annotated[datetime, PlainSerializer(format_time, return_type=str, when_used="json")]
+
+
+class _Model(BaseModel):
+    """camelCase on the wire, snake_case in Python; unknown spec fields are errors."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+    )
+
+
+class _StatusModel(_Model):
+    # Status is written by (possibly newer) operators; never fail to parse it.
+    model_config = ConfigDict(extra="ignore")
+
+
+# ---------------------------------------------------------------------------------------
+# Enums
+# ---------------------------------------------------------------------------------------
+
+
+class ReplicaRole(str, enum.Enum):
+    """The TF_CONFIG task type of a Pod."""
+
+    WORKER = "worker"
+    CHIEF = "chief"
+    EVALUATOR = "evaluator"
+
+
+class RestartPolicy(str, enum.Enum):
+    """What the operator does when a trainer exits with an error."""
+
+    ON_FAILURE = "OnFailure"
+    NEVER = "Never"
+    EXIT_CODE = "ExitCode"
+
+
+class CleanPodPolicy(str, enum.Enum):
+    """Which Pods are deleted when the job finishes."""
+
+    RUNNING = "Running"
+    ALL = "All"
+    NONE = "None"
+
+
+class Phase(str, enum.Enum):
+    """The job's coarse state, for humans and printer columns; conditions are authoritative."""
+
+    PENDING = "Pending"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    SUSPENDED = "Suspended"
+
+
+class ConditionType(str, enum.Enum):
+    """status.conditions[].type. Created stays True; at most one of Running, Restarting,
+    Suspended is True while the job is active; Succeeded or Failed ends it."""
+
+    CREATED = "Created"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    SUSPENDED = "Suspended"
+
+
+class Reason(str, enum.Enum):
+    """The job's own reasons, in conditions and Events. A condition about a Pod's outcome
+    carries that outcome's reason instead (PodDeleted, Preempted, Evicted, an exit's reason:
+    see `restart_policy`)."""
+
+    CREATED = "Created"
+    PODS_READY = "PodsReady"
+    PODS_NOT_READY = "PodsNotReady"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUSPENDED = "Suspended"
+    RESUMED = "Resumed"
+    SUCCEEDED = "Succeeded"
+    TASK_SUCCEEDED = "TaskSucceeded"
+    POD_DISRUPTED = "PodDisrupted"
+    POD_FAILED = "PodFailed"
+    INVALID_SPEC = "InvalidSpec"
+    INVALID_CONFIG = "InvalidConfig"
+    DEADLINE_EXCEEDED = "DeadlineExceeded"
+    BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
+    NON_RETRYABLE_EXIT_CODE = "NonRetryableExitCode"
+    POD_REJECTED = "PodRejected"
+    SERVICE_REJECTED = "ServiceRejected"
+    NETWORK_POLICY_REJECTED = "NetworkPolicyRejected"
+    CREATE_FORBIDDEN = "CreateForbidden"
+    DISRUPTION_LOOP = "DisruptionLoop"
+
+
+class DatasetSource(str, enum.Enum):
+    """Where the bundled trainer reads its data."""
+
+    MNIST_SAMPLE = "mnist-sample"
+    SYNTHETIC = "synthetic"
+    PATH = "path"
+
+
+class DatasetFormat(str, enum.Enum):
+    """File format of a dataset read from a path."""
+
+    NPZ = "npz"
+    TFRECORD = "tfrecord"
+
+
+class ConditionStatus(str, enum.Enum):
+    """metav1.ConditionStatus."""
+
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+#: A PodTemplateSpec field: kept as given (the API server validates the Pods made from it).
+_TEMPLATE_SCHEMA: dict[str, Any] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}

@@ -1,0 +1,339 @@
+"""KerasJobSpec: replicas, roles, checkpointing, restart and run policy."""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from typing import Any
+
+from pydantic import ConfigDict, Field
+
+from kerasjob.api.base import (
+    _TEMPLATE_SCHEMA,
+    DEFAULT_MOUNT_PATH,
+    VOLUME_SOURCES,
+    CleanPodPolicy,
+    ReplicaRole,
+    RestartPolicy,
+    _cel,
+    _Model,
+)
+from kerasjob.api.trainer import TrainerSpec
+from kerasjob_contract import DEFAULT_TF_PORT
+from kerasjob_contract.trainer_config import DEFAULTS as TRAINER_DEFAULTS
+
+
+class ReplicaSpec(_Model):
+    """An optional dedicated role (chief or evaluator)."""
+
+    replicas: int = Field(
+        1,
+        ge=0,
+        le=1,
+        description="Number of Pods of this role: 0 or 1. Immutable. Default: 1.",
+    )
+    template: dict[str, Any] | None = Field(
+        None,
+        description=(
+            "A PodTemplateSpec (metadata and spec) merged over spec.template for this role "
+            "only (e.g. no GPU for the evaluator), with the same merge rules. Changes apply "
+            "to Pods created afterwards."
+        ),
+        json_schema_extra=_TEMPLATE_SCHEMA,
+    )
+
+
+#: Top-level directories the checkpoint volume may not be mounted on or below: the
+#: container's programs, libraries, configuration and kernel filesystems.
+SYSTEM_DIRS = (
+    "bin", "boot", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "sbin", "sys", "usr",
+)
+#: Directories the volume may not replace (below them is fine): /tmp is the trainer's
+#: writable emptyDir, /run and /var hold the runtime's state.
+RESERVED_DIRS = ("tmp", "run", "var")
+#: A normalised absolute path: no empty, '.' or '..' segment; a trailing '/' is allowed.
+_NORMAL_PATH = r"^(/[^/]+)+/?$"
+_DOT_SEGMENT = r"/[.][.]?(/|$)"
+_SYSTEM_PATH = "^/(" + "|".join(SYSTEM_DIRS) + ")(/|$)"
+_RESERVED_PATH = "^/(" + "|".join(RESERVED_DIRS) + ")/?$"
+MOUNT_PATH_NOT_NORMAL = (
+    "checkpoint.mountPath must be a normalised absolute path below '/' (no '.', '..' or "
+    "empty segments), e.g. /kerasjob/checkpoint"
+)
+MOUNT_PATH_SYSTEM = (
+    "checkpoint.mountPath may not hide a system directory: not on or below /"
+    + ", /".join(SYSTEM_DIRS) + ", not /" + ", /".join(RESERVED_DIRS) + " themselves"
+)
+
+
+def mount_path_problem(path: str) -> str | None:
+    """Why ``path`` cannot be the checkpoint mountPath (the CRD's CEL rules, repeated for
+    objects that never went through the API server), or None."""
+    if not re.match(_NORMAL_PATH, path) or re.search(_DOT_SEGMENT, path):
+        normal = "/" + posixpath.normpath("/" + path).lstrip("/")
+        hint = f" (normalised: {normal})" if path.startswith("/") else ""
+        return MOUNT_PATH_NOT_NORMAL + hint
+    if re.match(_SYSTEM_PATH, path) or re.match(_RESERVED_PATH, path):
+        return MOUNT_PATH_SYSTEM
+    return None
+
+
+class CheckpointSpec(_Model):
+    """Where BackupAndRestore state and the final model are written."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _cel("self.mountPath.startsWith('/')",
+                     "checkpoint.mountPath must be an absolute path"),
+                _cel(f"self.mountPath.matches('{_NORMAL_PATH}') && "
+                     f"!self.mountPath.matches('{_DOT_SEGMENT}')",
+                     MOUNT_PATH_NOT_NORMAL),
+                _cel(f"!self.mountPath.matches('{_SYSTEM_PATH}') && "
+                     f"!self.mountPath.matches('{_RESERVED_PATH}')",
+                     MOUNT_PATH_SYSTEM),
+            ]
+        }
+    )
+
+    volume: dict[str, dict[str, Any]] | None = Field(
+        None,
+        description=(
+            "A core/v1 volume source without a name, with exactly one key, e.g. "
+            "{persistentVolumeClaim: {claimName: ckpt}}, {nfs: {server: s, path: /x}} or "
+            "{hostPath: {path: /data}}. All Pods of the job mount it, so with more than one "
+            "Pod it must be shared (a ReadWriteMany claim, NFS, ...); emptyDir is allowed only "
+            "for a single-Pod job, and its state is lost when the Pod is recreated. When "
+            "unset, a single-Pod job gets an emptyDir. Immutable."
+        ),
+        json_schema_extra={
+            "type": "object",
+            "additionalProperties": _TEMPLATE_SCHEMA,
+            # Bounds the CEL cost estimate (the API server refuses unbounded maps); the rule
+            # below then says "exactly one" in words.
+            "maxProperties": 4,
+            "x-kubernetes-validations": [
+                _cel("self.size() == 1",
+                     "checkpoint.volume must have exactly one volume source key"),
+                _cel("self.all(k, k in " + repr(list(VOLUME_SOURCES)) + ")",
+                     "checkpoint.volume has an unknown volume source; expected one of "
+                     + ", ".join(VOLUME_SOURCES)),
+            ],
+        },
+    )
+    mount_path: str = Field(
+        DEFAULT_MOUNT_PATH,
+        min_length=1,
+        max_length=1024,
+        description=(
+            "Where the volume is mounted in every Pod. Each job uses its own directory below "
+            "it, <mountPath>/<namespace>/<name>/<uid>, passed to the trainer as "
+            "KERASJOB_CHECKPOINT_DIR, so jobs sharing one volume never collide and a job "
+            "re-created under the same name starts fresh. Immutable. "
+            "Default: /kerasjob/checkpoint."
+        ),
+    )
+    save_freq: int = Field(
+        TRAINER_DEFAULTS.save_freq,
+        ge=1,
+        description=(
+            "BackupAndRestore saves every this many steps: a disruption loses at most this "
+            f"many steps. Immutable. Default: {TRAINER_DEFAULTS.save_freq}."
+        ),
+    )
+
+
+def _immutable(field: str) -> dict[str, str]:
+    return _cel("self == oldSelf", f"{field} is immutable")
+
+
+def _immutable_optional(field: str) -> dict[str, str]:
+    # A field-level transition rule is skipped when the field is added or removed, so the
+    # optional roles are checked from the spec, where both presence and value are visible.
+    return _cel(
+        f"has(self.{field}) == has(oldSelf.{field}) && "
+        f"(!has(self.{field}) || self.{field}.replicas == oldSelf.{field}.replicas)",
+        f"{field} cannot be added, removed or resized after creation",
+    )
+
+
+class KerasJobSpec(_Model):
+    """The desired state of a KerasJob."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _immutable_optional("chief"),
+                _immutable_optional("evaluator"),
+                _cel(
+                    "(self.workers == 1 && (!has(self.chief) || self.chief.replicas == 0) && "
+                    "(!has(self.evaluator) || self.evaluator.replicas == 0)) || "
+                    "(has(self.checkpoint.volume) && !('emptyDir' in self.checkpoint.volume))",
+                    "a job with more than one Pod needs a shared checkpoint.volume "
+                    "(emptyDir is per Pod)",
+                ),
+            ]
+        }
+    )
+
+    workers: int = Field(
+        1,
+        ge=1,
+        le=1000,
+        description=(
+            "Number of MultiWorkerMirroredStrategy workers. Worker 0 is the chief (writes "
+            "checkpoints and the final model) unless spec.chief has 1 replica. Immutable. "
+            "Default: 1."
+        ),
+        json_schema_extra={"x-kubernetes-validations": [_immutable("workers")]},
+    )
+    chief: ReplicaSpec | None = Field(
+        None,
+        description=(
+            "An optional dedicated chief Pod (replicas 0 or 1). When present with 1 replica "
+            "it is the task whose success completes the job. Cannot be added, removed or "
+            "resized after creation."
+        ),
+    )
+    evaluator: ReplicaSpec | None = Field(
+        None,
+        description=(
+            "An optional side-car evaluator Pod (replicas 0 or 1) that evaluates the chief's "
+            "checkpoints. It is not part of the TF_CONFIG cluster and does not decide the "
+            "job's outcome. Cannot be added, removed or resized after creation."
+        ),
+    )
+    port: int = Field(
+        DEFAULT_TF_PORT,
+        ge=1,
+        le=65535,
+        description=(
+            "The gRPC port every task listens on, published through the job's headless "
+            "Service. Immutable. Default: 2222."
+        ),
+        json_schema_extra={"x-kubernetes-validations": [_immutable("port")]},
+    )
+    image: str | None = Field(
+        None,
+        min_length=1,
+        max_length=1024,
+        description=(
+            "Trainer image for every Pod. An image set on the trainer container in "
+            "spec.template wins over this; when neither is set the operator's configured "
+            "default trainer image is used."
+        ),
+    )
+    trainer: TrainerSpec = Field(
+        default_factory=TrainerSpec,
+        description=(
+            "What the bundled trainer trains (model, dataset, epochs ...). Ignored by custom "
+            "commands except through the KERASJOB_TRAINER_CONFIG variable. Immutable."
+        ),
+        json_schema_extra={"default": {}, "x-kubernetes-validations": [_immutable("trainer")]},
+    )
+    template: dict[str, Any] | None = Field(
+        None,
+        description=(
+            "A PodTemplateSpec (metadata and spec) merged over the operator's defaults for "
+            "every role: image, resources and GPUs, volumes, nodeSelector, tolerations, "
+            "command ... The container named 'trainer' (else the first container, renamed "
+            "'trainer') is the trainer. Containers, env and volumes merge by name, "
+            "volumeMounts by mountPath, ports by containerPort; other lists are replaced; "
+            "null deletes a field. The operator keeps TF_CONFIG, the KERASJOB_* identity "
+            "variables, hostname, subdomain and restartPolicy. Changes apply to Pods created "
+            "afterwards."
+        ),
+        json_schema_extra=_TEMPLATE_SCHEMA,
+    )
+    checkpoint: CheckpointSpec = Field(
+        default_factory=CheckpointSpec,
+        description=(
+            "The volume that holds BackupAndRestore state (resuming after restarts) and the "
+            "final model. Immutable."
+        ),
+        json_schema_extra={
+            "default": {}, "x-kubernetes-validations": [_immutable("checkpoint")]
+        },
+    )
+    restart_policy: RestartPolicy = Field(
+        RestartPolicy.ON_FAILURE,
+        description=(
+            "What happens when a trainer fails. OnFailure: restart it, counting failures "
+            "against backoffLimit. Never: the first failure fails the job. ExitCode: restart "
+            "on retryable exit codes (disruptions: 42, 43, signals), fail at once on "
+            "permanent ones (1, 78 ...). Disruptions (eviction, preemption, lost node, lost "
+            "peer) always restart and never count against backoffLimit. Default: OnFailure."
+        ),
+    )
+    backoff_limit: int = Field(
+        6,
+        ge=0,
+        description=(
+            "Failures (not disruptions) allowed before the job is marked Failed, counted "
+            "across Pod re-creations. Default: 6."
+        ),
+    )
+    active_deadline_seconds: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "Seconds since the job started after which it is failed (reason DeadlineExceeded) "
+            "and its Pods are stopped. Unset: no deadline."
+        ),
+    )
+    ttl_seconds_after_finished: int | None = Field(
+        None,
+        ge=0,
+        description=(
+            "Seconds after the job finished (Succeeded or Failed) after which the KerasJob "
+            "and its children are deleted. Unset: kept forever."
+        ),
+    )
+    clean_pod_policy: CleanPodPolicy = Field(
+        CleanPodPolicy.RUNNING,
+        description=(
+            "Which Pods are deleted when the job finishes: Running (those still running, "
+            "e.g. an evaluator; finished Pods stay for their logs), All, or None. "
+            "Default: Running."
+        ),
+    )
+    suspend: bool = Field(
+        False,
+        description=(
+            "True deletes the job's Pods (state is kept in the checkpoint) and holds it "
+            "Suspended; setting it back to false resumes from the last backup. A suspension "
+            "is neither a failure nor a disruption. Default: false."
+        ),
+    )
+
+    # -- derived topology, used by children and the controller -------------------------
+
+    def replicas(self) -> dict[ReplicaRole, int]:
+        """Pods per role, roles with 0 replicas left out; workers first, then chief, evaluator."""
+        out: dict[ReplicaRole, int] = {ReplicaRole.WORKER: self.workers}
+        if self.chief is not None and self.chief.replicas > 0:
+            out[ReplicaRole.CHIEF] = self.chief.replicas
+        if self.evaluator is not None and self.evaluator.replicas > 0:
+            out[ReplicaRole.EVALUATOR] = self.evaluator.replicas
+        return out
+
+    def has_dedicated_chief(self) -> bool:
+        return self.chief is not None and self.chief.replicas == 1
+
+    def chief_task(self) -> tuple[ReplicaRole, int]:
+        """The task whose success completes the job: (chief, 0), else (worker, 0)."""
+        if self.has_dedicated_chief():
+            return ReplicaRole.CHIEF, 0
+        return ReplicaRole.WORKER, 0
+
+    def tasks(self) -> list[tuple[ReplicaRole, int]]:
+        """Every (role, index) Pod of the job, in a stable order."""
+        return [(role, i) for role, n in self.replicas().items() for i in range(n)]
+
+    def role_spec(self, role: ReplicaRole) -> ReplicaSpec | None:
+        """The ReplicaSpec of a dedicated role (None for workers)."""
+        if role is ReplicaRole.CHIEF:
+            return self.chief
+        if role is ReplicaRole.EVALUATOR:
+            return self.evaluator
+        return None

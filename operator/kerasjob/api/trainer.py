@@ -1,0 +1,183 @@
+"""spec.trainer: the bundled trainer's configuration (defaults from the contract's
+`kerasjob_contract.trainer_config`, the one set of them)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import ConfigDict, Field
+
+from kerasjob.api.base import MODEL_PATTERN, DatasetFormat, DatasetSource, _cel, _Model
+from kerasjob_contract.trainer_config import DEFAULTS as TRAINER_DEFAULTS
+
+# ---------------------------------------------------------------------------------------
+# Spec
+# ---------------------------------------------------------------------------------------
+
+# Object fields built by default_factory carry `"default": {}` into the CRD: the API server
+# then creates the object and fills in its fields' defaults, so CEL rules and the operator
+# always see e.g. spec.checkpoint.mountPath.
+
+
+class DatasetSpec(_Model):
+    """The training data of the bundled trainer."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _cel("self.source != 'path' || has(self.path)",
+                     "dataset.path is required when dataset.source is 'path'"),
+                _cel("self.source == 'path' || (!has(self.path) && !has(self.format))",
+                     "dataset.path and dataset.format are only allowed when dataset.source "
+                     "is 'path'"),
+            ]
+        }
+    )
+
+    source: DatasetSource = Field(
+        DatasetSource.MNIST_SAMPLE,
+        description=(
+            "Where the data comes from: 'mnist-sample' (5,000 real MNIST digits shipped in the "
+            "trainer image, no network needed), 'synthetic' (random tensors shaped for the "
+            "model, for benchmarks) or 'path' (files on a volume mounted through "
+            "spec.template, see dataset.path). Default: mnist-sample."
+        ),
+    )
+    path: str | None = Field(
+        None,
+        max_length=4096,
+        description=(
+            "Absolute path, inside the trainer container, of an .npz file or a TFRecord file "
+            "or directory. Required when source is 'path', forbidden otherwise."
+        ),
+    )
+    format: DatasetFormat | None = Field(
+        None,
+        description=(
+            "File format of dataset.path: 'npz' or 'tfrecord'. When unset it is inferred "
+            "from the path: a name ending in .npz is npz, anything else is TFRecord."
+        ),
+    )
+
+    def resolved_format(self) -> DatasetFormat | None:
+        """The effective file format (None unless source is 'path')."""
+        if self.source is not DatasetSource.PATH or self.path is None:
+            return None
+        if self.format is not None:
+            return self.format
+        return DatasetFormat.NPZ if self.path.endswith(".npz") else DatasetFormat.TFRECORD
+
+
+class TrainerSpec(_Model):
+    """Configuration of the bundled trainer, passed to it as JSON in KERASJOB_TRAINER_CONFIG."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _cel(f"self.model.matches('{MODEL_PATTERN}')",
+                     "trainer.model must be a built-in model name (e.g. mnist-mlp) or "
+                     "'package.module:function'"),
+            ]
+        }
+    )
+
+    model: str = Field(
+        "mnist-mlp",
+        min_length=1,
+        max_length=256,
+        description=(
+            "The model to train: a built-in name (mnist-mlp, mnist-cnn, cifar10-cnn) or "
+            "'package.module:function' naming a function, importable in the trainer image, "
+            "that returns a compiled tf_keras model. Default: mnist-mlp."
+        ),
+    )
+    dataset: DatasetSpec = Field(
+        default_factory=DatasetSpec,
+        description="The training data. Default: the MNIST sample bundled with the trainer.",
+        json_schema_extra={"default": {}},
+    )
+    epochs: int = Field(
+        TRAINER_DEFAULTS.epochs,
+        ge=1,
+        description=f"Number of epochs to train. Default: {TRAINER_DEFAULTS.epochs}.",
+    )
+    steps_per_epoch: int = Field(
+        TRAINER_DEFAULTS.steps_per_epoch,
+        ge=1,
+        description=(
+            f"Global training steps per epoch. Default: {TRAINER_DEFAULTS.steps_per_epoch}."
+        ),
+    )
+    batch_size_per_replica: int = Field(
+        TRAINER_DEFAULTS.batch_size_per_replica,
+        ge=1,
+        description=(
+            "Batch size on each replica; the global batch is this times the number of "
+            f"training replicas. Default: {TRAINER_DEFAULTS.batch_size_per_replica}."
+        ),
+    )
+    learning_rate: float | None = Field(
+        None,
+        gt=0,
+        description=(
+            "Optimizer learning rate. When unset the built-in models use "
+            f"{TRAINER_DEFAULTS.learning_rate:g} (Adam's default)."
+        ),
+    )
+    seed: int = Field(
+        TRAINER_DEFAULTS.seed,
+        description=(
+            "Seed for weight initialisation and dataset shuffling. The same seed on every "
+            "worker is what keeps auto-sharded data free of duplicates and gaps. "
+            f"Default: {TRAINER_DEFAULTS.seed}."
+        ),
+    )
+    collective_timeout_seconds: float | None = Field(
+        None,
+        gt=0,
+        description=(
+            "A collective operation that makes no progress for this long fails and the "
+            "worker exits so the group restarts (a disruption). When unset the trainer's "
+            f"default ({TRAINER_DEFAULTS.collective_timeout_seconds:g}s)."
+        ),
+    )
+    stall_timeout_seconds: float | None = Field(
+        None,
+        gt=0,
+        description=(
+            "No finished step for this long, after the first one, is treated as a silent "
+            "peer: the worker exits so the group restarts. When unset the trainer's default "
+            f"({TRAINER_DEFAULTS.stall_timeout_seconds:g}s)."
+        ),
+    )
+    log_every_steps: int | None = Field(
+        None,
+        ge=0,
+        description=(
+            "Steps between progress log lines; 0 or unset logs every checkpoint.saveFreq steps."
+        ),
+    )
+    command: list[Annotated[str, Field(min_length=1, max_length=4096)]] | None = Field(
+        None,
+        min_length=1,
+        max_length=256,
+        description=(
+            "Your own program instead of the bundled trainer, as an argv list like a "
+            "container's command, e.g. [python, /opt/kerasjob-user/train.py, --lr=0.01]. The "
+            "trainer image runs it (exec) with TF_CONFIG and the KERASJOB_* variables set; "
+            "model and dataset are then ignored. The script comes from the image, or a "
+            "ConfigMap or volume mounted through spec.template; with the "
+            "kerasjob_trainer.session library it gets backups, save-on-SIGTERM (exit 42), "
+            "peer-loss exits (43), progress and exact resume. A missing program or script "
+            "fails the job at once (exit 78). Unset: the bundled trainer."
+        ),
+    )
+    deterministic: bool = Field(
+        TRAINER_DEFAULTS.deterministic,
+        description=(
+            "Reproducible training: TensorFlow op determinism, seeded and checkpointed "
+            "random state. The same job then ends with the same weights whether or not it "
+            "was disrupted (bit-identical on CPU). Costs some throughput (see the trainer "
+            f"README). Default: {str(TRAINER_DEFAULTS.deterministic).lower()}."
+        ),
+    )
