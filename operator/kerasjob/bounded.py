@@ -16,7 +16,7 @@ Two bounds, each in one place:
   the job index and the bodies our writes return, so everything downstream (validation,
   templates, merging) sees at most `BODY_DEPTH` levels.
 
-`children.validate_job` then fails such a job (reason InvalidSpec): its template is deeper
+`validation.validate_job` then fails such a job (reason InvalidSpec): its template is deeper
 than `MAX_TEMPLATE_DEPTH` (a real PodTemplateSpec needs about 12 levels).
 """
 

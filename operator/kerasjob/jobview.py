@@ -1,7 +1,7 @@
 """From a KerasJob body to the `reconcile.JobView` the planner decides on.
 
 The body is parsed once per (uid, generation) into the API models and checked with
-`children.validate_job`; an invalid job still gets a view (with its problems), so the
+`validation.validate_job`; an invalid job still gets a view (with its problems), so the
 planner can fail it with reason InvalidSpec.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import pydantic
 
-from kerasjob import children, reconcile
+from kerasjob import reconcile, validation
 from kerasjob.api import KerasJob
 from kerasjob.tf_config import pod_name
 
@@ -26,9 +26,9 @@ class ParsedJob:
         try:  # parsed once; the semantic checks then run on the model
             self.model = KerasJob.from_body(body)
         except pydantic.ValidationError as e:
-            problems = children.validation_problems(e)
+            problems = validation.validation_problems(e)
         else:
-            problems = children.validate_job(self.model)
+            problems = validation.validate_job(self.model)
             if problems:
                 self.model = None
         name = str(meta.get("name", ""))

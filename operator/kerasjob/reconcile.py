@@ -17,14 +17,26 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from kerasjob import restart_loop
 from kerasjob import restart_policy as rp
 from kerasjob import status as st
+from kerasjob.accounting import Accounting
 from kerasjob.api import Reason
+from kerasjob.planning import (  # the planner's vocabulary, also used as rc.<name>
+    Action,
+    CreatePod,
+    CreateService,
+    DeleteJob,
+    DeletePod,
+    Event,
+    JobView,
+    Plan,
+    Task,
+    newest_incarnations,
+)
 from kerasjob.podview import PodView
 from kerasjob.rejection import Rejection
 from kerasjob_contract.times import format_time, parse_time
@@ -32,75 +44,6 @@ from kerasjob_contract.times import format_time, parse_time
 REASON_INVALID_SPEC = Reason.INVALID_SPEC.value
 REASON_DEADLINE = Reason.DEADLINE_EXCEEDED.value
 REASON_SUCCEEDED = Reason.SUCCEEDED.value
-
-
-@dataclass(frozen=True)
-class Task:
-    """One Pod the job wants: <job>-<role>-<index>."""
-
-    name: str
-    role: str
-    index: int
-
-
-@dataclass(frozen=True)
-class JobView:
-    """The parts of a KerasJob that decisions depend on."""
-
-    name: str
-    namespace: str
-    uid: str
-    generation: int | None
-    tasks: tuple[Task, ...]
-    chief: str
-    """Pod name of the task whose success completes the job."""
-    restart_policy: str = "OnFailure"
-    backoff_limit: int = 6
-    active_deadline_seconds: int | None = None
-    ttl_seconds_after_finished: int | None = None
-    clean_pod_policy: str = "Running"
-    suspend: bool = False
-    deleting: bool = False
-    invalid: tuple[str, ...] = ()
-    """Validation messages; non-empty fails the job with reason InvalidSpec."""
-
-    @property
-    def roles(self) -> list[str]:
-        return list(dict.fromkeys(t.role for t in self.tasks))
-
-
-@dataclass(frozen=True)
-class CreateService:
-    pass
-
-
-@dataclass(frozen=True)
-class CreatePod:
-    task: Task
-
-
-@dataclass(frozen=True)
-class DeletePod:
-    name: str
-    uid: str
-    force: bool = False
-    """Grace period 0: for Pods stuck terminating."""
-
-
-@dataclass(frozen=True)
-class DeleteJob:
-    pass
-
-
-Action = CreateService | CreatePod | DeletePod | DeleteJob
-
-
-@dataclass(frozen=True)
-class Event:
-    type: str
-    """Normal or Warning."""
-    reason: str
-    message: str
 
 
 #: Seconds a Succeeded job leaves its still-running Pods (other workers finishing the same
@@ -112,22 +55,7 @@ CLEANUP_GRACE_SECONDS = 10.0
 #: normally wake the controller first).
 REGROUP_RECHECK_SECONDS = 2.0
 
-@dataclass
-class Plan:
-    status: dict[str, Any]
-    """The complete new status (diff it against the old one with `status.merge_patch`)."""
-    actions: list[Action] = field(default_factory=list)
-    events: list[Event] = field(default_factory=list)
-    requeue_after: float | None = None
-    """Seconds until the job must be looked at again even if nothing changes."""
-
-    @property
-    def restart_attempt(self) -> int:
-        restarts = self.status.get("restarts") or {}
-        return int(restarts.get("disruptions", 0)) + int(restarts.get("failures", 0))
-
-
-class _Planner:
+class _Planner(Accounting):
     def __init__(
         self,
         job: JobView,
@@ -204,97 +132,6 @@ class _Planner:
                 self.requeue(self.force_delete_after)
             else:
                 self.requeue((due - self.now).total_seconds())
-
-    def account(self, task: Task, outcome: rp.Outcome) -> None:
-        """Count one outcome of one Pod: counters, lastRestart, an event, maybe a verdict."""
-        verdict = rp.decide(
-            self.job.restart_policy,
-            outcome,
-            pod=task.name,
-            failures_before=self.failures,
-            backoff_limit=self.job.backoff_limit,
-        )
-        if not (verdict.count_failure or verdict.count_disruption):
-            return
-        if verdict.count_failure:
-            self.failures += 1
-        else:
-            self.disruptions += 1
-        reason = getattr(outcome, "reason", "")
-        code = getattr(outcome, "exit_code", None)
-        last: dict[str, Any] = {
-            "time": format_time(self.now),
-            "reason": reason,
-            "pod": task.name,
-            "disruption": verdict.count_disruption,
-        }
-        if code is not None:
-            last["exitCode"] = code
-        if verdict.count_disruption:
-            last.update(restart_loop.record(
-                self.status.get("lastRestart"), reason, self.status,
-                was_running=self.prev_phase == st.RUNNING,
-            ))
-        self.status["lastRestart"] = last
-        exit_text = f" (exit code {code})" if code is not None else ""
-        if verdict.count_disruption:
-            self.event(
-                "Normal",
-                Reason.POD_DISRUPTED.value,
-                f"Pod {task.name}: {reason}{exit_text}; restarting it (disruption "
-                f"{self.disruptions}, not counted against backoffLimit)",
-            )
-        elif not verdict.fail:
-            self.event(
-                "Warning",
-                Reason.POD_FAILED.value,
-                f"Pod {task.name}: {reason}{exit_text}; restarting it (failure "
-                f"{self.failures} of backoffLimit {self.job.backoff_limit})",
-            )
-        if verdict.fail and self.fail_verdict is None:
-            self.fail_verdict = verdict
-
-    def observe(self) -> None:
-        """Count what happened to every wanted Pod since the last look."""
-        for task in self.job.tasks:
-            pod = self.owned.get(task.name)
-            rec = self.tracked.get(task.name)
-            if pod is not None and (rec is None or rec.get("uid") != pod.uid):
-                if rec is not None and rec.get("uid") and not rec.get("counted"):
-                    # The previous incarnation vanished while nobody was looking.
-                    self.account(task, rp.classify_lost(None))
-                rec = {
-                    "uid": pod.uid,
-                    "restartCount": 0,
-                    "counted": False,
-                    "succeeded": bool(rec and rec.get("succeeded")),
-                }
-                self.tracked[task.name] = rec
-            if rec is None:
-                continue
-            if pod is None:
-                if rec.get("uid") and not rec.get("counted"):
-                    self.account(task, rp.classify_lost(None))
-                    rec["counted"] = True
-                continue
-            if pod.restart_count > int(rec.get("restartCount", 0)):
-                outcome = rp.classify_in_place_restart(pod)
-                for _ in range(pod.restart_count - int(rec.get("restartCount", 0))):
-                    self.account(task, outcome)
-                rec["restartCount"] = pod.restart_count
-            if rec.get("counted"):
-                continue
-            if pod.finished:
-                outcome = rp.classify_finished(pod)
-                if isinstance(outcome, rp.Success):
-                    rec["succeeded"] = True
-                    self.event("Normal", Reason.TASK_SUCCEEDED.value, f"Pod {task.name} completed")
-                else:
-                    self.account(task, outcome)
-                rec["counted"] = True
-            elif pod.deleting:
-                self.account(task, rp.classify_lost(pod))
-                rec["counted"] = True
 
     def finish(self, phase: str, reason: str, message: str) -> None:
         self.status["phase"] = phase
@@ -558,22 +395,6 @@ class _Planner:
         )
         if not self.status.get("phase"):
             self.status["phase"] = st.PENDING
-
-
-def newest_incarnations(pods: Iterable[PodView]) -> list[PodView]:
-    """One PodView per name: the newest incarnation.
-
-    kopf processes each object's events in its own queue, so right after a Pod was
-    re-created its index can briefly hold both the old (terminating, or already deleted)
-    and the new incarnation of the name. The newer one has the larger resourceVersion: the
-    name was only free again once the old one was gone.
-    """
-    newest: dict[str, PodView] = {}
-    for pod in pods:
-        seen = newest.get(pod.name)
-        if seen is None or pod.resource_version > seen.resource_version:
-            newest[pod.name] = pod
-    return list(newest.values())
 
 
 def plan(

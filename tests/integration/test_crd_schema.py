@@ -17,7 +17,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from kerasjob import API_GROUP, API_VERSION, KIND, PLURAL, crdgen
+from kerasjob import API_GROUP, API_VERSION, KIND, PLURAL, crdgen, validation
 from kerasjob.api import KerasJobSpec, KerasJobStatus
 from kerasjob_dev.cluster import Cluster, wait_for
 
@@ -355,7 +355,7 @@ def test_rendered_children_pass_api_server_validation(crd: Any, kube: Any,
     # beside this test (other tests start one) never creates real Pods of the same names.
     job = create(kube, namespace, body("children", spec), dry_run=True)
     job["metadata"].setdefault("uid", "00000000-0000-0000-0000-000000000000")
-    assert children.validate_job(job) == []
+    assert validation.validate_job(job) == []
     core = client.CoreV1Api(kube)
     core.create_namespaced_service(namespace, children.build_service(job), dry_run="All")
     pods = children.desired_pods(job, default_image="kerasjob/trainer:test", restart_attempt=3)

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from kerasjob import bounded
-from kerasjob.children import validate_job
+from kerasjob.validation import validate_job
 
 
 def nested(depth: int, *, lists: bool = False) -> str:

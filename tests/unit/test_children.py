@@ -9,7 +9,7 @@ from typing import Any
 import pydantic
 import pytest
 
-from kerasjob import children, labels
+from kerasjob import children, labels, validation
 from kerasjob.api import KerasJob, ReplicaRole, RestartPolicy
 from kerasjob_contract import DEFAULT_METRICS_PORT, Env
 from kerasjob_contract import trainer_config as trainer_config_parser
@@ -390,11 +390,11 @@ def test_zero_replica_roles_have_no_pods() -> None:
 
 
 def test_valid_jobs_have_no_problems() -> None:
-    assert children.validate_job(job()) == []
-    assert children.validate_job(job({"workers": 1})) == []
+    assert validation.validate_job(job()) == []
+    assert validation.validate_job(job({"workers": 1})) == []
     spec = {"workers": 4, "chief": {}, "evaluator": {}, "checkpoint": {"volume": PVC},
             "template": {"spec": {"containers": [{"image": "x"}, {"name": "s"}]}}}
-    assert children.validate_job(job(spec)) == []
+    assert validation.validate_job(job(spec)) == []
 
 
 @pytest.mark.parametrize(("spec", "name", "message"), [
@@ -432,15 +432,15 @@ def test_valid_jobs_have_no_problems() -> None:
      "spec.chief.template.spec.hostname is set by the operator"),
 ])
 def test_validation_messages(spec: dict[str, Any], name: str, message: str) -> None:
-    problems = children.validate_job(job(spec, name=name))
+    problems = validation.validate_job(job(spec, name=name))
     assert any(message in p for p in problems), problems
 
 
 def test_name_length_limit_counts_the_longest_pod() -> None:
     # 10 workers: the longest is <name>-worker-9, 9 characters longer than <name>
-    assert children.validate_job(job({"workers": 11, "checkpoint": {"volume": PVC}},
+    assert validation.validate_job(job({"workers": 11, "checkpoint": {"volume": PVC}},
                                      name="a" * 54)) != []
-    assert children.validate_job(job({"workers": 10, "checkpoint": {"volume": PVC}},
+    assert validation.validate_job(job({"workers": 10, "checkpoint": {"volume": PVC}},
                                      name="a" * 54)) == []
     assert children.is_dns_label("a" * 63) and not children.is_dns_label("a" * 64)
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kerasjob import children
+from kerasjob import children, validation
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,7 +25,7 @@ def _examples() -> list[Any]:
 @pytest.mark.parametrize("doc", _examples())
 def test_example_is_valid_and_renders(doc: dict[str, Any]) -> None:
     doc = {**doc, "metadata": {"namespace": "default", "uid": "u", **doc["metadata"]}}
-    assert children.validate_job(doc) == []
+    assert validation.validate_job(doc) == []
     pods = children.desired_pods(doc, default_image="kerasjob/trainer:test")
     assert pods and all(children.is_dns_label(p["metadata"]["name"]) for p in pods)
     assert children.build_service(doc)["metadata"]["name"] == doc["metadata"]["name"]

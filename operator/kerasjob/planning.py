@@ -1,0 +1,111 @@
+"""The planner's vocabulary: what it is given (`JobView`, `Task`), what it decides (`Plan`:
+the new status, `Action`s, `Event`s) and `newest_incarnations` of a Pod name. Pure data, no
+Kubernetes calls; the decisions themselves are in `reconcile`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kerasjob.podview import PodView
+
+
+@dataclass(frozen=True)
+class Task:
+    """One Pod the job wants: <job>-<role>-<index>."""
+
+    name: str
+    role: str
+    index: int
+
+
+@dataclass(frozen=True)
+class JobView:
+    """The parts of a KerasJob that decisions depend on."""
+
+    name: str
+    namespace: str
+    uid: str
+    generation: int | None
+    tasks: tuple[Task, ...]
+    chief: str
+    """Pod name of the task whose success completes the job."""
+    restart_policy: str = "OnFailure"
+    backoff_limit: int = 6
+    active_deadline_seconds: int | None = None
+    ttl_seconds_after_finished: int | None = None
+    clean_pod_policy: str = "Running"
+    suspend: bool = False
+    deleting: bool = False
+    invalid: tuple[str, ...] = ()
+    """Validation messages; non-empty fails the job with reason InvalidSpec."""
+
+    @property
+    def roles(self) -> list[str]:
+        return list(dict.fromkeys(t.role for t in self.tasks))
+
+
+@dataclass(frozen=True)
+class CreateService:
+    pass
+
+
+@dataclass(frozen=True)
+class CreatePod:
+    task: Task
+
+
+@dataclass(frozen=True)
+class DeletePod:
+    name: str
+    uid: str
+    force: bool = False
+    """Grace period 0: for Pods stuck terminating."""
+
+
+@dataclass(frozen=True)
+class DeleteJob:
+    pass
+
+
+Action = CreateService | CreatePod | DeletePod | DeleteJob
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str
+    """Normal or Warning."""
+    reason: str
+    message: str
+
+
+@dataclass
+class Plan:
+    status: dict[str, Any]
+    """The complete new status (diff it against the old one with `status.merge_patch`)."""
+    actions: list[Action] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    requeue_after: float | None = None
+    """Seconds until the job must be looked at again even if nothing changes."""
+
+    @property
+    def restart_attempt(self) -> int:
+        restarts = self.status.get("restarts") or {}
+        return int(restarts.get("disruptions", 0)) + int(restarts.get("failures", 0))
+
+
+def newest_incarnations(pods: Iterable[PodView]) -> list[PodView]:
+    """One PodView per name: the newest incarnation.
+
+    kopf processes each object's events in its own queue, so right after a Pod was
+    re-created its index can briefly hold both the old (terminating, or already deleted)
+    and the new incarnation of the name. The newer one has the larger resourceVersion: the
+    name was only free again once the old one was gone.
+    """
+    newest: dict[str, PodView] = {}
+    for pod in pods:
+        seen = newest.get(pod.name)
+        if seen is None or pod.resource_version > seen.resource_version:
+            newest[pod.name] = pod
+    return list(newest.values())
