@@ -26,7 +26,7 @@ from typing import Any
 
 import aiohttp
 
-from kerasjob import children, progress, rejection
+from kerasjob import acting, progress
 from kerasjob import reconcile as rc
 from kerasjob.config import OperatorConfig
 from kerasjob.events import EventRecorder, build_event
@@ -37,11 +37,8 @@ from kerasjob.kube import (
     events_path,
     gather_limited,
     job_path,
-    network_policy_path,
-    pod_path,
-    service_path,
 )
-from kerasjob.observed import SERVICE, Expectations, Observed, WriteCache, index_behind
+from kerasjob.observed import Expectations, Observed, WriteCache, index_behind
 from kerasjob.podview import PodView
 from kerasjob.rejection import Rejection
 from kerasjob.status import merge_patch
@@ -51,9 +48,6 @@ from kerasjob_contract.times import utcnow
 
 log = logging.getLogger("kerasjob.controller")
 
-#: The name under which the job's NetworkPolicy create is tracked (as observed.SERVICE).
-NETWORK_POLICY = "\0networkpolicy"
-_SHARED_KINDS = {SERVICE: "Service", NETWORK_POLICY: "NetworkPolicy"}
 
 
 def _namespace_gone(error: BaseException) -> bool:
@@ -347,79 +341,7 @@ class Controller:
     async def _act(
         self, key: Key, seen: Observed, plan: rc.Plan, actions: list[rc.Action]
     ) -> Rejection | None:
-        """Carry out the actions; a child the API server refused to create is returned (and
-        kept for the next plan) instead of raised."""
-        job, model = seen.job, seen.parsed.model
-        ns = job.namespace
-        calls: list[tuple[str | None, Any]] = []  # (child created, or None; the call)
-        for action in actions:
-            if isinstance(action, rc.CreateService) and model is not None:
-                # The job's shared children: its Service and, unless switched off, the
-                # NetworkPolicy that keeps its TF port to its own Pods (before any Pod).
-                if self.config.network_policy:
-                    policy = children.build_network_policy(
-                        model, metrics_from=self.config.metrics_from
-                    )
-                    create = self.api.create(
-                        network_policy_path(ns), policy, "networkpolicies", strict=True
-                    )
-                    calls.append((NETWORK_POLICY, create))
-                service = children.build_service(model)
-                create = self.api.create(service_path(ns), service, "services", strict=True)
-                calls.append((SERVICE, create))
-            elif isinstance(action, rc.CreatePod) and model is not None:
-                manifest = children.build_pod(
-                    model,
-                    action.task.role,
-                    action.task.index,
-                    default_image=self.config.default_image,
-                    restart_attempt=plan.restart_attempt,
-                )
-                create = self.api.create(pod_path(ns), manifest, "pods", strict=True)
-                calls.append((action.task.name, create))
-            elif isinstance(action, rc.DeletePod):
-                grace = 0 if action.force else None
-                call = self.api.delete(
-                    pod_path(ns, action.name), "pods", uid=action.uid, grace_period_seconds=grace
-                )
-                calls.append((None, call))
-            elif isinstance(action, rc.DeleteJob):
-                log.info("%s/%s: ttlSecondsAfterFinished passed, deleting the job", ns, job.name)
-                call = self.api.delete(
-                    job_path(ns, job.name), "kerasjobs", uid=job.uid, propagation="Background"
-                )
-                calls.append((None, call))
-        # The Service and NetworkPolicy first (Pods resolve each other through the one and
-        # must never run unprotected by the other), then the rest together.
-        first = sum(1 for name, _ in calls if name in (SERVICE, NETWORK_POLICY))
-        results = await gather_limited([c for _, c in calls[:first]])
-        results += await gather_limited([c for _, c in calls[first:]])
-        now = asyncio.get_running_loop().time()
-        refused: Rejection | None = None
-        errors: list[BaseException] = []
-        for (name, _), result in zip(calls, results, strict=True):
-            if name is not None and not isinstance(result, BaseException):
-                self.expectations.expect(key, name, now)
-            elif isinstance(result, ApiError) and name is not None and refused is None:
-                kind, child = _SHARED_KINDS.get(name, "Pod"), name
-                if name in _SHARED_KINDS:
-                    child = job.name
-                refused = rejection.from_error(
-                    result.status, result.body, kind=kind, name=child, generation=job.generation
-                )
-                if refused is None:
-                    errors.append(result)
-            elif isinstance(result, BaseException):
-                errors.append(result)
-        if refused is not None:
-            refused = self.rejections[key] = refused.again(self.rejections.get(key))
-            log.info("%s/%s: %s", *key, refused.describe())
-            return refused
-        if any(n is not None for n, _ in calls):
-            self.rejections.pop(key, None)  # every create went through
-        if errors:
-            raise errors[0]
-        return None
+        return await acting.act(self, key, seen, plan, actions)
 
     # -- progress --------------------------------------------------------------------------
 
