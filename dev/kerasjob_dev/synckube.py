@@ -8,9 +8,10 @@ mapping (`kerasjob.sdk.errors`; ``ApiError.status`` is the HTTP status).
 
 from __future__ import annotations
 
+from kerasjob.paths import pod_path
 from kerasjob.sdk.errors import ApiError
 from kerasjob.sdk.logs import pod_log_text
-from kerasjob.sdk.transport import MERGE, STRATEGIC_MERGE, Transport, pod_path
+from kerasjob.sdk.transport import MERGE, STRATEGIC_MERGE, Transport
 from kerasjob_contract import TRAINER_CONTAINER
 
 __all__ = ["MERGE", "STRATEGIC_MERGE", "ApiError", "Kube", "lookup", "pod_path"]

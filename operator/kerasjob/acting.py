@@ -11,16 +11,9 @@ from typing import Any, Protocol
 from kerasjob import children, rejection
 from kerasjob import reconcile as rc
 from kerasjob.config import OperatorConfig
-from kerasjob.kube import (
-    ApiError,
-    KubeApi,
-    gather_limited,
-    job_path,
-    network_policy_path,
-    pod_path,
-    service_path,
-)
+from kerasjob.kube import ApiError, KubeApi, gather_limited
 from kerasjob.observed import SERVICE, Expectations, Observed
+from kerasjob.paths import job_path, network_policy_path, pod_path, service_path
 from kerasjob.rejection import Rejection
 from kerasjob.workqueue import Key
 

@@ -167,16 +167,19 @@ def role_template(job: JobLike, role: ReplicaRole | str) -> dict[str, Any]:
 
 def build_service(job: JobLike) -> dict[str, Any]:
     """The job's headless Service, named after the job."""
-    j = _job(job)
-    return render(
-        "service.yaml.j2",
-        job_name=j.name,
-        namespace=j.namespace,
-        labels=common_labels(j.name),
-        owner_references=[owner_reference(j)],
-        selector=labels.selector(j.name),
-        port=j.spec.port,
-    )
+    return render("service.yaml.j2", **_shared_child(_job(job)))
+
+
+def _shared_child(j: KerasJob) -> dict[str, Any]:
+    """What the job's Service and NetworkPolicy templates share."""
+    return {
+        "job_name": j.name,
+        "namespace": j.namespace,
+        "labels": common_labels(j.name),
+        "owner_references": [owner_reference(j)],
+        "selector": labels.selector(j.name),
+        "port": j.spec.port,
+    }
 
 
 def build_network_policy(
@@ -185,15 +188,9 @@ def build_network_policy(
     """The job's NetworkPolicy, named after the job: ingress to its Pods' TF port only from
     the job's own Pods; to the metrics port only from ``metrics_from`` (NetworkPolicyPeers);
     nothing else (templates/networkpolicy.yaml.j2)."""
-    j = _job(job)
     return render(
         "networkpolicy.yaml.j2",
-        job_name=j.name,
-        namespace=j.namespace,
-        labels=common_labels(j.name),
-        owner_references=[owner_reference(j)],
-        selector=labels.selector(j.name),
-        port=j.spec.port,
+        **_shared_child(_job(job)),
         metrics_port=DEFAULT_METRICS_PORT,
         metrics_from=[dict(peer) for peer in metrics_from],
     )

@@ -31,14 +31,9 @@ from kerasjob import reconcile as rc
 from kerasjob.config import OperatorConfig
 from kerasjob.events import EventRecorder, build_event
 from kerasjob.jobview import ParsedJob
-from kerasjob.kube import (
-    ApiError,
-    KubeApi,
-    events_path,
-    gather_limited,
-    job_path,
-)
+from kerasjob.kube import ApiError, KubeApi, gather_limited
 from kerasjob.observed import Expectations, Observed, WriteCache, index_behind
+from kerasjob.paths import events_path, job_path
 from kerasjob.podview import PodView
 from kerasjob.rejection import Rejection
 from kerasjob.status import merge_patch

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from kerasjob import API_GROUP, API_VERSION, KIND
-from kerasjob.kube import events_path
+from kerasjob.paths import events_path
 from kerasjob_contract.times import format_time
 
 log = logging.getLogger("kerasjob.events")

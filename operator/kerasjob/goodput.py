@@ -11,11 +11,10 @@ Pure functions, not wired yet (see the issue-10 report): the chief serves
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Mapping
 from typing import Any
 
+from kerasjob.progress import samples
 from kerasjob_contract import (
     METRIC_DISRUPTIONS,
     METRIC_GOODPUT_RATIO,
@@ -34,24 +33,16 @@ _FIELDS = {
     METRIC_PRODUCTIVE_SECONDS: ("productiveSeconds", float),
     METRIC_GOODPUT_RATIO: ("goodput", float),
 }
-_LINE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)\s+(?P<value>\S+)")
 
 
 def parse_goodput(text: str) -> dict[str, Any] | None:
     """The goodput figures (camelCase, as status would hold them) from Prometheus text;
     None before the chief has accounted any disruption."""
     out: dict[str, Any] = {}
-    for raw in text.splitlines():
-        m = _LINE.match(raw.strip())
-        if not m or m.group("name") not in _FIELDS:
+    for name, _, value in samples(text):
+        if name not in _FIELDS:
             continue
-        try:
-            value = float(m.group("value"))
-        except ValueError:
-            continue
-        if math.isnan(value) or math.isinf(value):
-            continue
-        key, kind = _FIELDS[m.group("name")]
+        key, kind = _FIELDS[name]
         out[key] = int(value) if kind is int else round(value, 3 if key != "goodput" else 4)
     if not out.get("disruptions"):
         return None

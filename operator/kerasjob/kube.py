@@ -197,32 +197,6 @@ class KubeApi:
         return bounded.prune(written)
 
 
-def pod_path(namespace: str, name: str | None = None) -> str:
-    base = f"/api/v1/namespaces/{namespace}/pods"
-    return f"{base}/{name}" if name else base
-
-
-def service_path(namespace: str, name: str | None = None) -> str:
-    base = f"/api/v1/namespaces/{namespace}/services"
-    return f"{base}/{name}" if name else base
-
-
-def network_policy_path(namespace: str, name: str | None = None) -> str:
-    base = f"/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies"
-    return f"{base}/{name}" if name else base
-
-
-def events_path(namespace: str) -> str:
-    return f"/api/v1/namespaces/{namespace}/events"
-
-
-def job_path(namespace: str, name: str, subresource: str | None = None) -> str:
-    from kerasjob import API_GROUP, API_VERSION, PLURAL
-
-    base = f"/apis/{API_GROUP}/{API_VERSION}/namespaces/{namespace}/{PLURAL}/{name}"
-    return f"{base}/{subresource}" if subresource else base
-
-
 async def gather_limited(coros: list[Any], limit: int = 16) -> list[Any]:
     """Run coroutines concurrently, at most ``limit`` at a time; exceptions are returned."""
     sem = asyncio.Semaphore(limit)

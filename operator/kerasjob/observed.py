@@ -23,7 +23,8 @@ from typing import Any
 
 from kerasjob import reconcile as rc
 from kerasjob.jobview import ParsedJob
-from kerasjob.kube import KubeApi, pod_path
+from kerasjob.kube import KubeApi
+from kerasjob.paths import pod_path
 from kerasjob.podview import PodView
 from kerasjob.status import TERMINAL_PHASES
 from kerasjob.workqueue import Key

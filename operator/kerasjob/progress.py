@@ -12,7 +12,7 @@ import asyncio
 import logging
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -35,10 +35,8 @@ _LINE = re.compile(
 _LABEL = re.compile(r'(?P<k>[a-zA-Z_][a-zA-Z0-9_]*)="(?P<v>(?:[^"\\]|\\.)*)"')
 
 
-def parse_metrics(text: str) -> dict[str, Any]:
-    """``status.progress`` fields (without updatedAt/totalSteps) from Prometheus text."""
-    out: dict[str, Any] = {}
-    metrics: dict[str, float] = {}
+def samples(text: str) -> Iterator[tuple[str, dict[str, str], float]]:
+    """(name, labels, value) of each finite sample in Prometheus text format."""
     for raw in text.splitlines():
         line = raw.strip()
         if not line or line.startswith("#"):
@@ -52,7 +50,15 @@ def parse_metrics(text: str) -> dict[str, Any]:
             continue
         if math.isnan(value) or math.isinf(value):
             continue
-        name = m.group("name")
+        labels = {lm.group("k"): lm.group("v") for lm in _LABEL.finditer(m.group("labels") or "")}
+        yield m.group("name"), labels, value
+
+
+def parse_metrics(text: str) -> dict[str, Any]:
+    """``status.progress`` fields (without updatedAt/totalSteps) from Prometheus text."""
+    out: dict[str, Any] = {}
+    metrics: dict[str, float] = {}
+    for name, labels, value in samples(text):
         if name == METRIC_EPOCH:
             out["epoch"] = int(value)
         elif name == METRIC_STEP:
@@ -61,12 +67,8 @@ def parse_metrics(text: str) -> dict[str, Any]:
             out["loss"] = round(value, 6)
         elif name == METRIC_SAMPLES_PER_SECOND:
             out["samplesPerSecond"] = round(max(value, 0.0), 3)
-        elif name == METRIC_TRAINING_METRIC:
-            labels = {
-                lm.group("k"): lm.group("v") for lm in _LABEL.finditer(m.group("labels") or "")
-            }
-            if "name" in labels:
-                metrics[labels["name"]] = round(value, 6)
+        elif name == METRIC_TRAINING_METRIC and "name" in labels:
+            metrics[labels["name"]] = round(value, 6)
     if metrics:
         out["metrics"] = metrics
     return out

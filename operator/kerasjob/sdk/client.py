@@ -18,14 +18,14 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import pydantic
 import yaml
 
-from kerasjob import API_GROUP, API_VERSION, KIND, PLURAL
+from kerasjob import API_GROUP, KIND
 from kerasjob.api import ConditionType, KerasJob, Phase, ReplicaRole, plain
 from kerasjob.credentials import current_namespace
+from kerasjob.paths import events_path, job_path, pod_path
 from kerasjob.sdk import logs as _logs
 from kerasjob.sdk.errors import (
     InvalidError,
@@ -42,17 +42,11 @@ from kerasjob.sdk.summary import (
     phase_of,
     summarize,
 )
-from kerasjob.sdk.transport import MERGE, Transport, events_path, pod_path
+from kerasjob.sdk.transport import MERGE, Transport
 from kerasjob.tf_config import pod_name
 from kerasjob_contract import TRAINER_CONTAINER
 
 JobInput = KerasJob | Mapping[str, Any] | str | os.PathLike[str]
-
-
-def job_path(namespace: str | None, name: str | None = None) -> str:
-    base = f"/apis/{API_GROUP}/{API_VERSION}"
-    base += f"/namespaces/{quote(namespace)}/{PLURAL}" if namespace else f"/{PLURAL}"
-    return f"{base}/{quote(name)}" if name else base
 
 
 def load_job(source: JobInput) -> KerasJob:

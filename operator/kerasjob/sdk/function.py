@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 from kerasjob.api import KerasJob
 from kerasjob.merge import deep_merge
+from kerasjob.paths import configmap_path
 from kerasjob.sdk.errors import InvalidError, KerasJobError
-from kerasjob.sdk.transport import configmap_path
 from kerasjob_contract import TRAINER_CONTAINER
 
 if TYPE_CHECKING:

@@ -15,8 +15,9 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
+from kerasjob.paths import pod_path
 from kerasjob.sdk.errors import ApiError, KerasJobError
-from kerasjob.sdk.transport import Transport, pod_path
+from kerasjob.sdk.transport import Transport
 from kerasjob_contract import TRAINER_CONTAINER
 
 #: Seconds between looks at a Pod that has no (new) running container yet.

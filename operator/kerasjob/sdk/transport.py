@@ -11,7 +11,7 @@ import json
 import logging
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
 import urllib3
 
@@ -179,17 +179,3 @@ class Transport:
                 yield json.loads(line)
 
 
-def pod_path(namespace: str, name: str | None = None, sub: str = "") -> str:
-    path = f"/api/v1/namespaces/{quote(namespace)}/pods"
-    if name:
-        path += f"/{quote(name)}"
-    return f"{path}/{sub}" if sub else path
-
-
-def configmap_path(namespace: str, name: str | None = None) -> str:
-    path = f"/api/v1/namespaces/{quote(namespace)}/configmaps"
-    return f"{path}/{quote(name)}" if name else path
-
-
-def events_path(namespace: str) -> str:
-    return f"/api/v1/namespaces/{quote(namespace)}/events"

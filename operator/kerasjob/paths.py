@@ -1,0 +1,47 @@
+"""API paths of the objects kerasjob reads and writes, built in one place (names and
+namespaces are URL-quoted) for the operator's client, the SDK and the tools."""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+from kerasjob import API_GROUP, API_VERSION, PLURAL
+
+
+def _core(namespace: str, resource: str, name: str | None, sub: str | None = None) -> str:
+    path = f"/api/v1/namespaces/{quote(namespace)}/{resource}"
+    if name:
+        path += f"/{quote(name)}"
+    return f"{path}/{sub}" if sub else path
+
+
+def pod_path(namespace: str, name: str | None = None, sub: str = "") -> str:
+    return _core(namespace, "pods", name, sub)
+
+
+def service_path(namespace: str, name: str | None = None) -> str:
+    return _core(namespace, "services", name)
+
+
+def configmap_path(namespace: str, name: str | None = None) -> str:
+    return _core(namespace, "configmaps", name)
+
+
+def events_path(namespace: str) -> str:
+    return _core(namespace, "events", None)
+
+
+def network_policy_path(namespace: str, name: str | None = None) -> str:
+    path = f"/apis/networking.k8s.io/v1/namespaces/{quote(namespace)}/networkpolicies"
+    return f"{path}/{quote(name)}" if name else path
+
+
+def job_path(
+    namespace: str | None, name: str | None = None, subresource: str | None = None
+) -> str:
+    """A KerasJob (or, without a name, the collection; without a namespace, all of them)."""
+    path = f"/apis/{API_GROUP}/{API_VERSION}"
+    path += f"/namespaces/{quote(namespace)}/{PLURAL}" if namespace else f"/{PLURAL}"
+    if name:
+        path += f"/{quote(name)}"
+    return f"{path}/{subresource}" if subresource else path
