@@ -11,6 +11,7 @@ from typing import Any, TextIO
 
 import yaml
 
+from kerasjob import goodput
 from kerasjob.api import KerasJob
 from kerasjob.sdk import KerasJobClient, load_job, summarize
 from kerasjob.sdk.errors import InvalidError, NotFoundError
@@ -166,6 +167,9 @@ def describe(args: argparse.Namespace) -> int:
         f"Restarts:     {s.disruptions} disruptions, {s.failures} failures",
         f"Progress:     {s.progress}",
     ]
+    costs = st.progress.goodput if st and st.progress else None
+    if costs is not None:
+        out.append(f"Goodput:      {goodput.describe(costs.model_dump(by_alias=True))}")
     if st and st.last_restart and st.last_restart.reason:
         lr = st.last_restart
         out.append(f"Last restart: {lr.reason} of {lr.pod} (exit {lr.exit_code}) at {lr.time}")
@@ -249,13 +253,19 @@ def status(args: argparse.Namespace) -> int:
     for s in rows:
         print(f"{s['name']:30} {s['phase'] or '-':11} {s['disruptions']:>11} "
               f"{s['failures']:>8}  {s['progress']}")
+        if s.get("goodput"):
+            print(f"  {goodput.describe(s['goodput'])}")
     return 0
 
 
 def summary_dict(obj: dict[str, Any]) -> dict[str, Any]:
     s = summarize(obj)
-    return {"name": s.name, "phase": s.phase, "disruptions": s.disruptions,
-            "failures": s.failures, "progress": s.progress}
+    row = {"name": s.name, "phase": s.phase, "disruptions": s.disruptions,
+           "failures": s.failures, "progress": s.progress}
+    costs = ((obj.get("status") or {}).get("progress") or {}).get("goodput")
+    if costs:
+        row["goodput"] = costs
+    return row
 
 
 def convert(args: argparse.Namespace) -> int:

@@ -26,7 +26,7 @@ from typing import Any
 
 import aiohttp
 
-from kerasjob import acting, progress
+from kerasjob import acting, goodput, progress
 from kerasjob import reconcile as rc
 from kerasjob.config import OperatorConfig
 from kerasjob.events import EventRecorder, build_event
@@ -364,15 +364,26 @@ class Controller:
         text = await progress.scrape(session, url, self.config.progress_timeout)
         if text is None:
             return
+        scraped = progress.parse_metrics(text)
+        old = seen.status.get("progress") or {}
+        costs = goodput.parse_goodput(text)
+        if costs is not None:
+            scraped["goodput"] = costs
+        now = utcnow()
         new = progress.progress_patch(
-            seen.status.get("progress"),
-            progress.parse_metrics(text),
-            total_steps=seen.parsed.total_steps,
-            now=utcnow(),
+            old, scraped, total_steps=seen.parsed.total_steps, now=now
         )
         if new is None:
             return
         try:
-            await self.write_status(key, seen, {"progress": new})
+            written = await self.write_status(key, seen, {"progress": new})
         except ApiError as e:
             log.debug("progress of %s/%s not written: %s", key[0], key[1], e)
+            return
+        if written and costs is not None:
+            job = seen.job
+            for reason, message in goodput.goodput_events(old.get("goodput"), costs):
+                self.events.post(build_event(
+                    namespace=job.namespace, name=job.name, uid=job.uid, type_="Normal",
+                    reason=reason, message=message, now=now, instance=self.config.instance,
+                ))

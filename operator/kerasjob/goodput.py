@@ -1,12 +1,12 @@
 """Goodput in the operator: what disruptions cost a job, from the chief's counters.
 
-Pure functions, not wired yet (see the issue-10 report): the chief serves
+The chief serves
 ``kerasjob_disruptions_total``, ``kerasjob_lost_seconds_total``,
 ``kerasjob_steps_redone_total``, ``kerasjob_productive_seconds_total`` and
 ``kerasjob_goodput_ratio`` (names in `kerasjob_contract`) next to the progress gauges that
-`progress.parse_metrics` reads. Intended wiring: the progress scrape also calls
-`parse_goodput` and stores the result in ``status.progress.goodput``; a change in its
-``disruptions`` emits the Events of `goodput_events`; ``kerasjob status`` prints `describe`.
+`progress.parse_metrics` reads. The controller's progress scrape stores `parse_goodput` in
+``status.progress.goodput`` and posts the Events of `goodput_events` when a disruption was
+accounted; ``kerasjob status`` and ``kerasjob describe`` print `describe`.
 """
 
 from __future__ import annotations

@@ -472,3 +472,53 @@ def test_no_network_policy_when_switched_off() -> None:
         assert "create networkpolicies" not in op.api.calls
 
     run(scenario())
+
+
+def test_progress_scrape_writes_goodput_and_posts_what_a_disruption_cost() -> None:
+    """The chief's goodput counters reach status.progress.goodput through the conditional
+    status write, and each newly accounted disruption gets one DisruptionCost Event."""
+    from kerasjob import goodput
+    from kerasjob_contract import (
+        METRIC_DISRUPTIONS,
+        METRIC_GOODPUT_RATIO,
+        METRIC_LOST_SECONDS,
+        METRIC_PRODUCTIVE_SECONDS,
+        METRIC_STEP,
+        METRIC_STEPS_REDONE,
+    )
+
+    def metrics(disruptions: int, lost: float) -> str:
+        return "\n".join([
+            f"{METRIC_STEP} 120", f"{METRIC_DISRUPTIONS} {disruptions}",
+            f"{METRIC_LOST_SECONDS} {lost}", f"{METRIC_STEPS_REDONE} 4",
+            f"{METRIC_PRODUCTIVE_SECONDS} 90", f"{METRIC_GOODPUT_RATIO} 0.9",
+        ]) + "\n"
+
+    async def scenario() -> None:
+        from kerasjob import progress
+
+        cluster = FakeCluster()
+        cluster.add_job(workers=1)
+        op = Operator(cluster, "a")
+        await settle(cluster, [op])
+        texts = iter([metrics(1, 10.0), metrics(1, 10.0), metrics(2, 18.5)])
+
+        async def fake_scrape(*_: Any) -> str:
+            return next(texts)
+
+        real, progress.scrape = progress.scrape, fake_scrape  # type: ignore[assignment]
+        try:
+            for _ in range(3):
+                op.sync()
+                await op.controller.scrape_progress(None, KEY)  # type: ignore[arg-type]
+        finally:
+            progress.scrape = real  # type: ignore[assignment]
+        await op.controller.events.drain()
+        costs = cluster.status()["progress"]["goodput"]
+        assert costs == {"disruptions": 2, "lostSeconds": 18.5, "stepsRedone": 4,
+                         "productiveSeconds": 90.0, "goodput": 0.9}
+        posted = [e["message"] for e in cluster.events
+                  if e["reason"] == goodput.REASON_DISRUPTION_COST]
+        assert len(posted) == 2 and posted[1].startswith("disruption 2 cost 8.5s"), posted
+
+    run(scenario())

@@ -53,3 +53,16 @@ def test_status_errors_are_one_line_and_exit_1(capsys, tmp_path) -> None:
         'the API server refused: kerasjobs is forbidden: User "u" cannot list (HTTP 403)'
     )
     assert cli._explain(ValueError("a bug"), args) is None  # not ours to hide
+
+
+def test_status_shows_what_disruptions_cost() -> None:
+    costs = {"disruptions": 2, "lostSeconds": 21.5, "stepsRedone": 7,
+             "productiveSeconds": 300.0, "goodput": 0.9331}
+    obj = {"metadata": {"name": "mnist"},
+           "status": {"phase": "Running", "progress": {"step": 3, "goodput": costs}}}
+    assert cli._summary(obj)["goodput"] == costs
+    from kerasjob import goodput
+
+    assert goodput.describe(costs) == (
+        "goodput 93.3%: 300.0s productive, 21.5s lost to 2 disruptions (7 steps redone)"
+    )

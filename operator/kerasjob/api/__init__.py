@@ -49,6 +49,7 @@ from kerasjob.api.spec import (
 )
 from kerasjob.api.status import (
     Condition,
+    Goodput,
     KerasJobStatus,
     LastRestart,
     Progress,
@@ -128,7 +129,8 @@ __all__ = [
     "API_VERSION_FULL", "DEFAULT_MOUNT_PATH", "KIND", "MODEL_PATTERN", "MOUNT_PATH_NOT_NORMAL",
     "MOUNT_PATH_SYSTEM", "VOLUME_SOURCES", "CheckpointSpec", "CleanPodPolicy", "Condition",
     "ConditionStatus", "ConditionType", "DatasetFormat", "DatasetSource", "DatasetSpec",
-    "KerasJob", "KerasJobSpec", "KerasJobStatus", "LastRestart", "Phase", "Progress", "Reason",
+    "Goodput", "KerasJob", "KerasJobSpec", "KerasJobStatus", "LastRestart", "Phase",
+    "Progress", "Reason",
     "ReplicaRole", "ReplicaSpec", "ReplicaStatus", "RestartCounts", "RestartPolicy",
     "Timestamp", "TrackedPod", "TrainerSpec", "checkpoint_dir", "mount_path_problem", "plain",
 ]

@@ -90,6 +90,26 @@ class LastRestart(_StatusModel):
     )
 
 
+class Goodput(_StatusModel):
+    """What disruptions cost the job so far, as the chief accounted it (each disruption:
+    from the last productive step to the first resumed step)."""
+
+    disruptions: int | None = Field(None, ge=0, description="Disruptions accounted.")
+    lost_seconds: float | None = Field(
+        None, ge=0, description="Seconds from the last productive step to the first resumed "
+        "one, over all disruptions (restart, TensorFlow start-up, restore, redone steps)."
+    )
+    steps_redone: int | None = Field(
+        None, ge=0, description="Steps trained again after resuming from an older backup."
+    )
+    productive_seconds: float | None = Field(
+        None, ge=0, description="Seconds spent on steps that were kept."
+    )
+    goodput: float | None = Field(
+        None, ge=0, le=1, description="productiveSeconds / (productiveSeconds + lostSeconds)."
+    )
+
+
 class Progress(_StatusModel):
     """Training progress reported by the chief."""
 
@@ -104,6 +124,9 @@ class Progress(_StatusModel):
         None, ge=0, description="Global training throughput."
     )
     updated_at: Timestamp | None = Field(None, description="When this was last observed.")
+    goodput: Goodput | None = Field(
+        None, description="What disruptions cost so far (set once the first one is accounted)."
+    )
 
 
 class TrackedPod(_StatusModel):
