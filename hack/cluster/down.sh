@@ -31,7 +31,7 @@ is_ours() {
   local args=() c
   mapfile -d '' args 2>/dev/null < "/proc/$1/cmdline" || return 1
   [ ${#args[@]} -gt 0 ] || return 1
-  for c in "${COMPONENTS[@]}"; do
+  for c in "${COMPONENTS[@]}" "${ADDON_COMPONENTS[@]}"; do
     if [ "${args[0]##*/}" = "$c" ]; then
       [[ "${args[*]}" == *"$STATE_DIR/"* ]]
       return
@@ -82,7 +82,7 @@ stop_wave() {  # stop_wave COMPONENT...
   done
 }
 if [ -d "$STATE_DIR/pids" ]; then
-  wave=()
+  wave=("${ADDON_COMPONENTS[@]}")
   for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do
     [ "${COMPONENTS[$i]}" = etcd ] || wave+=("${COMPONENTS[$i]}")
   done

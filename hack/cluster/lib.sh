@@ -60,6 +60,9 @@ esac
 
 # The components up.sh starts, in start order (down.sh stops them in reverse).
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
+# Optional processes started into the same state directory after up.sh (hack/cluster/kueue.sh);
+# down.sh stops them with the control plane.
+ADDON_COMPONENTS=(kueue)
 # The real node's processes (node.sh starts and stops them; down.sh also finds strays).
 NODE_COMPONENTS=(containerd kubelet kube-proxy coredns)
 # Binaries build.sh produces.

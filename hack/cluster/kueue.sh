@@ -1,0 +1,219 @@
+#!/usr/bin/env bash
+# Kueue on the local cluster: its controller manager built from the Go module (pinned in
+# hack/cluster/kueue/gomod), run as a process against our API server, with its webhooks.
+#
+#   hack/cluster/kueue.sh build     build (or confirm) the cached binary
+#   hack/cluster/kueue.sh up        build if needed, install the CRDs, start the manager,
+#                                   register its webhooks; idempotent
+#   hack/cluster/kueue.sh down      unregister the webhooks, stop the manager
+#   hack/cluster/kueue.sh --bin     print the binary's path
+#
+# Opt-in: nothing else builds or starts it (the tests that need Kueue call `up`; down.sh
+# stops it with the cluster). The module is outside hack/cluster/gomod on purpose, so its
+# pin does not move the shared binary directory of the other components.
+#
+# How the API server reaches the webhooks: it runs on the host, with no route to Service
+# IPs in a KWOK-only cluster, so every webhook (admission and CRD conversion) gets a
+# URL-based clientConfig, https://127.0.0.1:$KUEUE_WEBHOOK_PORT/<path>. The certificates:
+# Kueue's internal cert management stays on (off, v0.16 insists on metrics certificates
+# at the fixed path /etc/kueue/metrics/certs), and finds in its Secret the CA and serving
+# certificate made here, valid both for its Service's DNS name (what it checks) and for IP
+# 127.0.0.1 (what the API server checks), so it keeps them and injects the CA into the
+# webhook configurations and CRDs it knows by name. The webhook list is Kueue's own
+# config/components/webhook/manifests.yaml from the module cache, kept to the
+# kueue.x-k8s.io resources (the manager serves only the integrations it enables), and the
+# CRDs are config/components/crd/bases, both read at run time.
+#
+# Env: KUEUE_WEBHOOK_PORT (20290), KUEUE_HEALTH_PORT (20291), KUEUE_FEATURE_GATES,
+# KUEUE_READY_TIMEOUT (60 s); the cluster's variables (lib.sh) as for up.sh.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+KUEUE_GOMOD="$CLUSTER_DIR/kueue/gomod"
+KUEUE_VERSION="$(awk '$1 == "require" && $2 == "sigs.k8s.io/kueue" {print $3}' "$KUEUE_GOMOD/go.mod")"
+KUEUE_WEBHOOK_PORT="${KUEUE_WEBHOOK_PORT:-20290}"
+KUEUE_HEALTH_PORT="${KUEUE_HEALTH_PORT:-20291}"
+KUEUE_READY_TIMEOUT="${KUEUE_READY_TIMEOUT:-60}"
+# The on-demand visibility API is an aggregated API server of its own: not needed here.
+KUEUE_FEATURE_GATES="${KUEUE_FEATURE_GATES:-VisibilityOnDemand=false}"
+KUEUE_DIR="$STATE_DIR/kueue"
+KUBECONFIG_FILE="$STATE_DIR/kubeconfig"
+# Names Kueue's cert management derives its objects' names from (kueue-<type>-webhook-configuration).
+WEBHOOK_SERVICE="kueue-webhook-service"
+WEBHOOK_SECRET="kueue-webhook-server-cert"
+KUEUE_NS="kueue-system"
+# The kind the operator integrates (Kueue's externalFrameworks format: Kind.version.group).
+EXTERNAL_FRAMEWORK="KerasJob.v1alpha1.kerasjob.dev"
+
+kueue_bin() {
+  local h
+  h="$(cat "$KUEUE_GOMOD/go.mod" "$KUEUE_GOMOD/go.sum" | sha256sum | cut -c1-12)"
+  echo "$KERASJOB_CACHE/bin/kueue-$KUEUE_VERSION-$h/kueue"
+}
+BIN_KUEUE="$(kueue_bin)"
+
+build() {
+  [ -x "$BIN_KUEUE" ] && return 0
+  local gobin=""
+  for cand in "${GO:-}" "$(command -v go 2>/dev/null || true)" /usr/local/go/bin/go; do
+    [ -n "$cand" ] && [ -x "$cand" ] && { gobin="$cand"; break; }
+  done
+  [ -n "$gobin" ] || die "Go not found: install it (https://go.dev/dl) or set GO=/path/to/go"
+  mkdir -p "$KERASJOB_CACHE/bin"
+  exec 7>"$KERASJOB_CACHE/bin/.build-kueue.lock"
+  flock -w 3600 7 || die "timed out waiting for $KERASJOB_CACHE/bin/.build-kueue.lock"
+  [ -x "$BIN_KUEUE" ] && return 0
+  log "building Kueue $KUEUE_VERSION into $(dirname "$BIN_KUEUE") (cold: a few minutes on 2 cores)"
+  local t0=$SECONDS tmp; tmp="$(dirname "$BIN_KUEUE")/.tmp"
+  mkdir -p "$tmp"
+  (cd "$KUEUE_GOMOD" && GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false" \
+    GOPROXY="${GOPROXY:-https://proxy.golang.org,direct}" \
+    "$gobin" build -trimpath -o "$tmp/kueue" \
+    -ldflags "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION" \
+    sigs.k8s.io/kueue/cmd/kueue) || { rm -rf "$tmp"; die "go build of Kueue $KUEUE_VERSION failed (see above)"; }
+  mv -f "$tmp/kueue" "$BIN_KUEUE"; rmdir "$tmp"
+  log "built Kueue in $((SECONDS - t0)) s"
+}
+
+kctl() { "$(bin_dir)/kubectl" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
+
+module_dir() {  # the Kueue module's source in the module cache (downloaded if missing)
+  (cd "$KUEUE_GOMOD" && GOTOOLCHAIN=local GOFLAGS=-mod=readonly go mod download -json sigs.k8s.io/kueue) \
+    | awk -F'"' '$2 == "Dir" {print $4}'
+}
+
+certs() {  # the webhook CA and serving certificate, in the Secret Kueue's cert management reads
+  local d="$KUEUE_DIR/pki"
+  rm -rf "$KUEUE_DIR/certs"
+  mkdir -p "$d" "$KUEUE_DIR/certs"
+  (
+    cd "$d"
+    # RSA/PKCS#1 as cert-controller writes them; the CA names itself kueue-ca in a SAN.
+    openssl genrsa -traditional -out ca.key 2048 2>/dev/null
+    openssl req -x509 -new -key ca.key -sha256 -days 3650 -subj "/O=kueue/CN=kueue-ca" \
+      -addext "subjectAltName=DNS:kueue-ca" -addext "basicConstraints=critical,CA:TRUE" \
+      -addext "keyUsage=critical,digitalSignature,keyEncipherment,keyCertSign" -out ca.crt 2>/dev/null
+    openssl genrsa -traditional -out tls.key 2048 2>/dev/null
+    openssl req -new -key tls.key -subj "/O=kueue/CN=$WEBHOOK_SERVICE.$KUEUE_NS.svc" -out tls.csr 2>/dev/null
+    printf 'subjectAltName=DNS:%s.%s.svc,IP:127.0.0.1\nextendedKeyUsage=serverAuth\nkeyUsage=digitalSignature,keyEncipherment\n' \
+      "$WEBHOOK_SERVICE" "$KUEUE_NS" > ext.cnf
+    openssl x509 -req -in tls.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 -sha256 \
+      -extfile ext.cnf -out tls.crt 2>/dev/null
+  ) || die "webhook certificate generation failed"
+  # In a Pod the Secret is mounted at the cert dir; here the files are put there.
+  cp "$d/tls.crt" "$d/tls.key" "$KUEUE_DIR/certs/"
+  kctl -n "$KUEUE_NS" delete secret "$WEBHOOK_SECRET" --ignore-not-found >/dev/null
+  kctl -n "$KUEUE_NS" create secret generic "$WEBHOOK_SECRET" --from-file="$d/ca.crt" \
+    --from-file="$d/ca.key" --from-file="$d/tls.crt" --from-file="$d/tls.key" >/dev/null
+}
+
+config() {
+  cat > "$KUEUE_DIR/config.yaml" <<EOF
+apiVersion: config.kueue.x-k8s.io/v1beta2
+kind: Configuration
+namespace: $KUEUE_NS
+health:
+  healthProbeBindAddress: 127.0.0.1:$KUEUE_HEALTH_PORT
+metrics:
+  bindAddress: "0"
+webhook:
+  host: 127.0.0.1
+  port: $KUEUE_WEBHOOK_PORT
+  certDir: $KUEUE_DIR/certs
+leaderElection:
+  leaderElect: false
+internalCertManagement:
+  enable: true
+  webhookServiceName: $WEBHOOK_SERVICE
+  webhookSecretName: $WEBHOOK_SECRET
+clientConnection:
+  qps: 50
+  burst: 100
+integrations:
+  frameworks: ["batch/job"]
+  externalFrameworks: ["$EXTERNAL_FRAMEWORK"]
+EOF
+}
+
+crds() {  # Kueue's CRDs; the ones with a conversion webhook point it at the manager
+  local src="$1" ca; ca="$(base64 -w0 < "$KUEUE_DIR/pki/ca.crt")"
+  kctl apply --server-side --force-conflicts -f "$src/config/components/crd/bases" >/dev/null
+  local p crd
+  for p in "$src"/config/components/crd/patches/webhook_in_*.yaml; do
+    crd="$(awk '/^  name:/ {print $2; exit}' "$p")"
+    # Only the patches kustomization.yaml applies (resourceflavors' is commented out there).
+    grep -q "^- path: patches/$(basename "$p")" "$src/config/components/crd/kustomization.yaml" || continue
+    kctl patch crd "$crd" --type=merge -p "{\"spec\":{\"conversion\":{\"strategy\":\"Webhook\",\"webhook\":{\"conversionReviewVersions\":[\"v1\"],\"clientConfig\":{\"url\":\"https://127.0.0.1:$KUEUE_WEBHOOK_PORT/convert\",\"caBundle\":\"$ca\"}}}}}" >/dev/null
+  done
+  kctl wait --for=condition=Established --timeout=60s -f "$src/config/components/crd/bases" >/dev/null
+}
+
+webhooks() {  # Kueue's admission webhooks for its own resources, by URL
+  local src="$1" ca; ca="$(base64 -w0 < "$KUEUE_DIR/pki/ca.crt")"
+  kctl create --dry-run=client -o json -f "$src/config/components/webhook/manifests.yaml" \
+    | jq -s --arg base "https://127.0.0.1:$KUEUE_WEBHOOK_PORT" --arg ca "$ca" --arg prefix "${WEBHOOK_SERVICE%-webhook-service}" '
+        {apiVersion: "v1", kind: "List", items: [.[] | if .kind == "List" then .items[] else . end
+          | .metadata = {name: ($prefix + "-" + .metadata.name)}
+          | .webhooks |= map(
+              select(any(.rules[]; .apiGroups | index("kueue.x-k8s.io")))
+              | .clientConfig = {url: ($base + .clientConfig.service.path), caBundle: $ca})]}' \
+    | kctl apply -f - >/dev/null
+}
+
+up() {
+  [ -f "$KUBECONFIG_FILE" ] || die "no cluster at $STATE_DIR: start it first (hack/cluster/up.sh)"
+  command -v jq >/dev/null || die "jq not found: apt-get install jq"
+  build
+  if alive kueue && curl -fsS --max-time 2 "http://127.0.0.1:$KUEUE_HEALTH_PORT/readyz" >/dev/null 2>&1; then
+    log "Kueue already running (pid $(cat "$PIDS/kueue.pid"))"; return 0
+  fi
+  local t0; t0="$(date +%s.%N)"
+  local src; src="$(module_dir)"
+  [ -d "$src/config/components/crd/bases" ] || die "Kueue module source not found ($src)"
+  for port in "$KUEUE_WEBHOOK_PORT" "$KUEUE_HEALTH_PORT"; do
+    port_in_use "$port" && die "port $port (KUEUE_WEBHOOK_PORT/KUEUE_HEALTH_PORT) is already in use"
+  done
+  mkdir -p "$KUEUE_DIR"
+  kctl create namespace "$KUEUE_NS" --dry-run=client -o yaml | kctl apply -f - >/dev/null
+  certs; config
+  crds "$src"
+  # Before the manager: its cert bootstrap waits until it has injected the CA into them.
+  webhooks "$src"
+  KUBECONFIG="$KUBECONFIG_FILE" launch kueue "$BIN_KUEUE" --config="$KUEUE_DIR/config.yaml" \
+    --kubeconfig="$KUBECONFIG_FILE" --feature-gates="$KUEUE_FEATURE_GATES" --zap-log-level=2
+  local i
+  for ((i = 0; i < KUEUE_READY_TIMEOUT * 4; i++)); do
+    alive kueue || { tail -30 "$LOGS/kueue.log" >&2; die "the Kueue manager exited"; }
+    # Ready, and its webhook server answers TLS with our certificate (any HTTP status).
+    if curl -fsS --max-time 2 "http://127.0.0.1:$KUEUE_HEALTH_PORT/readyz" >/dev/null 2>&1 \
+      && curl -sS --max-time 2 --cacert "$KUEUE_DIR/pki/ca.crt" -o /dev/null \
+         "https://127.0.0.1:$KUEUE_WEBHOOK_PORT/" 2>/dev/null; then
+      break
+    fi
+    sleep 0.25
+  done
+  ((i < KUEUE_READY_TIMEOUT * 4)) || { tail -30 "$LOGS/kueue.log" >&2; die "Kueue not ready in ${KUEUE_READY_TIMEOUT}s"; }
+  log "Kueue $KUEUE_VERSION ready in $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s (webhooks on 127.0.0.1:$KUEUE_WEBHOOK_PORT, log $LOGS/kueue.log)"
+}
+
+down() {
+  if [ -f "$KUBECONFIG_FILE" ]; then
+    kctl delete mutatingwebhookconfiguration kueue-mutating-webhook-configuration --ignore-not-found >/dev/null 2>&1 || true
+    kctl delete validatingwebhookconfiguration kueue-validating-webhook-configuration --ignore-not-found >/dev/null 2>&1 || true
+  fi
+  local pid; pid="$(cat "$PIDS/kueue.pid" 2>/dev/null || true)"
+  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+    for ((i = 0; i < 100; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL -- "-$pid" 2>/dev/null || true
+  fi
+  rm -f "$PIDS/kueue.pid"
+}
+
+case "${1:-}" in
+  build) build; log "Kueue $KUEUE_VERSION: $BIN_KUEUE" ;;
+  up) up ;;
+  down) down ;;
+  --bin) echo "$BIN_KUEUE" ;;
+  *) die "usage: kueue.sh build | up | down | --bin" ;;
+esac
