@@ -8,10 +8,11 @@ import asyncio
 import logging
 from typing import Any, Protocol
 
-from kerasjob import children, rejection
+from kerasjob import children, kueue, rejection
 from kerasjob import reconcile as rc
 from kerasjob.config import OperatorConfig
 from kerasjob.kube import ApiError, KubeApi, gather_limited
+from kerasjob.kueue_sync import KueueSync
 from kerasjob.observed import SERVICE, Expectations, Observed
 from kerasjob.paths import job_path, network_policy_path, pod_path, service_path
 from kerasjob.rejection import Rejection
@@ -31,6 +32,7 @@ class Acting(Protocol):
     config: OperatorConfig
     expectations: Expectations
     rejections: dict[Key, Rejection]
+    kueue: KueueSync | None
 
 
 async def act(
@@ -41,6 +43,10 @@ ctx: Acting, key: Key, seen: Observed, plan: rc.Plan, actions: list[rc.Action]
     job, model = seen.job, seen.parsed.model
     ns = job.namespace
     calls: list[tuple[str | None, Any]] = []  # (child created, or None; the call)
+    updates: dict[str, kueue.PodSetUpdate] = {}  # what a Kueue admission adds to the Pods
+    creates = any(isinstance(a, rc.CreatePod) for a in actions)
+    if ctx.kueue is not None and job.kueue is not None and job.kueue.admitted and creates:
+        updates = await ctx.kueue.pod_updates(seen.workload)
     for action in actions:
         if isinstance(action, rc.CreateService) and model is not None:
             # The job's shared children: its Service and, unless switched off, the
@@ -64,6 +70,7 @@ ctx: Acting, key: Key, seen: Observed, plan: rc.Plan, actions: list[rc.Action]
                 default_image=ctx.config.default_image,
                 restart_attempt=plan.restart_attempt,
             )
+            kueue.apply_update(manifest, updates.get(action.task.role))
             create = ctx.api.create(pod_path(ns), manifest, "pods", strict=True)
             calls.append((action.task.name, create))
         elif isinstance(action, rc.DeletePod):

@@ -36,7 +36,7 @@ from kerasjob.config import OperatorConfig
 def _run(args: argparse.Namespace) -> int:
     import kopf
 
-    import kerasjob.handlers  # noqa: F401  (registers the handlers)
+    import kerasjob.handlers
 
     config = OperatorConfig(
         namespaces=tuple(args.namespace or ()),
@@ -55,10 +55,13 @@ def _run(args: argparse.Namespace) -> int:
                 "peering": args.peering,
                 "metrics_port": args.metrics_port,
                 "network_policy": False if args.no_network_policy else None,
+                "kueue": args.kueue or None,
             }.items()
             if v is not None
         },
     )
+    if config.kueue:
+        kerasjob.handlers.register_kueue()
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
@@ -135,6 +138,11 @@ def parser() -> argparse.ArgumentParser:
         "--no-network-policy",
         action="store_true",
         help="create no NetworkPolicy per job ($KERASJOB_NETWORK_POLICY=false)",
+    )
+    run.add_argument(
+        "--kueue",
+        action="store_true",
+        help="integrate with Kueue: jobs of a LocalQueue wait for admission ($KERASJOB_KUEUE=1)",
     )
     run.add_argument("-v", "--verbose", action="store_true")
     run.set_defaults(func=_run)

@@ -12,7 +12,7 @@ from typing import Any, TextIO
 import yaml
 
 from kerasjob import goodput
-from kerasjob.api import KerasJob
+from kerasjob.api import KerasJob, Phase
 from kerasjob.sdk import KerasJobClient, load_job, summarize
 from kerasjob.sdk.errors import InvalidError, NotFoundError
 from kerasjob.sdk.summary import JobSummary
@@ -255,13 +255,17 @@ def status(args: argparse.Namespace) -> int:
               f"{s['failures']:>8}  {s['progress']}")
         if s.get("goodput"):
             print(f"  {goodput.describe(s['goodput'])}")
+        if s["waiting"]:
+            print(f"  {'':28} waiting: {s['waiting']}")
     return 0
 
 
 def summary_dict(obj: dict[str, Any]) -> dict[str, Any]:
     s = summarize(obj)
+    # Why a held job waits: Kueue's verdict (queued where, evicted by whom), or suspend.
+    waiting = s.message if s.phase in (Phase.QUEUED.value, Phase.SUSPENDED.value) else ""
     row = {"name": s.name, "phase": s.phase, "disruptions": s.disruptions,
-           "failures": s.failures, "progress": s.progress}
+           "failures": s.failures, "progress": s.progress, "waiting": waiting}
     costs = ((obj.get("status") or {}).get("progress") or {}).get("goodput")
     if costs:
         row["goodput"] = costs

@@ -75,4 +75,7 @@ class OperatorConfig:
     )
     """NetworkPolicyPeers allowed to the trainers' metrics port (the operator itself,
     Prometheus); JSON in $KERASJOB_METRICS_FROM (the chart writes it). Empty: nobody."""
+    kueue: bool = field(default_factory=lambda: _env("KERASJOB_KUEUE", "") in ("1", "true"))
+    """Integrate with Kueue (needs its CRDs): jobs labelled kueue.x-k8s.io/queue-name wait
+    for their Workload's admission (see `kueue`)."""
     verbose: bool = False

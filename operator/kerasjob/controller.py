@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Iterable, Mapping
 from datetime import datetime
@@ -26,12 +27,13 @@ from typing import Any
 
 import aiohttp
 
-from kerasjob import acting, goodput, progress
+from kerasjob import acting, goodput, kueue, progress
 from kerasjob import reconcile as rc
 from kerasjob.config import OperatorConfig
 from kerasjob.events import EventRecorder, build_event
 from kerasjob.jobview import ParsedJob
 from kerasjob.kube import ApiError, KubeApi, gather_limited
+from kerasjob.kueue_sync import KueueSync
 from kerasjob.observed import Expectations, Observed, WriteCache, index_behind
 from kerasjob.paths import events_path, job_path
 from kerasjob.podview import PodView
@@ -72,11 +74,16 @@ class Controller:
         api: KubeApi,
         jobs: Mapping[Key, Iterable[Mapping[str, Any]]],
         pods: Mapping[Key, Iterable[PodView]],
+        workloads: Mapping[Key, Iterable[Mapping[str, Any]]] | None = None,
     ) -> None:
         self.config = config
         self.api = api
         self.jobs = jobs
         self.pods = pods
+        # Kueue integration (`kueue`), when the operator runs with it.
+        self.kueue = (
+            KueueSync(api, workloads, config.default_image) if workloads is not None else None
+        )
         self.queue = WorkQueue()
         self.ready = asyncio.Event()
         self.events = EventRecorder(api)
@@ -215,12 +222,19 @@ class Controller:
         if body is None:
             return None
         parsed = self._parse(body)
+        job = parsed.view(body)
+        workload = None
+        queue = kueue.queue_name((body.get("metadata") or {}).get("labels"))
+        if self.kueue is not None and queue is not None:
+            workload = self.kueue.workload(key, job.uid)
+            job = dataclasses.replace(job, kueue=kueue.gate(queue, workload))
         return Observed(
             body=body,
             parsed=parsed,
-            job=parsed.view(body),
+            job=job,
             status=dict(body.get("status") or {}),
             pods=list(self.pods.get(key, ())),
+            workload=workload,
         )
 
     def _parse(self, body: Mapping[str, Any]) -> ParsedJob:
@@ -293,11 +307,15 @@ class Controller:
             if new != old:
                 log.info("%s/%s: %s -> %s", *key, old, new)
         job = seen.job
-        for event in plan.events:
+        events = [(e.type, e.reason, e.message) for e in plan.events]
+        if self.kueue is not None and job.kueue is not None:
+            events += await self.kueue.sync(
+                seen.body, seen.parsed.model, seen.workload, plan, len(seen.pods), now
+            )
+        for type_, reason, message in events:
             self.events.post(build_event(
-                namespace=job.namespace, name=job.name, uid=job.uid, type_=event.type,
-                reason=event.reason, message=event.message, now=now,
-                instance=self.config.instance,
+                namespace=job.namespace, name=job.name, uid=job.uid, type_=type_,
+                reason=reason, message=message, now=now, instance=self.config.instance,
             ))
         loop_now = asyncio.get_running_loop().time()
         actions, wait = self.expectations.skip(

@@ -54,7 +54,7 @@ ROOT_VALIDATIONS = [
 
 PRINTER_COLUMNS = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase",
-     "description": "Pending, Running, Restarting, Succeeded, Failed or Suspended"},
+     "description": "Pending, Running, Restarting, Succeeded, Failed, Suspended or Queued"},
     {"name": "Workers", "type": "integer", "jsonPath": ".spec.workers",
      "description": "Number of workers requested"},
     {"name": "Ready", "type": "integer", "jsonPath": ".status.replicaStatuses.worker.ready",
@@ -70,6 +70,9 @@ PRINTER_COLUMNS = [
     {"name": "Loss", "type": "number", "jsonPath": ".status.progress.loss",
      "description": "Most recent training loss", "priority": 1},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    {"name": "Kueue", "type": "string",
+     "jsonPath": ".status.conditions[?(@.type==\"Admitted\")].message",
+     "description": "Why a job of a Kueue LocalQueue waits, or where it was admitted"},
 ]
 
 # JSON Schema keywords with no meaning (or a different one) in a CRD's OpenAPI v3.0 schema.

@@ -30,6 +30,7 @@ from kerasjob.podview import pod_view
 log = logging.getLogger("kerasjob.handlers")
 
 _JOB_FIELDS = ("apiVersion", "kind", "metadata", "spec", "status")
+WORKLOADS_INDEX = "kerasjob_workloads"
 
 
 class NoDiffBase(kopf.DiffBaseStorage):
@@ -75,6 +76,26 @@ async def pod_event(
     memo.controller.pod_changed((namespace or "", labels[lbl.JOB_NAME]), name)
 
 
+def register_kueue() -> None:
+    """With Kueue (``--kueue``): index the Workloads the operator creates (labelled with
+    their job's name) and wake the job on each change of its Workload."""
+    from kerasjob import kueue
+
+    labels = {lbl.JOB_NAME: kopf.PRESENT}
+
+    @kopf.index(kueue.GROUP, kueue.VERSION, kueue.WORKLOADS, labels=labels, id=WORKLOADS_INDEX)
+    async def kerasjob_workloads(namespace: str | None, body: kopf.Body, **_: Any) -> Any:
+        job = (body.get("metadata", {}).get("labels") or {}).get(lbl.JOB_NAME)
+        fields = ("apiVersion", "kind", "metadata", "spec", "status")
+        return {(namespace, job): {k: plain(body.get(k)) for k in fields if k in body}}
+
+    @kopf.on.event(kueue.GROUP, kueue.VERSION, kueue.WORKLOADS, labels=labels)
+    async def workload_event(namespace: str | None, body: kopf.Body, memo: Any, **_: Any) -> None:
+        job = (body.get("metadata", {}).get("labels") or {}).get(lbl.JOB_NAME)
+        if job:
+            memo.controller.notify((namespace or "", job))
+
+
 @kopf.on.login()
 def login(memo: Any, settings: kopf.OperatorSettings, **_: Any) -> kopf.ConnectionInfo:
     """kopf's watches use the same credentials as the controller's writes (`--kubeconfig`)."""
@@ -113,7 +134,7 @@ async def startup(settings: kopf.OperatorSettings, memo: Any, **kwargs: Any) -> 
     if config.namespaces and not any(set(ns) & set("*?[]!") for ns in config.namespaces):
         settings.scanning.disabled = True
     api = KubeApi(config.kubeconfig, config.context)
-    controller = Controller(config, api, bodies, children_pods)
+    controller = Controller(config, api, bodies, children_pods, kwargs.get(WORKLOADS_INDEX))
     memo.controller = controller
     memo.controller_task = asyncio.create_task(controller.run(), name="kerasjob-controller")
     if config.metrics_port is not None:

@@ -51,6 +51,8 @@ class Observed:
     job: rc.JobView
     status: dict[str, Any]
     pods: list[PodView]
+    workload: Mapping[str, Any] | None = None
+    """The job's Kueue Workload, for a job of a Kueue LocalQueue (when it exists)."""
 
     @property
     def resource_version(self) -> str:

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kerasjob.kueue import Gate
 from kerasjob.podview import PodView
 
 
@@ -40,6 +41,8 @@ class JobView:
     deleting: bool = False
     invalid: tuple[str, ...] = ()
     """Validation messages; non-empty fails the job with reason InvalidSpec."""
+    kueue: Gate | None = None
+    """For a job of a Kueue LocalQueue: whether its Workload is admitted (`kueue.gate`)."""
 
     @property
     def roles(self) -> list[str]:

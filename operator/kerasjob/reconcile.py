@@ -188,7 +188,14 @@ class _Planner(Accounting):
                 rec["succeeded"] = True
                 rec["counted"] = True
 
-    def suspended(self) -> None:
+    def suspended(
+        self,
+        phase: str = st.SUSPENDED,
+        reason: str = Reason.SUSPENDED.value,
+        message: str = "spec.suspend is true: Pods deleted, state kept in the checkpoint",
+    ) -> None:
+        """Held: by spec.suspend, or by Kueue until its Workload is admitted (again). The
+        Pods go with their grace period (the trainer saves on SIGTERM); no restart counts."""
         for pod in self.owned.values():
             self.delete(pod)
         for name, rec in self.tracked.items():
@@ -197,14 +204,16 @@ class _Planner(Accounting):
             if current is not None:
                 rec["uid"] = current.uid
             rec["counted"] = True
-        self.status["phase"] = st.SUSPENDED
+        self.status["phase"] = phase
         self.status.pop("startTime", None)
-        message = "spec.suspend is true: Pods deleted, state kept in the checkpoint"
-        self.cond(st.COND_SUSPENDED, True, Reason.SUSPENDED.value, message)
-        self.cond(st.COND_RUNNING, False, Reason.SUSPENDED.value, message)
-        self.cond(st.COND_RESTARTING, False, Reason.SUSPENDED.value, message)
-        if self.prev_phase != st.SUSPENDED:
-            self.event("Normal", Reason.SUSPENDED.value, message)
+        old = st.get_condition(self.conditions, st.COND_SUSPENDED) or {}
+        self.cond(st.COND_SUSPENDED, True, reason, message)
+        self.cond(st.COND_RUNNING, False, reason, message)
+        self.cond(st.COND_RESTARTING, False, reason, message)
+        if self.job.kueue is not None:
+            self.cond(st.COND_ADMITTED, False, reason, message, add_false=True)
+        if self.prev_phase != phase or old.get("reason") != reason:
+            self.event("Normal", reason, message)
 
     def concluded(self) -> bool:
         """After `observe`: finish the job if an outcome decided it; True if it did."""
@@ -220,8 +229,12 @@ class _Planner(Accounting):
 
     def active(self) -> None:
         job = self.job
-        if self.prev_phase == st.SUSPENDED:
+        if job.kueue is not None:
+            self.cond(st.COND_ADMITTED, True, job.kueue.reason, job.kueue.message)
+        if self.prev_phase in (st.SUSPENDED, st.QUEUED):
             message = "spec.suspend is false: Pods re-created, resuming from the last backup"
+            if job.kueue is not None:
+                message = f"{job.kueue.message}: Pods created, resuming from the last backup if any"
             self.cond(st.COND_SUSPENDED, False, Reason.RESUMED.value, message)
             self.event("Normal", Reason.RESUMED.value, message)
         if not self.status.get("startTime"):
@@ -361,6 +374,10 @@ class _Planner(Accounting):
             self.observe()
             if not self.concluded():
                 self.suspended()
+        elif self.job.kueue is not None and not self.job.kueue.admitted:
+            self.observe()
+            if not self.concluded():
+                self.suspended(st.QUEUED, self.job.kueue.reason, self.job.kueue.message)
         else:
             self.active()
         self.finalize_status()

@@ -21,6 +21,7 @@ RESTARTING = Phase.RESTARTING.value
 SUCCEEDED = Phase.SUCCEEDED.value
 FAILED = Phase.FAILED.value
 SUSPENDED = Phase.SUSPENDED.value
+QUEUED = Phase.QUEUED.value
 TERMINAL_PHASES = frozenset({SUCCEEDED, FAILED})
 
 #: Condition types (metav1.Condition), as TFJob and JobSet use them.
@@ -30,6 +31,7 @@ COND_RESTARTING = ConditionType.RESTARTING.value
 COND_SUCCEEDED = ConditionType.SUCCEEDED.value
 COND_FAILED = ConditionType.FAILED.value
 COND_SUSPENDED = ConditionType.SUSPENDED.value
+COND_ADMITTED = ConditionType.ADMITTED.value
 
 
 def get_condition(conditions: Iterable[Mapping[str, Any]], type_: str) -> Mapping[str, Any] | None:

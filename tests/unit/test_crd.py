@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -76,7 +77,10 @@ def test_printer_columns() -> None:
     schema = _schema()
     paths = {p for p, _ in _walk(schema)} | {".metadata.creationTimestamp"}
     for c in columns.values():
-        assert c["jsonPath"].replace(".worker.", "[*].") in paths, c
+        # a condition filter (the Kueue column) points into the conditions list
+        path = re.sub(r"\[\?\(@\.type==\"\w+\"\)\]", "[]", c["jsonPath"])
+        assert path.replace(".worker.", "[*].") in paths, c
+    assert columns["Kueue"]["jsonPath"] == '.status.conditions[?(@.type=="Admitted")].message'
 
 
 def test_schema_is_structural() -> None:

@@ -20,8 +20,26 @@ def test_status_summary() -> None:
         "disruptions": 2,
         "failures": 1,
         "progress": "step 340/600 loss 0.1235",
+        "waiting": "",
     }
     assert cli._summary({"metadata": {"name": "x"}})["progress"] == "-"
+
+
+def test_status_says_why_a_queued_job_waits() -> None:
+    why = "queued in LocalQueue team-a: couldn't assign flavors to pod set worker"
+    obj = {
+        "metadata": {"name": "mnist"},
+        "status": {
+            "phase": "Queued",
+            "conditions": [
+                {"type": "Suspended", "status": "True", "reason": "Queued", "message": why},
+                {"type": "Admitted", "status": "False", "reason": "Queued", "message": why},
+            ],
+        },
+    }
+    assert cli._summary(obj)["waiting"] == why
+    obj["status"]["phase"] = "Running"
+    assert cli._summary(obj)["waiting"] == ""
 
 
 def test_run_flags() -> None:

@@ -97,6 +97,8 @@ class Phase(str, enum.Enum):
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     SUSPENDED = "Suspended"
+    QUEUED = "Queued"
+    """Held by Kueue until its Workload is admitted (again): no Pods."""
 
 
 class ConditionType(str, enum.Enum):
@@ -109,6 +111,8 @@ class ConditionType(str, enum.Enum):
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     SUSPENDED = "Suspended"
+    ADMITTED = "Admitted"
+    """Only for a job submitted to a Kueue LocalQueue: whether its Workload is admitted."""
 
 
 class Reason(str, enum.Enum):
@@ -137,6 +141,9 @@ class Reason(str, enum.Enum):
     NETWORK_POLICY_REJECTED = "NetworkPolicyRejected"
     CREATE_FORBIDDEN = "CreateForbidden"
     DISRUPTION_LOOP = "DisruptionLoop"
+    QUEUED = "Queued"
+    ADMITTED = "Admitted"
+    EVICTED = "Evicted"
 
 
 class DatasetSource(str, enum.Enum):

@@ -156,7 +156,8 @@ class KerasJobStatus(_StatusModel):
 
     phase: Phase | None = Field(
         None,
-        description="Pending, Running, Restarting, Succeeded, Failed or Suspended.",
+        description="Pending, Running, Restarting, Succeeded, Failed, Suspended or Queued "
+        "(held by Kueue).",
     )
     conditions: list[Condition] | None = Field(
         None,

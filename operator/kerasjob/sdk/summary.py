@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from kerasjob.api import Condition, ConditionStatus, KerasJob, Phase
+from kerasjob.api import Condition, ConditionStatus, ConditionType, KerasJob, Phase
 from kerasjob_contract.times import parse_time, utcnow
 
 #: Phases after which a job never changes again.
@@ -93,7 +93,10 @@ def summarize(job: KerasJob | Mapping[str, Any]) -> JobSummary:
     restarts = status.restarts if status and status.restarts else None
     prog = status.progress if status and status.progress else None
     phase = phase_of(job)
-    why = condition(job, phase) if phase else None
+    # Why a job is in its phase; a job held by Kueue: its Admitted condition (which queue,
+    # Kueue's reason, evicted by whom).
+    why = condition(job, ConditionType.ADMITTED.value if phase == Phase.QUEUED.value else phase)
+    why = why if phase else None
     return JobSummary(
         name=job.name,
         namespace=job.namespace,

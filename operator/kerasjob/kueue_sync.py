@@ -1,0 +1,147 @@
+"""Kueue integration, the I/O part: the controller's calls for a job of a Kueue LocalQueue
+(the decisions are in `kueue`).
+
+Per reconcile, after the job's status is written: create its Workload if there is none,
+give the quota back after an eviction once the job's Pods are gone, mark the Workload
+Finished when the job ended. Status writes to the Workload are merge patches conditional
+on the resourceVersion read (Kueue writes the same conditions; a conflict just requeues).
+When Pods are created, `pod_updates` says what the admission adds to them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from kerasjob import children, kueue
+from kerasjob.kube import ApiError, KubeApi
+from kerasjob.reconcile import Plan
+from kerasjob.status import SUCCEEDED, TERMINAL_PHASES
+from kerasjob.workqueue import Key
+
+log = logging.getLogger("kerasjob.kueue")
+
+
+class _MissingPriorityClass(Exception):
+    pass
+
+
+class KueueSync:
+    def __init__(
+        self,
+        api: KubeApi,
+        workloads: Mapping[Key, Iterable[Mapping[str, Any]]],
+        default_image: str,
+    ) -> None:
+        self.api = api
+        self.workloads = workloads
+        self.default_image = default_image
+
+    def workload(self, key: Key, job_uid: str) -> Mapping[str, Any] | None:
+        """The job's Workload from the index (the one owned by this incarnation)."""
+        for wl in self.workloads.get(key, ()):
+            if kueue.owned_by(wl, job_uid):
+                return wl
+        return None
+
+    async def sync(
+        self,
+        body: Mapping[str, Any],
+        model: Any,
+        workload: Mapping[str, Any] | None,
+        plan: Plan,
+        pods_left: int,
+        now: datetime,
+    ) -> list[tuple[str, str, str]]:
+        """The Workload writes due for this job; returns Events to post (type, reason, msg)."""
+        meta = body.get("metadata") or {}
+        ns, name = str(meta.get("namespace")), str(meta.get("name"))
+        phase = plan.status.get("phase")
+        events: list[tuple[str, str, str]] = []
+        if workload is None:
+            if phase in TERMINAL_PHASES or model is None:
+                return events
+            try:
+                priority = await self._priority(meta)
+            except _MissingPriorityClass as e:
+                msg = f"WorkloadPriorityClass {e} not found: no Workload created yet"
+                events.append(("Warning", "PriorityClassNotFound", msg))
+                return events
+            pods_by_role = {
+                role.value: (
+                    count,
+                    children.build_pod(model, role, 0, default_image=self.default_image),
+                )
+                for role, count in model.spec.replicas().items()
+            }
+            wl = kueue.build_workload(body, pods_by_role, priority=priority)
+            if await self.api.create(kueue.workload_path(ns), wl, "workloads"):
+                queue = kueue.queue_name(meta.get("labels"))
+                events.append(
+                    ("Normal", "WorkloadCreated",
+                     f"Kueue Workload {wl['metadata']['name']} created in LocalQueue {queue}")
+                )
+            return events
+        wl_name = str(workload["metadata"]["name"])
+        patch: dict[str, Any] | None = None
+        if phase in TERMINAL_PHASES:
+            message = next(
+                (c.get("message", "") for c in plan.status.get("conditions") or []
+                 if c.get("type") == phase and c.get("status") == "True"),
+                "",
+            )
+            patch = kueue.finished_status(workload, phase == SUCCEEDED, message or phase, now)
+        elif pods_left == 0:
+            patch = kueue.release_status(workload, now)
+            if patch is not None:
+                events.append(
+                    ("Normal", "QuotaReleased",
+                     f"Pods stopped after the eviction; Workload {wl_name} gives its quota back")
+                )
+        if patch is not None:
+            request = {
+                "metadata": {"resourceVersion": workload["metadata"]["resourceVersion"]},
+                "status": patch,
+            }
+            try:
+                await self.api.merge_patch(
+                    kueue.workload_path(ns, wl_name, "status"), request, "workloads/status"
+                )
+            except ApiError as e:
+                if e.status not in (404, 409):
+                    raise
+                log.debug("%s/%s: Workload status write: %s", ns, name, e.status)
+                return []
+        return events
+
+    async def _priority(self, meta: Mapping[str, Any]) -> tuple[str, int] | None:
+        """The job's WorkloadPriorityClass (name, value); None: none named."""
+        cls = (meta.get("labels") or {}).get(kueue.PRIORITY_LABEL)
+        if not cls:
+            return None
+        try:
+            wpc = await self.api.request(
+                "GET", kueue.priority_class_path(cls), count_as="get workloadpriorityclasses"
+            )
+        except ApiError as e:
+            if e.status == 404:
+                raise _MissingPriorityClass(cls) from None
+            raise
+        return cls, int((wpc or {}).get("value", 0))
+
+    async def pod_updates(
+        self, workload: Mapping[str, Any] | None
+    ) -> dict[str, kueue.PodSetUpdate]:
+        """Role -> what the admission adds to its Pods (flavors read from the API)."""
+        if workload is None:
+            return {}
+        flavors: dict[str, Mapping[str, Any]] = {}
+        for names in kueue.assigned_flavors(workload).values():
+            for flavor in names:
+                if flavor not in flavors:
+                    flavors[flavor] = await self.api.request(
+                        "GET", kueue.flavor_path(flavor), count_as="get resourceflavors"
+                    )
+        return kueue.pod_set_updates(workload, flavors)
