@@ -240,6 +240,30 @@ def test_namespaced_rbac_has_nothing_cluster_scoped() -> None:
 
 
 @needs_helm
+@pytest.mark.parametrize("namespaces", [[], ["team-a"]], ids=["cluster-wide", "namespaced"])
+def test_kueue_adds_workload_rbac_and_the_flag(namespaces: list[str]) -> None:
+    values: dict[str, Any] = {"kueue.enabled": True}
+    if namespaces:
+        values["watchNamespaces"] = namespaces
+    objects = render(**values)
+    roles = of_kind(objects, "ClusterRole")
+    kueue_role = next(r for r in roles if r["metadata"]["name"].endswith("-kueue"))
+    assert rules_by_resource(kueue_role) == {
+        "kueue.x-k8s.io/resourceflavors": {"get"},
+        "kueue.x-k8s.io/workloadpriorityclasses": {"get"},
+    }
+    main = [r for r in of_kind(objects, "ClusterRole" if not namespaces else "Role")
+            if not r["metadata"]["name"].endswith("-kueue")]
+    for role in main:
+        rules = rules_by_resource(role)
+        assert rules["kueue.x-k8s.io/workloads"] == {"list", "watch", "create"}
+        assert rules["kueue.x-k8s.io/workloads/status"] == {"patch"}
+    env = {e["name"]: e.get("value") for e in container(objects)["env"]}
+    assert env["KERASJOB_KUEUE"] == "1"
+    assert "KERASJOB_KUEUE" not in {e["name"] for e in container(render())["env"]}
+
+
+@needs_helm
 def test_rbac_create_false_renders_no_rbac() -> None:
     objects = render(
         **{
