@@ -1,0 +1,145 @@
+"""Kueue for the tests: the real Kueue manager (`hack/cluster/kueue.sh`) on the local cluster,
+an operator running with ``--kueue``, and helpers for Kueue's objects.
+
+* :func:`ensure_kueue` -- on the local cluster, build (cached) and start Kueue with its CRDs
+  and webhooks; on another cluster (``KERASJOB_TEST_CLUSTER=current``) Kueue must already be
+  installed, with KerasJob in its ``integrations.externalFrameworks``.
+* :func:`kueue_operator` -- one operator per test session with ``--kueue``, watching the
+  ``<KUEUE_PREFIX>-*`` namespaces only (so no other session's operator handles its jobs).
+* :func:`cluster_queue` -- a ResourceFlavor, a ClusterQueue with a cpu quota and a LocalQueue
+  in a namespace; deleted afterwards.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from kerasjob_dev.cluster import REPO_ROOT, Cluster
+from kerasjob_dev.harness import OperatorProcess, custom, install_crds
+
+GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
+QUEUE_LABEL = f"{GROUP}/queue-name"
+PRIORITY_LABEL = f"{GROUP}/priority-class"
+KUEUE_PREFIX = f"kq{os.getpid()}"
+_operator: list[OperatorProcess] = []
+
+
+def ensure_kueue(cluster: Cluster) -> None:
+    if cluster.local:
+        subprocess.run(
+            [str(REPO_ROOT / "hack" / "cluster" / "kueue.sh"), "up"],
+            check=True,
+            env=cluster.env(),
+            cwd=REPO_ROOT,
+        )
+    cluster.kubectl("get", "crd", f"workloads.{GROUP}")
+
+
+def kueue_operator(cluster: Cluster) -> OperatorProcess:
+    """This session's operator with ``--kueue`` for ``<KUEUE_PREFIX>-*`` namespaces."""
+    install_crds(cluster)  # first: Kueue's manager looks the external framework's kind up
+    ensure_kueue(cluster)
+    if not _operator:
+        op = OperatorProcess(
+            cluster, (f"{KUEUE_PREFIX}-*",), name="kueue", extra_args=("--kueue",)
+        )
+        _operator.append(op)
+        atexit.register(op.stop)
+        op.start()
+    elif not _operator[0].alive():
+        _operator[0].start()
+    return _operator[0]
+
+
+def _create_cluster_scoped(kube: Any, plural: str, body: dict[str, Any]) -> None:
+    custom(kube).create_cluster_custom_object(GROUP, VERSION, plural, body)
+
+
+def _delete_cluster_scoped(kube: Any, plural: str, name: str) -> None:
+    from kubernetes.client.rest import ApiException
+
+    try:
+        custom(kube).delete_cluster_custom_object(GROUP, VERSION, plural, name)
+    except ApiException as e:
+        if e.status != 404:
+            raise
+
+
+@contextmanager
+def cluster_queue(
+    kube: Any,
+    namespace: str,
+    *,
+    cpu: str,
+    node_labels: dict[str, str] | None = None,
+    priorities: dict[str, int] | None = None,
+) -> Iterator[str]:
+    """A ResourceFlavor, a ClusterQueue with ``cpu`` of quota (preempting lower priorities
+    within itself) and the LocalQueue ``<namespace's queue>``; yields the LocalQueue's
+    name. ``priorities``: WorkloadPriorityClasses to create (name -> value)."""
+    suffix = uuid.uuid4().hex[:6]
+    flavor, cq, lq = f"kj-flavor-{suffix}", f"kj-cq-{suffix}", "team-queue"
+    made: list[tuple[str, str]] = []
+    try:
+        _create_cluster_scoped(kube, "resourceflavors", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "ResourceFlavor",
+            "metadata": {"name": flavor},
+            "spec": {"nodeLabels": node_labels or {}},
+        })
+        made.append(("resourceflavors", flavor))
+        for name, value in (priorities or {}).items():
+            _create_cluster_scoped(kube, "workloadpriorityclasses", {
+                "apiVersion": f"{GROUP}/{VERSION}", "kind": "WorkloadPriorityClass",
+                "metadata": {"name": name}, "value": value,
+            })
+            made.append(("workloadpriorityclasses", name))
+        _create_cluster_scoped(kube, "clusterqueues", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterQueue",
+            "metadata": {"name": cq},
+            "spec": {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+                "resourceGroups": [{
+                    "coveredResources": ["cpu"],
+                    "flavors": [
+                        {"name": flavor, "resources": [{"name": "cpu", "nominalQuota": cpu}]}
+                    ],
+                }],
+                "preemption": {"withinClusterQueue": "LowerPriority"},
+            },
+        })
+        made.append(("clusterqueues", cq))
+        custom(kube).create_namespaced_custom_object(GROUP, VERSION, namespace, "localqueues", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "LocalQueue",
+            "metadata": {"name": lq, "namespace": namespace},
+            "spec": {"clusterQueue": cq},
+        })
+        yield lq
+    finally:
+        for plural, name in reversed(made):
+            _delete_cluster_scoped(kube, plural, name)
+
+
+def workload_of(kube: Any, namespace: str, job: str) -> dict[str, Any] | None:
+    """The Workload the operator made for KerasJob ``job`` (by its job-name label)."""
+    items = custom(kube).list_namespaced_custom_object(
+        GROUP, VERSION, namespace, "workloads", label_selector=f"kerasjob.dev/job-name={job}"
+    )["items"]
+    return items[0] if items else None
+
+
+def wl_condition(workload: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
+    for c in ((workload or {}).get("status") or {}).get("conditions") or []:
+        if c.get("type") == type_:
+            return c
+    return None
+
+
+def wl_true(workload: dict[str, Any] | None, type_: str) -> bool:
+    c = wl_condition(workload, type_)
+    return c is not None and c.get("status") == "True"

@@ -1,0 +1,203 @@
+"""KerasJobs as Kueue workloads, against the real Kueue manager (built from its Go module by
+hack/cluster/kueue.sh, with its webhooks) and a real API server; Pods on fake KWOK nodes.
+
+Quota is counted in cpu: every Pod requests 1 cpu, a 3-worker job needs 3.
+The figures the tests print (seconds, polled every 50 ms) are in the test output (-s).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from kerasjob_dev.cluster import Cluster, create_namespace, delete_namespace, wait_for
+from kerasjob_dev.harness import (
+    OperatorProcess,
+    condition,
+    create_job,
+    events_for,
+    job_manifest,
+    job_status,
+    pods,
+    set_container_exit,
+    wait_phase,
+)
+from kerasjob_dev.kueue import (
+    KUEUE_PREFIX,
+    PRIORITY_LABEL,
+    QUEUE_LABEL,
+    cluster_queue,
+    kueue_operator,
+    wl_condition,
+    wl_true,
+    workload_of,
+)
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
+
+POLL = 0.05
+
+
+@pytest.fixture
+def operator(cluster: Cluster, kwok_placement: dict[str, Any]) -> OperatorProcess:
+    return kueue_operator(cluster)
+
+
+@pytest.fixture
+def namespace(kube: Any) -> Iterator[str]:
+    name = create_namespace(kube, prefix=KUEUE_PREFIX)
+    try:
+        yield name
+    finally:
+        delete_namespace(kube, name)
+
+
+def queued_job(name: str, queue: str, *, priority: str | None = None) -> dict[str, Any]:
+    body = job_manifest(name, workers=3)
+    body["spec"]["template"]["spec"]["containers"] = [
+        {"name": "trainer", "resources": {"requests": {"cpu": "1"}}}
+    ]
+    labels = {QUEUE_LABEL: queue}
+    if priority:
+        labels[PRIORITY_LABEL] = priority
+    body["metadata"]["labels"] = labels
+    return body
+
+
+def all_pods(kube: Any, ns: str, job: str, n: int = 3) -> dict[str, Any] | None:
+    got = pods(kube, ns, job)
+    live = {k: p for k, p in got.items() if p.metadata.deletion_timestamp is None}
+    return live if len(live) == n else None
+
+
+def no_pods(kube: Any, ns: str, job: str) -> bool:
+    return not pods(kube, ns, job)
+
+
+def timed(predicate: Any, what: str, timeout: float = 60) -> float:
+    t0 = time.monotonic()
+    wait_for(predicate, timeout=timeout, interval=POLL, what=what)
+    return time.monotonic() - t0
+
+
+def finish(cluster: Cluster, ns: str, job: str) -> None:
+    """The chief (worker 0) exits 0: the job succeeds."""
+    set_container_exit(cluster, ns, f"{job}-worker-0", 0, in_place=False)
+
+
+def test_second_job_waits_for_quota_and_starts_when_the_first_finishes(
+    operator: OperatorProcess, cluster: Cluster, kube: Any, namespace: str
+) -> None:
+    with cluster_queue(kube, namespace, cpu="3", node_labels={"type": "kwok"}) as queue:
+        t0 = time.monotonic()
+        create_job(kube, namespace, queued_job("first", queue))
+        wait_for(lambda: wl_true(workload_of(kube, namespace, "first"), "Admitted"),
+                 timeout=60, interval=POLL, what="first admitted")
+        t_admitted = time.monotonic()
+        wait_for(lambda: all_pods(kube, namespace, "first"), timeout=60, interval=POLL,
+                 what="first's 3 Pods")
+        t_pods = time.monotonic()
+        wl = workload_of(kube, namespace, "first")
+        assert wl is not None
+        (owner,) = wl["metadata"]["ownerReferences"]
+        assert owner["kind"] == "KerasJob" and owner["name"] == "first"
+        assert [(p["name"], p["count"]) for p in wl["spec"]["podSets"]] == [("worker", 3)]
+        # The flavor's node labels are on the Pods.
+        pod = next(iter(pods(kube, namespace, "first").values()))
+        assert pod.spec.node_selector.get("type") == "kwok"
+        wait_phase(kube, namespace, "first", "Running")
+
+        create_job(kube, namespace, queued_job("second", queue))
+        # First it waits for its Workload, then for Kueue's verdict on it.
+        status = wait_for(
+            lambda: (s := job_status(kube, namespace, "second")).get("phase") == "Queued"
+            and (condition(s, "Admitted") or {}).get("message", "").startswith("queued in")
+            and s,
+            timeout=30, interval=POLL, what="second Queued with Kueue's reason",
+        )
+        admitted = condition(status, "Admitted")
+        assert admitted is not None and admitted["status"] == "False"
+        assert admitted["message"].startswith(f"queued in LocalQueue {queue}: ")
+        assert "quota" in admitted["message"], admitted["message"]
+        # It stays queued, with no Pods, while the first runs.
+        time.sleep(3)
+        assert no_pods(kube, namespace, "second")
+        assert job_status(kube, namespace, "second")["phase"] == "Queued"
+        assert not wl_true(workload_of(kube, namespace, "second"), "QuotaReserved")
+        reasons = [e.reason for e in events_for(kube, namespace, "second")]
+        assert "Queued" in reasons and "WorkloadCreated" in reasons
+
+        t1 = time.monotonic()
+        finish(cluster, namespace, "first")
+        wait_phase(kube, namespace, "first", "Succeeded")
+        wait_for(lambda: wl_true(workload_of(kube, namespace, "first"), "Finished"),
+                 timeout=30, interval=POLL, what="first's Workload Finished")
+        wait_for(lambda: all_pods(kube, namespace, "second"), timeout=60, interval=POLL,
+                 what="second's 3 Pods")
+        t2 = time.monotonic()
+        status = wait_phase(kube, namespace, "second", "Running")
+        assert condition(status, "Admitted")["status"] == "True"
+        assert status["restarts"] == {"disruptions": 0, "failures": 0}
+        print(
+            f"\nKUEUE create->admitted {t_admitted - t0:.2f}s, admitted->all Pods "
+            f"{t_pods - t_admitted:.2f}s; first finished->second's Pods {t2 - t1:.2f}s"
+        )
+
+
+def test_high_priority_job_preempts_and_the_victim_resumes_untouched(
+    operator: OperatorProcess, cluster: Cluster, kube: Any, namespace: str
+) -> None:
+    prio = {f"low-{namespace}": 100, f"high-{namespace}": 1000}
+    with cluster_queue(kube, namespace, cpu="3", node_labels={"type": "kwok"},
+                       priorities=prio) as queue:
+        create_job(kube, namespace, queued_job("low", queue, priority=f"low-{namespace}"))
+        wait_for(lambda: all_pods(kube, namespace, "low"), timeout=60, interval=POLL,
+                 what="low's Pods")
+        wait_phase(kube, namespace, "low", "Running")
+        low_wl = workload_of(kube, namespace, "low")
+        assert low_wl is not None and low_wl["spec"]["priority"] == 100
+        before = {n: p.metadata.uid for n, p in pods(kube, namespace, "low").items()}
+
+        t0 = time.monotonic()
+        create_job(kube, namespace, queued_job("high", queue, priority=f"high-{namespace}"))
+        wait_for(lambda: wl_true(workload_of(kube, namespace, "low"), "Evicted"),
+                 timeout=60, interval=POLL, what="low evicted")
+        t_evicted = time.monotonic()
+        wait_for(lambda: no_pods(kube, namespace, "low"), timeout=60, interval=POLL,
+                 what="low's Pods gone")
+        t_stopped = time.monotonic()
+        wait_for(lambda: all_pods(kube, namespace, "high"), timeout=60, interval=POLL,
+                 what="high's Pods")
+        t_high = time.monotonic()
+        status = job_status(kube, namespace, "low")
+        assert status["phase"] == "Queued"
+        adm = condition(status, "Admitted")
+        assert adm is not None and adm["reason"] == "Evicted"
+        assert "evicted by Kueue (Preempted: " in adm["message"], adm["message"]
+        assert status["restarts"] == {"disruptions": 0, "failures": 0}
+        evicted = wl_condition(workload_of(kube, namespace, "low"), "Evicted")
+        assert evicted is not None and evicted["reason"] == "Preempted"
+        reasons = [e.reason for e in events_for(kube, namespace, "low")]
+        assert "Evicted" in reasons and "QuotaReleased" in reasons
+
+        # The high job finishes: the low one is admitted again and resumes, counters untouched.
+        t1 = time.monotonic()
+        finish(cluster, namespace, "high")
+        got = wait_for(lambda: all_pods(kube, namespace, "low"), timeout=60, interval=POLL,
+                       what="low's Pods back")
+        t_back = time.monotonic()
+        assert set(got) == set(before) and all(p.metadata.uid not in before.values()
+                                               for p in got.values())
+        status = wait_phase(kube, namespace, "low", "Running")
+        assert status["restarts"] == {"disruptions": 0, "failures": 0}
+        assert condition(status, "Admitted")["status"] == "True"
+        for p in got.values():
+            assert p.metadata.annotations["kerasjob.dev/restart-attempt"] == "0"
+        print(
+            f"\nKUEUE preemption: high created->low evicted {t_evicted - t0:.2f}s, "
+            f"->low's Pods gone {t_stopped - t0:.2f}s, ->high's Pods {t_high - t0:.2f}s; "
+            f"high finished->low's Pods back {t_back - t1:.2f}s"
+        )
