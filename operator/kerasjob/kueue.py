@@ -16,6 +16,8 @@ part itself (`GenericJob` in Kueue's pkg/controller/jobframework):
 * an eviction (Workload ``Evicted``: preemption, waitForPodsReady timeout, deactivation...)
   holds the job again; once its Pods are gone the operator gives the quota back
   (`release_status`), as Kueue's job reconciler does, and Kueue re-queues the Workload;
+* the Workload's ``PodsReady`` follows the job's Pods (`pods_ready_status`), for Kueue's
+  ``waitForPodsReady``; a job whose roles or replicas change gets a new Workload (`matches`);
 * when the job ends the Workload gets ``Finished`` (`finished_status`).
 """
 
@@ -45,6 +47,8 @@ ADMITTED = "Admitted"
 EVICTED = "Evicted"
 FINISHED = "Finished"
 REQUEUED = "Requeued"
+PODS_READY = "PodsReady"
+RECOVERY = "WaitForRecovery"
 
 
 def queue_name(labels: Mapping[str, str] | None) -> str | None:
@@ -282,6 +286,39 @@ def finished_status(
     conds = list((workload.get("status") or {}).get("conditions") or [])
     reason = "Succeeded" if succeeded else "Failed"
     return {"conditions": _set_condition(conds, FINISHED, True, reason, message, now, gen)}
+
+
+def matches(workload: Mapping[str, Any], counts: Mapping[str, int]) -> bool:
+    """Whether the Workload's podSets are the job's roles and counts (a job whose shape
+    changed needs a new Workload: Kueue's podSets are immutable)."""
+    pod_sets = (workload.get("spec") or {}).get("podSets") or []
+    return {str(p.get("name")): int(p.get("count", 0)) for p in pod_sets} == dict(counts)
+
+
+def pods_ready_status(
+    workload: Mapping[str, Any], pods_ready: bool, now: datetime
+) -> dict[str, Any] | None:
+    """The Workload's PodsReady condition, as Kueue's job reconciler keeps it (what its
+    ``waitForPodsReady`` reads): True (Started, or Recovered after a loss) once every Pod
+    runs ready, else False (WaitForStart, or WaitForRecovery after it was True). None when
+    unchanged."""
+    current = condition(workload, PODS_READY) or {}
+    admitted = _true(workload, ADMITTED) and not _true(workload, EVICTED)
+    recovering = current.get("reason") in (RECOVERY, "Recovered")
+    if admitted and pods_ready:
+        status, reason = True, "Recovered" if recovering else "Started"
+        message = "All pods reached readiness and the workload is running"
+    elif admitted and (current.get("status") == "True" or current.get("reason") == RECOVERY):
+        status, reason = False, RECOVERY
+        message = "At least one pod has failed, waiting for recovery"
+    else:
+        status, reason = False, "WaitForStart"
+        message = "Not all pods are ready or succeeded"
+    if current.get("status") == ("True" if status else "False") and current.get("reason") == reason:
+        return None
+    gen = (workload.get("metadata") or {}).get("generation")
+    conds = list((workload.get("status") or {}).get("conditions") or [])
+    return {"conditions": _set_condition(conds, PODS_READY, status, reason, message, now, gen)}
 
 
 def owned_by(workload: Mapping[str, Any], job_uid: str) -> bool:

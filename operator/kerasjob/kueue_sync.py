@@ -18,7 +18,7 @@ from typing import Any
 from kerasjob import children, kueue
 from kerasjob.kube import ApiError, KubeApi
 from kerasjob.reconcile import Plan
-from kerasjob.status import SUCCEEDED, TERMINAL_PHASES
+from kerasjob.status import RUNNING, SUCCEEDED, TERMINAL_PHASES
 from kerasjob.workqueue import Key
 
 log = logging.getLogger("kerasjob.kueue")
@@ -93,13 +93,26 @@ class KueueSync:
                 "",
             )
             patch = kueue.finished_status(workload, phase == SUCCEEDED, message or phase, now)
-        elif pods_left == 0:
-            patch = kueue.release_status(workload, now)
-            if patch is not None:
-                events.append(
-                    ("Normal", "QuotaReleased",
-                     f"Pods stopped after the eviction; Workload {wl_name} gives its quota back")
+        else:
+            counts = {r.value: n for r, n in model.spec.replicas().items()} if model else None
+            if counts is not None and not kueue.matches(workload, counts):
+                # Its podSets are immutable: a new one is made on the next reconcile.
+                await self.api.delete(
+                    kueue.workload_path(ns, wl_name), "workloads",
+                    uid=workload["metadata"].get("uid"),
                 )
+                msg = f"the job's roles or replicas changed: Workload {wl_name} replaced"
+                return [("Normal", "WorkloadReplaced", msg)]
+            if pods_left == 0:
+                patch = kueue.release_status(workload, now)
+                if patch is not None:
+                    events.append(
+                        ("Normal", "QuotaReleased",
+                         f"Pods stopped after the eviction; Workload {wl_name} gives its quota "
+                         "back")
+                    )
+            if patch is None:
+                patch = kueue.pods_ready_status(workload, phase == RUNNING, now)
         if patch is not None:
             request = {
                 "metadata": {"resourceVersion": workload["metadata"]["resourceVersion"]},

@@ -109,6 +109,9 @@ def test_second_job_waits_for_quota_and_starts_when_the_first_finishes(
         pod = next(iter(pods(kube, namespace, "first").values()))
         assert pod.spec.node_selector.get("type") == "kwok"
         wait_phase(kube, namespace, "first", "Running")
+        # Kueue's waitForPodsReady reads the Workload's PodsReady, which the operator keeps.
+        wait_for(lambda: wl_true(workload_of(kube, namespace, "first"), "PodsReady"),
+                 timeout=30, interval=POLL, what="first's Workload PodsReady")
 
         create_job(kube, namespace, queued_job("second", queue))
         # First it waits for its Workload, then for Kueue's verdict on it.

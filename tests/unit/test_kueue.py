@@ -188,6 +188,34 @@ def test_release_after_eviction_and_finished() -> None:
     assert kueue.finished_status(workload(*done["conditions"]), True, "", NOW) is None
 
 
+def test_podsets_must_match_the_job() -> None:
+    wl = {"spec": {"podSets": [{"name": "worker", "count": 3}, {"name": "chief", "count": 1}]}}
+    assert kueue.matches(wl, {"worker": 3, "chief": 1})
+    assert not kueue.matches(wl, {"worker": 4, "chief": 1})
+    assert not kueue.matches(wl, {"worker": 3})
+
+
+def test_pods_ready_follows_the_pods_like_kueues_job_reconciler() -> None:
+    def reason(wl: dict[str, Any], ready: bool) -> tuple[str, str] | None:
+        patch = kueue.pods_ready_status(wl, ready, NOW)
+        if patch is None:
+            return None
+        c = {c["type"]: c for c in patch["conditions"]}["PodsReady"]
+        return c["status"], c["reason"]
+
+    assert reason(ADMITTED, False) == ("False", "WaitForStart")
+    assert reason(ADMITTED, True) == ("True", "Started")
+    started = workload(*ADMITTED["status"]["conditions"], cond("PodsReady", "True", "Started"),
+                       admission=ADMISSION)
+    assert reason(started, True) is None
+    assert reason(started, False) == ("False", "WaitForRecovery")
+    waiting = workload(*ADMITTED["status"]["conditions"],
+                       cond("PodsReady", "False", "WaitForRecovery"), admission=ADMISSION)
+    assert reason(waiting, True) == ("True", "Recovered")
+    evicted = workload(*started["status"]["conditions"], cond("Evicted", "True", "Preempted"))
+    assert reason(evicted, False) == ("False", "WaitForStart")
+
+
 # -- the planner -----------------------------------------------------------------------------
 
 
