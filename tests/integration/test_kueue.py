@@ -8,7 +8,9 @@ The figures the tests print (seconds, polled every 50 ms) are in the test output
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +21,7 @@ from kerasjob_dev.harness import (
     condition,
     create_job,
     events_for,
+    install_crds,
     job_manifest,
     job_status,
     pods,
@@ -30,6 +33,7 @@ from kerasjob_dev.kueue import (
     PRIORITY_LABEL,
     QUEUE_LABEL,
     cluster_queue,
+    ensure_kueue,
     kueue_operator,
     wl_condition,
     wl_true,
@@ -204,3 +208,68 @@ def test_high_priority_job_preempts_and_the_victim_resumes_untouched(
             f"->low's Pods gone {t_stopped - t0:.2f}s, ->high's Pods {t_high - t0:.2f}s; "
             f"high finished->low's Pods back {t_back - t1:.2f}s"
         )
+
+
+def test_the_charts_rbac_is_all_the_kueue_integration_needs(
+    cluster: Cluster, kube: Any, kwok_placement: dict[str, Any], tmp_path: Path
+) -> None:
+    """The operator as the chart runs it (kueue.enabled, one jobs namespace), with only its
+    ServiceAccount's token, through admission, preemption and re-admission: every request it
+    made is granted by the chart, and its log shows nothing forbidden."""
+    from test_helm import (
+        NEVER_SCHEDULE,
+        api_requests,
+        granted,
+        helm_install,
+        operator_process,
+        token_kubeconfig,
+    )
+
+    install_crds(cluster)
+    ensure_kueue(cluster)
+    op_ns = create_namespace(kube, "op")
+    ns = create_namespace(kube, "kqrbac")  # not a namespace of the session's Kueue operator
+    name = f"kj-{uuid.uuid4().hex[:6]}"
+    try:
+        rel = helm_install(cluster, name, op_ns, {
+            "watchNamespaces": [ns], "kueue.enabled": True, "image.tag": "dev",
+            "trainerImage.tag": "dev", "nodeSelector": NEVER_SCHEDULE,
+        })
+        sa = token_kubeconfig(cluster, op_ns, rel.service_account, tmp_path / "kubeconfig")
+        log_path = tmp_path / "operator.log"
+        prio = {f"low-{ns}": 100, f"high-{ns}": 1000}
+        with (
+            cluster_queue(kube, ns, cpu="3", node_labels={"type": "kwok"}, priorities=prio) as q,
+            operator_process(rel, sa, log_path) as run,
+        ):
+            create_job(kube, ns, queued_job("low", q, priority=f"low-{ns}"))
+            wait_for(lambda: all_pods(kube, ns, "low"), timeout=90, interval=0.2, what="low's Pods")
+            wait_phase(kube, ns, "low", "Running")
+            create_job(kube, ns, queued_job("high", q, priority=f"high-{ns}"))
+            wait_for(lambda: all_pods(kube, ns, "high"), timeout=60, interval=0.2,
+                     what="high's Pods")
+            finish(cluster, ns, "high")
+            wait_for(lambda: all_pods(kube, ns, "low"), timeout=60, interval=0.2,
+                     what="low's Pods back")
+            status = wait_phase(kube, ns, "low", "Running")
+            assert status["restarts"] == {"disruptions": 0, "failures": 0}
+            requests = api_requests(run)
+        for call in ("create workloads", "patch workloads/status", "get resourceflavors",
+                     "get workloadpriorityclasses"):
+            assert requests.get(call), (call, requests)
+        allowed = granted(rel, ns)
+        for call in requests:
+            verb, resource = call.split(" ", 1)
+            resource = resource.removesuffix(" (dry run)")  # the namespace probe's Event
+            assert verb in allowed.get(resource, set()), f"{call!r} not granted by the chart"
+        forbidden = [
+            line for line in log_path.read_text().splitlines()
+            if ("403" in line or "orbidden" in line) and "namespaces" not in line
+            and "customresourcedefinitions" not in line
+            and "Not enough permissions to watch for resources" not in line
+        ]
+        assert not forbidden, "\n".join(forbidden)
+    finally:
+        cluster.helm("uninstall", name, "--namespace", op_ns, check=False)
+        delete_namespace(kube, ns)
+        delete_namespace(kube, op_ns)
