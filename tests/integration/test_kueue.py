@@ -7,6 +7,8 @@ The figures the tests print (seconds, polled every 50 ms) are in the test output
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -136,6 +138,16 @@ def test_second_job_waits_for_quota_and_starts_when_the_first_finishes(
         assert not wl_true(workload_of(kube, namespace, "second"), "QuotaReserved")
         reasons = [e.reason for e in events_for(kube, namespace, "second")]
         assert "Queued" in reasons and "WorkloadCreated" in reasons
+        # What a user sees: `kubectl get kj` and `kerasjob status` say why it waits.
+        table = cluster.kubectl("get", "kj", "-n", namespace).stdout
+        row = next(line for line in table.splitlines() if line.startswith("second "))
+        assert "Queued" in row and f"queued in LocalQueue {queue}: " in row, table
+        cli = subprocess.run(
+            [sys.executable, "-m", "kerasjob", "status", "second", "-n", namespace],
+            env=cluster.env(), capture_output=True, text=True, check=True,
+        ).stdout
+        assert "Queued" in cli and f"waiting: queued in LocalQueue {queue}: " in cli, cli
+        print(f"\n{table}{cli}")
 
         t1 = time.monotonic()
         finish(cluster, namespace, "first")
