@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 from collections.abc import Iterable, Mapping
 from datetime import datetime
@@ -82,7 +81,9 @@ class Controller:
         self.pods = pods
         # Kueue integration (`kueue`), when the operator runs with it.
         self.kueue = (
-            KueueSync(api, workloads, config.default_image) if workloads is not None else None
+            KueueSync(api, jobs, workloads, config.default_image)
+            if workloads is not None
+            else None
         )
         self.queue = WorkQueue()
         self.ready = asyncio.Event()
@@ -222,12 +223,9 @@ class Controller:
         if body is None:
             return None
         parsed = self._parse(body)
-        job = parsed.view(body)
-        workload = None
-        queue = kueue.queue_name((body.get("metadata") or {}).get("labels"))
-        if self.kueue is not None and queue is not None:
-            workload = self.kueue.workload(key, job.uid)
-            job = dataclasses.replace(job, kueue=kueue.gate(queue, workload))
+        job, workload = parsed.view(body), None
+        if self.kueue is not None:
+            job, workload = self.kueue.view(key, body, job)
         return Observed(
             body=body,
             parsed=parsed,

@@ -24,7 +24,8 @@ part itself (`GenericJob` in Kueue's pkg/controller/jobframework):
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -148,13 +149,26 @@ class Gate:
     message: str
 
 
-def gate(queue: str, workload: Mapping[str, Any] | None) -> Gate:
-    """Whether a job submitted to LocalQueue ``queue`` may run, and why (not)."""
+#: Kueue's preemption message names the preemptor's job by UID.
+_JOB_UID_RE = re.compile(r"JobUID: ([0-9a-fA-F-]{8,})")
+
+
+def gate(
+    queue: str,
+    workload: Mapping[str, Any] | None,
+    job_name_of: Callable[[str], str | None] | None = None,
+) -> Gate:
+    """Whether a job submitted to LocalQueue ``queue`` may run, and why (not).
+    ``job_name_of``: a KerasJob's name by UID, to name who preempted it."""
     if workload is None:
         return Gate(False, "Queued", f"waiting for its Kueue Workload in LocalQueue {queue}")
     evicted = condition(workload, EVICTED)
     if evicted is not None and evicted.get("status") == "True":
         why = evicted.get("message") or evicted.get("reason") or "evicted"
+        found = _JOB_UID_RE.search(why)
+        by = job_name_of(found.group(1)) if found and job_name_of else None
+        if by:
+            why = f"by KerasJob {by}: {why}"
         return Gate(
             False,
             "Evicted",

@@ -10,6 +10,7 @@ When Pods are created, `pod_updates` says what the admission adds to them.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterable, Mapping
 from datetime import datetime
@@ -17,7 +18,7 @@ from typing import Any
 
 from kerasjob import children, kueue
 from kerasjob.kube import ApiError, KubeApi
-from kerasjob.reconcile import Plan
+from kerasjob.reconcile import JobView, Plan
 from kerasjob.status import RUNNING, SUCCEEDED, TERMINAL_PHASES
 from kerasjob.workqueue import Key
 
@@ -32,12 +33,32 @@ class KueueSync:
     def __init__(
         self,
         api: KubeApi,
+        jobs: Mapping[Key, Iterable[Mapping[str, Any]]],
         workloads: Mapping[Key, Iterable[Mapping[str, Any]]],
         default_image: str,
     ) -> None:
         self.api = api
+        self.jobs = jobs
         self.workloads = workloads
         self.default_image = default_image
+
+    def view(
+        self, key: Key, body: Mapping[str, Any], job: JobView
+    ) -> tuple[JobView, Mapping[str, Any] | None]:
+        """For a job of a LocalQueue: the view with Kueue's gate, and its Workload."""
+        queue = kueue.queue_name((body.get("metadata") or {}).get("labels"))
+        if queue is None:
+            return job, None
+        workload = self.workload(key, job.uid)
+        gate = kueue.gate(queue, workload, lambda uid: self._job_name(key[0], uid))
+        return dataclasses.replace(job, kueue=gate), workload
+
+    def _job_name(self, namespace: str, uid: str) -> str | None:
+        """The name of the KerasJob with this UID in ``namespace`` (from the index)."""
+        for (ns, name), bodies in list(self.jobs.items()):
+            if ns == namespace and any((b.get("metadata") or {}).get("uid") == uid for b in bodies):
+                return str(name)
+        return None
 
     def workload(self, key: Key, job_uid: str) -> Mapping[str, Any] | None:
         """The job's Workload from the index (the one owned by this incarnation)."""

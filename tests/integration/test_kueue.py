@@ -195,7 +195,7 @@ def test_high_priority_job_preempts_and_the_victim_resumes_untouched(
         assert status["phase"] == "Queued"
         adm = condition(status, "Admitted")
         assert adm is not None and adm["reason"] == "Evicted"
-        assert "evicted by Kueue (Preempted: " in adm["message"], adm["message"]
+        assert "evicted by Kueue (Preempted: by KerasJob high: " in adm["message"], adm["message"]
         assert status["restarts"] == {"disruptions": 0, "failures": 0}
         evicted = wl_condition(workload_of(kube, namespace, "low"), "Evicted")
         assert evicted is not None and evicted["reason"] == "Preempted"

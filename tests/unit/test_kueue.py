@@ -134,6 +134,11 @@ def test_gate_says_why_a_job_waits() -> None:
     g = kueue.gate("team-a", evicted)
     assert not g.admitted and g.reason == "Evicted"
     assert "Preempted to accommodate a workload (UID: x)" in g.message
+    by_job = workload(cond("Evicted", "True", "Preempted",
+                           "Preempted to accommodate a workload (UID: 5f0c, JobUID: "
+                           "0a1b2c3d-0000-4000-8000-000000000001) due to prioritization"))
+    g = kueue.gate("q", by_job, {"0a1b2c3d-0000-4000-8000-000000000001": "high"}.get)
+    assert g.message.startswith("evicted by Kueue (Preempted: by KerasJob high: Preempted to")
 
 
 def test_flavors_and_admission_checks_update_the_pods() -> None:
