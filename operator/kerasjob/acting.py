@@ -43,10 +43,8 @@ ctx: Acting, key: Key, seen: Observed, plan: rc.Plan, actions: list[rc.Action]
     job, model = seen.job, seen.parsed.model
     ns = job.namespace
     calls: list[tuple[str | None, Any]] = []  # (child created, or None; the call)
-    updates: dict[str, kueue.PodSetUpdate] = {}  # what a Kueue admission adds to the Pods
-    creates = any(isinstance(a, rc.CreatePod) for a in actions)
-    if ctx.kueue is not None and job.kueue is not None and job.kueue.admitted and creates:
-        updates = await ctx.kueue.pod_updates(seen.workload)
+    # What a Kueue admission adds to the Pods (its flavors' node labels and tolerations).
+    updates = await ctx.kueue.pod_updates(seen, actions) if ctx.kueue else {}
     for action in actions:
         if isinstance(action, rc.CreateService) and model is not None:
             # The job's shared children: its Service and, unless switched off, the

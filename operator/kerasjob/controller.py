@@ -26,7 +26,7 @@ from typing import Any
 
 import aiohttp
 
-from kerasjob import acting, goodput, kueue, progress
+from kerasjob import acting, goodput, progress
 from kerasjob import reconcile as rc
 from kerasjob.config import OperatorConfig
 from kerasjob.events import EventRecorder, build_event
@@ -80,11 +80,7 @@ class Controller:
         self.jobs = jobs
         self.pods = pods
         # Kueue integration (`kueue`), when the operator runs with it.
-        self.kueue = (
-            KueueSync(api, jobs, workloads, config.default_image)
-            if workloads is not None
-            else None
-        )
+        self.kueue = None if workloads is None else KueueSync(api, jobs, workloads, config)
         self.queue = WorkQueue()
         self.ready = asyncio.Event()
         self.events = EventRecorder(api)

@@ -17,8 +17,10 @@ from datetime import datetime
 from typing import Any
 
 from kerasjob import children, kueue
+from kerasjob.config import OperatorConfig
 from kerasjob.kube import ApiError, KubeApi
-from kerasjob.reconcile import JobView, Plan
+from kerasjob.observed import Observed
+from kerasjob.reconcile import Action, CreatePod, JobView, Plan
 from kerasjob.status import RUNNING, SUCCEEDED, TERMINAL_PHASES
 from kerasjob.workqueue import Key
 
@@ -35,12 +37,12 @@ class KueueSync:
         api: KubeApi,
         jobs: Mapping[Key, Iterable[Mapping[str, Any]]],
         workloads: Mapping[Key, Iterable[Mapping[str, Any]]],
-        default_image: str,
+        config: OperatorConfig,
     ) -> None:
         self.api = api
         self.jobs = jobs
         self.workloads = workloads
-        self.default_image = default_image
+        self.default_image = config.default_image
 
     def view(
         self, key: Key, body: Mapping[str, Any], job: JobView
@@ -166,10 +168,14 @@ class KueueSync:
         return cls, int((wpc or {}).get("value", 0))
 
     async def pod_updates(
-        self, workload: Mapping[str, Any] | None
+        self, seen: Observed, actions: Iterable[Action]
     ) -> dict[str, kueue.PodSetUpdate]:
-        """Role -> what the admission adds to its Pods (flavors read from the API)."""
-        if workload is None:
+        """Role -> what the admission adds to the Pods ``actions`` create (flavors read from
+        the API); empty unless the job is admitted by Kueue and Pods are to be created."""
+        workload, gate = seen.workload, seen.job.kueue
+        if workload is None or gate is None or not gate.admitted:
+            return {}
+        if not any(isinstance(a, CreatePod) for a in actions):
             return {}
         flavors: dict[str, Mapping[str, Any]] = {}
         for names in kueue.assigned_flavors(workload).values():
