@@ -77,15 +77,18 @@ def cluster_queue(
     namespace: str,
     *,
     cpu: str,
+    memory: str | None = None,
     node_labels: dict[str, str] | None = None,
     priorities: dict[str, int] | None = None,
 ) -> Iterator[str]:
-    """A ResourceFlavor, a ClusterQueue with ``cpu`` of quota (preempting lower priorities
-    within itself) and the LocalQueue ``<namespace's queue>``; yields the LocalQueue's
-    name. ``priorities``: WorkloadPriorityClasses to create (name -> value)."""
+    """A ResourceFlavor, a ClusterQueue with ``cpu`` (and ``memory``: Pods that request
+    memory need it covered) of quota, preempting lower priorities within itself, and the
+    LocalQueue ``<namespace's queue>``; yields the LocalQueue's name. ``priorities``:
+    WorkloadPriorityClasses to create (name -> value)."""
     suffix = uuid.uuid4().hex[:6]
     flavor, cq, lq = f"kj-flavor-{suffix}", f"kj-cq-{suffix}", "team-queue"
     made: list[tuple[str, str]] = []
+    quota = [("cpu", cpu)] + ([("memory", memory)] if memory else [])
     try:
         _create_cluster_scoped(kube, "resourceflavors", {
             "apiVersion": f"{GROUP}/{VERSION}", "kind": "ResourceFlavor",
@@ -105,10 +108,10 @@ def cluster_queue(
             "spec": {
                 "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
                 "resourceGroups": [{
-                    "coveredResources": ["cpu"],
-                    "flavors": [
-                        {"name": flavor, "resources": [{"name": "cpu", "nominalQuota": cpu}]}
-                    ],
+                    "coveredResources": [r for r, _ in quota],
+                    "flavors": [{"name": flavor, "resources": [
+                        {"name": r, "nominalQuota": q} for r, q in quota
+                    ]}],
                 }],
                 "preemption": {"withinClusterQueue": "LowerPriority"},
             },

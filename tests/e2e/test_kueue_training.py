@@ -2,11 +2,11 @@
 real manager (hack/cluster/kueue.sh), the trainer image on the real node.
 
 examples/mnist.yaml (2 workers, 300 steps, a backup every 50) runs at low priority in a
-ClusterQueue of 1 cpu (2 x 500m); past step 100 a high-priority 2-worker job arrives. Kueue
-preempts the low one: its trainers save on SIGTERM (exit 42) and stop, no restart counted;
-the high one runs to the end; the low one is admitted again and resumes from the step it
-saved, ending with exactly 300 steps. Figures printed: preemption -> victim saved and
-stopped, re-admission -> first resumed step.
+ClusterQueue of 1 cpu (2 x 500m; memory is plentiful); past step 100 a high-priority
+2-worker job arrives. Kueue preempts the low one: its trainers save on SIGTERM (exit 42)
+and stop, no restart counted; the high one runs to the end; the low one is admitted again
+and resumes from the step it saved, ending with exactly 300 steps. Figures printed:
+preemption -> victim saved and stopped, re-admission -> first resumed step.
 """
 
 from __future__ import annotations
@@ -106,7 +106,9 @@ def test_preempted_training_saves_stops_and_resumes_exactly(
     for name in ("low", "high"):
         pvs.append(localdeploy.shared_claim(kube, ns, f"{name}-ckpt", tmp_path / name))
     try:
-        with cluster_queue(cluster.api_client(), ns, cpu="1", priorities=prio) as queue:
+        with cluster_queue(
+            cluster.api_client(), ns, cpu="1", memory="64Gi", priorities=prio
+        ) as queue:
             kube.request("POST", JOBS.format(ns=ns),
                          body=job("low", "low-ckpt", queue, f"low-{ns}", 300))
             workers = ["low-worker-0", "low-worker-1"]
