@@ -329,7 +329,7 @@ def test_printer_columns(stored: Any, cluster: Cluster, namespace: str) -> None:
     out = cluster.kubectl("get", "kj", "-n", namespace).stdout
     header = out.splitlines()[0].split()
     assert header == ["NAME", "PHASE", "WORKERS", "READY", "DISRUPTIONS", "FAILURES", "STEP",
-                      "AGE"]
+                      "AGE", "KUEUE"]
     assert out.splitlines()[1].split()[0] == "stored"
 
 
