@@ -30,12 +30,19 @@ KUEUE_PREFIX = f"kq{os.getpid()}"
 _operator: list[OperatorProcess] = []
 
 
-def ensure_kueue(cluster: Cluster) -> None:
+#: Kueue's waitForPodsReady timeout on the local cluster (Pods on KWOK are ready in ~1 s).
+PODS_READY_TIMEOUT = "20s"
+
+
+def ensure_kueue(cluster: Cluster, *, pods_ready_timeout: str | None = PODS_READY_TIMEOUT) -> None:
+    """Kueue on the local cluster (started once: the first caller's settings stay)."""
     if cluster.local:
+        env = cluster.env()
+        env["KUEUE_PODS_READY_TIMEOUT"] = pods_ready_timeout or ""
         subprocess.run(
             [str(REPO_ROOT / "hack" / "cluster" / "kueue.sh"), "up"],
             check=True,
-            env=cluster.env(),
+            env=env,
             cwd=REPO_ROOT,
         )
     cluster.kubectl("get", "crd", f"workloads.{GROUP}")

@@ -25,7 +25,9 @@
 # CRDs are config/components/crd/bases, both read at run time.
 #
 # Env: KUEUE_WEBHOOK_PORT (20290), KUEUE_HEALTH_PORT (20291), KUEUE_FEATURE_GATES,
-# KUEUE_READY_TIMEOUT (60 s); the cluster's variables (lib.sh) as for up.sh.
+# KUEUE_READY_TIMEOUT (60 s), KUEUE_PODS_READY_TIMEOUT (e.g. 20s: Kueue's waitForPodsReady,
+# evicting a workload whose Pods are not all ready in time; requeued after 5-10 s; default
+# off); the cluster's variables (lib.sh) as for up.sh.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -133,6 +135,14 @@ integrations:
   frameworks: ["batch/job"]
   externalFrameworks: ["$EXTERNAL_FRAMEWORK"]
 EOF
+  if [ -n "${KUEUE_PODS_READY_TIMEOUT:-}" ]; then
+    cat >> "$KUEUE_DIR/config.yaml" <<EOF
+waitForPodsReady:
+  timeout: $KUEUE_PODS_READY_TIMEOUT
+  blockAdmission: false
+  requeuingStrategy: {timestamp: Eviction, backoffBaseSeconds: 5, backoffMaxSeconds: 10}
+EOF
+  fi
 }
 
 crds() {  # Kueue's CRDs; the ones with a conversion webhook point it at the manager

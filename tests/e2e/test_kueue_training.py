@@ -40,7 +40,7 @@ JOBS = "/apis/kerasjob.dev/v1alpha1/namespaces/{ns}/kerasjobs"
 def kueue_deployment(cluster: Any, images: Any) -> Iterator[tuple[Kube, str]]:
     if not cluster.local:
         pytest.skip("needs the local cluster's Kueue (hack/cluster/kueue.sh)")
-    ensure_kueue(cluster)
+    ensure_kueue(cluster, pods_ready_timeout=None)  # TensorFlow's start-up takes its time
     kube = Kube(str(cluster.kubeconfig))
     suffix = time.strftime("%H%M%S")
     jobs_ns, op_ns, release = f"e2e-kq-{suffix}", f"kerasjob-kq-{suffix}", f"kq-{suffix}"

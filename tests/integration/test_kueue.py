@@ -222,6 +222,36 @@ def test_high_priority_job_preempts_and_the_victim_resumes_untouched(
         )
 
 
+def test_pods_not_ready_in_time_are_evicted_by_kueue_and_nothing_is_counted(
+    operator: OperatorProcess, cluster: Cluster, kube: Any, namespace: str
+) -> None:
+    """Kueue's waitForPodsReady (PODS_READY_TIMEOUT on the local cluster): the flavor sends
+    the Pods to nodes that do not exist, so they never become ready; Kueue evicts the
+    Workload and the job is held again, its Pods gone, no restart counted."""
+    nowhere = {"kerasjob.dev/test-no-such-node": namespace}
+    with cluster_queue(kube, namespace, cpu="3", node_labels=nowhere) as q:
+        t0 = time.monotonic()
+        create_job(kube, namespace, queued_job("stuck", q))
+        wait_for(lambda: pods(kube, namespace, "stuck"), timeout=30, interval=POLL,
+                 what="stuck's Pods (Pending)")
+        assert not wl_true(workload_of(kube, namespace, "stuck"), "PodsReady")
+        wait_for(lambda: wl_true(workload_of(kube, namespace, "stuck"), "Evicted"),
+                 timeout=90, interval=POLL, what="evicted by the PodsReady timeout")
+        t_evicted = time.monotonic()
+        evicted = wl_condition(workload_of(kube, namespace, "stuck"), "Evicted")
+        assert evicted is not None and evicted["reason"] == "PodsReadyTimeout", evicted
+        status = wait_for(
+            lambda: (s := job_status(kube, namespace, "stuck")).get("phase") == "Queued"
+            and no_pods(kube, namespace, "stuck") and s,
+            timeout=30, interval=POLL, what="stuck held with no Pods",
+        )
+        adm = condition(status, "Admitted")
+        assert adm is not None and adm["reason"] == "Evicted"
+        assert "evicted by Kueue (PodsReadyTimeout: " in adm["message"], adm["message"]
+        assert status["restarts"] == {"disruptions": 0, "failures": 0}
+        print(f"\nKUEUE PodsReady timeout: created->evicted {t_evicted - t0:.1f}s")
+
+
 def test_the_charts_rbac_is_all_the_kueue_integration_needs(
     cluster: Cluster, kube: Any, kwok_placement: dict[str, Any], tmp_path: Path
 ) -> None:
