@@ -62,20 +62,6 @@ def workload_name(job_name: str, job_uid: str) -> str:
     return f"kerasjob-{job_name[:230]}-{job_uid[:8]}"
 
 
-def workload_path(namespace: str, name: str | None = None, subresource: str = "") -> str:
-    base = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{WORKLOADS}"
-    path = f"{base}/{name}" if name else base
-    return f"{path}/{subresource}" if subresource else path
-
-
-def flavor_path(name: str) -> str:
-    return f"/apis/{GROUP}/{VERSION}/resourceflavors/{name}"
-
-
-def priority_class_path(name: str) -> str:
-    return f"/apis/{GROUP}/{VERSION}/workloadpriorityclasses/{name}"
-
-
 def build_workload(
     job: Mapping[str, Any],
     pods_by_role: Mapping[str, tuple[int, Mapping[str, Any]]],

@@ -20,6 +20,7 @@ from kerasjob import children, kueue
 from kerasjob.config import OperatorConfig
 from kerasjob.kube import ApiError, KubeApi
 from kerasjob.observed import Observed
+from kerasjob.paths import resource_flavor_path, workload_path, workload_priority_class_path
 from kerasjob.reconcile import Action, CreatePod, JobView, Plan
 from kerasjob.status import RUNNING, SUCCEEDED, TERMINAL_PHASES
 from kerasjob.workqueue import Key
@@ -100,7 +101,7 @@ class KueueSync:
                 for role, count in model.spec.replicas().items()
             }
             wl = kueue.build_workload(body, pods_by_role, priority=priority)
-            if await self.api.create(kueue.workload_path(ns), wl, "workloads"):
+            if await self.api.create(workload_path(ns), wl, "workloads"):
                 queue = kueue.queue_name(meta.get("labels"))
                 events.append(
                     ("Normal", "WorkloadCreated",
@@ -121,7 +122,7 @@ class KueueSync:
             if counts is not None and not kueue.matches(workload, counts):
                 # Its podSets are immutable: a new one is made on the next reconcile.
                 await self.api.delete(
-                    kueue.workload_path(ns, wl_name), "workloads",
+                    workload_path(ns, wl_name), "workloads",
                     uid=workload["metadata"].get("uid"),
                 )
                 msg = f"the job's roles or replicas changed: Workload {wl_name} replaced"
@@ -143,7 +144,7 @@ class KueueSync:
             }
             try:
                 await self.api.merge_patch(
-                    kueue.workload_path(ns, wl_name, "status"), request, "workloads/status"
+                    workload_path(ns, wl_name, "status"), request, "workloads/status"
                 )
             except ApiError as e:
                 if e.status not in (404, 409):
@@ -159,7 +160,7 @@ class KueueSync:
             return None
         try:
             wpc = await self.api.request(
-                "GET", kueue.priority_class_path(cls), count_as="get workloadpriorityclasses"
+                "GET", workload_priority_class_path(cls), count_as="get workloadpriorityclasses"
             )
         except ApiError as e:
             if e.status == 404:
@@ -182,6 +183,6 @@ class KueueSync:
             for flavor in names:
                 if flavor not in flavors:
                     flavors[flavor] = await self.api.request(
-                        "GET", kueue.flavor_path(flavor), count_as="get resourceflavors"
+                        "GET", resource_flavor_path(flavor), count_as="get resourceflavors"
                     )
         return kueue.pod_set_updates(workload, flavors)

@@ -45,3 +45,22 @@ def job_path(
     if name:
         path += f"/{quote(name)}"
     return f"{path}/{subresource}" if subresource else path
+
+
+# Kueue's objects (the operator's Kueue integration: `kueue`, `kueue_sync`).
+KUEUE_API = "/apis/kueue.x-k8s.io/v1beta2"
+
+
+def workload_path(namespace: str, name: str | None = None, subresource: str = "") -> str:
+    path = f"{KUEUE_API}/namespaces/{quote(namespace)}/workloads"
+    if name:
+        path += f"/{quote(name)}"
+    return f"{path}/{subresource}" if subresource else path
+
+
+def resource_flavor_path(name: str) -> str:
+    return f"{KUEUE_API}/resourceflavors/{quote(name)}"
+
+
+def workload_priority_class_path(name: str) -> str:
+    return f"{KUEUE_API}/workloadpriorityclasses/{quote(name)}"
