@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from kerasjob import cli
+from kerasjob import paths as paths_module
 from kerasjob.sdk import (
     AlreadyExistsError,
     CRDNotFoundError,
@@ -22,7 +23,6 @@ from kerasjob.sdk import (
     NotFoundError,
     WaitTimeoutError,
 )
-from kerasjob.sdk import client as client_module
 from kerasjob_dev.cluster import Cluster, wait_for
 from kerasjob_dev.harness import job_manifest, set_container_exit, shared_operator
 
@@ -127,7 +127,7 @@ def test_api_errors_are_typed(cluster: Cluster, namespace: str, jobs: KerasJobCl
         jobs.create(shared, dry_run=True)
     with pytest.raises(NotFoundError, match="not found in namespace"):
         jobs.suspend("nope")
-    monkeypatch.setattr(client_module, "API_VERSION", "v9")  # a version no CRD serves
+    monkeypatch.setattr(paths_module, "API_VERSION", "v9")  # a version no CRD serves
     with pytest.raises(CRDNotFoundError):
         jobs.list()
 
