@@ -478,16 +478,23 @@ down() {
   if [ -x "$BIN/kube-proxy" ] && iptables -w -t nat -S 2>/dev/null | grep -q 'KUBE-'; then
     "$BIN/kube-proxy" --cleanup --v=0 >/dev/null 2>&1 || true
   fi
-  # The kubelet's own chains (kube-proxy --cleanup leaves them): only one real node runs on
-  # a machine (check), so these are ours.
-  local ipt table chain
+  # Whatever KUBE-* chains are left -- the kubelet's own (kube-proxy --cleanup leaves them),
+  # and kube-proxy's when its cleanup raced with its last sync (seen once after a long e2e
+  # session under load): only one real node runs on a machine (check), so these are ours.
+  # Jumps into them first, then their rules, then the chains.
+  local ipt table chain rule rules
   for ipt in iptables ip6tables; do
     command -v "$ipt" >/dev/null || continue
-    while "$ipt" -w -D INPUT -j KUBE-FIREWALL 2>/dev/null; do :; done
-    while "$ipt" -w -D OUTPUT -j KUBE-FIREWALL 2>/dev/null; do :; done
-    for table in filter nat mangle; do
-      for chain in KUBE-FIREWALL KUBE-KUBELET-CANARY KUBE-IPTABLES-HINT; do
-        "$ipt" -w -t "$table" -F "$chain" 2>/dev/null && "$ipt" -w -t "$table" -X "$chain" 2>/dev/null || true
+    for table in filter nat mangle raw; do
+      rules="$("$ipt-save" -t "$table" 2>/dev/null)" || continue
+      while read -r rule; do
+        [ -n "$rule" ] && eval "$ipt -w -t $table ${rule/#-A /-D }" 2>/dev/null || true
+      done < <(grep -E '^-A (INPUT|OUTPUT|FORWARD|PREROUTING|POSTROUTING) .*-j KUBE-' <<<"$rules" || true)
+      for chain in $(grep -oE '^:KUBE-[^ ]+' <<<"$rules" | tr -d ':'); do
+        "$ipt" -w -t "$table" -F "$chain" 2>/dev/null || true
+      done
+      for chain in $(grep -oE '^:KUBE-[^ ]+' <<<"$rules" | tr -d ':'); do
+        "$ipt" -w -t "$table" -X "$chain" 2>/dev/null || true
       done
     done
   done
