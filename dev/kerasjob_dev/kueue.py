@@ -34,17 +34,22 @@ _operator: list[OperatorProcess] = []
 PODS_READY_TIMEOUT = "20s"
 
 
+#: The waitForPodsReady setting of the Kueue this process started ([] before any).
+_kueue_setting: list[str] = []
+
+
 def ensure_kueue(cluster: Cluster, *, pods_ready_timeout: str | None = PODS_READY_TIMEOUT) -> None:
-    """Kueue on the local cluster (started once: the first caller's settings stay)."""
+    """Kueue on the local cluster with this waitForPodsReady setting: started once, and
+    restarted when a caller asks for another setting than the running one (the e2e test
+    wants none, the integration tests 20 s; whichever ran first used to win)."""
     if cluster.local:
         env = cluster.env()
         env["KUEUE_PODS_READY_TIMEOUT"] = pods_ready_timeout or ""
-        subprocess.run(
-            [str(REPO_ROOT / "hack" / "cluster" / "kueue.sh"), "up"],
-            check=True,
-            env=env,
-            cwd=REPO_ROOT,
-        )
+        script = str(REPO_ROOT / "hack" / "cluster" / "kueue.sh")
+        if _kueue_setting and _kueue_setting[0] != (pods_ready_timeout or ""):
+            subprocess.run([script, "down"], check=True, env=env, cwd=REPO_ROOT)
+        subprocess.run([script, "up"], check=True, env=env, cwd=REPO_ROOT)
+        _kueue_setting[:] = [pods_ready_timeout or ""]
     cluster.kubectl("get", "crd", f"workloads.{GROUP}")
 
 

@@ -25,7 +25,8 @@ def client(args: argparse.Namespace) -> KerasJobClient:
                           kubeconfig=args.kubeconfig, context=args.context)
 
 
-def _dump(obj: Any, fmt: str, out: TextIO = sys.stdout) -> None:
+def _dump(obj: Any, fmt: str, out: TextIO | None = None) -> None:
+    out = out or sys.stdout  # at call time: a default bound at import misses redirections
     if fmt == "json":
         print(json.dumps(obj, indent=2), file=out)
     else:
@@ -52,7 +53,8 @@ def progress_line(s: JobSummary) -> str:
 class ProgressPrinter:
     """The live line: rewritten in place on a terminal, a new line per change otherwise."""
 
-    def __init__(self, out: TextIO = sys.stderr) -> None:
+    def __init__(self, out: TextIO | None = None) -> None:
+        out = out or sys.stderr  # at call time (see _dump)
         self.out = out
         self.tty = out.isatty()
         self.last = ""

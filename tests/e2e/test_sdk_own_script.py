@@ -21,13 +21,15 @@ from kerasjob_dev.synckube import pod_path
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e, pytest.mark.slow]
 
-NAME, CLAIM = "own-script", "own-ckpt"
-STEP = re.compile(r"^\[own-script-worker-0\] kerasjob: step (\d+)/")
+# Not the example's own name: test_examples_train runs examples/own-script.yaml in the same
+# namespace just before, and its Pods may still be terminating (garbage collection).
+NAME, CLAIM = "own-sdk", "own-ckpt"
+STEP = re.compile(r"^\[own-sdk-worker-0\] kerasjob: step (\d+)/")
 PREEMPTED = re.compile(
-    r"^\[(own-script-worker-\d)\] kerasjob: preempted: state saved at step (\d+)")
-RESUMED = re.compile(r"^\[(own-script-worker-\d)\] kerasjob: resumed at step (\d+)")
+    r"^\[(own-sdk-worker-\d)\] kerasjob: preempted: state saved at step (\d+)")
+RESUMED = re.compile(r"^\[(own-sdk-worker-\d)\] kerasjob: resumed at step (\d+)")
 FINAL = re.compile(
-    r"^\[own-script-worker-0\] kerasjob: final test_accuracy=([\d.]+) steps=(\d+)")
+    r"^\[own-sdk-worker-0\] kerasjob: final test_accuracy=([\d.]+) steps=(\d+)")
 
 
 def _matches(lines: list[str], regex: re.Pattern[str]) -> list[tuple[str, ...]]:
@@ -46,6 +48,7 @@ def test_own_script_trains_through_an_eviction_via_the_sdk(
     (cm,) = [d for d in docs if d["kind"] == "ConfigMap"]
     (job,) = [d for d in docs if d["kind"] == "KerasJob"]
     job["spec"]["checkpoint"]["volume"]["persistentVolumeClaim"]["claimName"] = CLAIM
+    job["metadata"]["name"] = NAME
     jobs = KerasJobClient(ns, kubeconfig=str(deployment.cluster.kubeconfig))
     lines: list[str] = []
     try:
