@@ -42,6 +42,7 @@ from kerasjob_dev.harness import (
     install_crds,
     job_manifest,
 )
+from kerasjob_dev.procstat import cpu_seconds, peak_rss_mib
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "operator.json"
@@ -249,15 +250,6 @@ def disruptions(kube: Any, namespace: str, job: str, rounds: int) -> dict[str, A
     return {"rounds": rounds, "disruption_to_replacement_created": summary(times)}
 
 
-def cpu_seconds(pid: int | None) -> float:
-    """User + system CPU time of a process so far."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return float("nan")
-
-
 def delete_and_wait(kube: Any, namespace: str, timeout: float = 120) -> None:
     """Delete the namespace and wait until it is gone, so bursts do not overlap."""
     from kubernetes.client.rest import ApiException
@@ -275,16 +267,6 @@ def delete_and_wait(kube: Any, namespace: str, timeout: float = 120) -> None:
         support.wait_for(gone, timeout=timeout, interval=0.5, what=f"namespace {namespace} gone")
     except TimeoutError as e:
         print(f"warning: {e}", flush=True)
-
-
-def peak_rss_mib(pid: int) -> float | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return round(int(line.split()[1]) / 1024, 1)
-    except OSError:
-        return None
-    return None
 
 
 def main() -> int:

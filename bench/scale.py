@@ -47,6 +47,7 @@ from kerasjob_dev.harness import (
     job_manifest,
     now_rfc3339,
 )
+from kerasjob_dev.procstat import cpu_seconds, peak_rss_mib
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "scale.json"
@@ -54,18 +55,6 @@ PLOT = RESULTS.with_suffix(".svg")
 WORKERS = 8
 PODS_PER_NODE = 1000
 THREADS = 16
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def peak_rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return round(int(line.split()[1]) / 1024, 1)
-    return float("nan")
 
 
 def kwok_nodes(kube: Any, names: list[str]) -> None:
