@@ -24,6 +24,10 @@ pytestmark = [pytest.mark.cluster, pytest.mark.e2e, pytest.mark.slow]
 # Not the example's own name: test_examples_train runs examples/own-script.yaml in the same
 # namespace just before, and its Pods may still be terminating (garbage collection).
 NAME, CLAIM = "own-sdk", "own-ckpt"
+# Longer than the example's 120 steps: those take ~10 s on a quiet machine, and the eviction
+# (after step 30 and the first scraped progress) once came only after the last step.
+EPOCHS, STEPS_PER_EPOCH = 3, 400
+TOTAL = EPOCHS * STEPS_PER_EPOCH
 STEP = re.compile(r"^\[own-sdk-worker-0\] kerasjob: step (\d+)/")
 PREEMPTED = re.compile(
     r"^\[(own-sdk-worker-\d)\] kerasjob: preempted: state saved at step (\d+)")
@@ -49,6 +53,10 @@ def test_own_script_trains_through_an_eviction_via_the_sdk(
     (job,) = [d for d in docs if d["kind"] == "KerasJob"]
     job["spec"]["checkpoint"]["volume"]["persistentVolumeClaim"]["claimName"] = CLAIM
     job["metadata"]["name"] = NAME
+    command = job["spec"]["trainer"]["command"]
+    job["spec"]["trainer"]["command"] = [
+        *[a for a in command if not a.startswith(("--epochs=", "--steps-per-epoch="))],
+        f"--epochs={EPOCHS}", f"--steps-per-epoch={STEPS_PER_EPOCH}"]
     jobs = KerasJobClient(ns, kubeconfig=str(deployment.cluster.kubeconfig))
     lines: list[str] = []
     try:
@@ -70,6 +78,8 @@ def test_own_script_trains_through_an_eviction_via_the_sdk(
             return prog.step if prog is not None and prog.step else None
 
         reported = wait_for(progress_step, timeout=60, interval=0.5, what="status.progress")
+        before = max(int(s) for (s,) in _matches(list(lines), STEP))
+        assert before < TOTAL - 200, f"training nearly over (step {before}) before the eviction"
         eviction = {"apiVersion": "policy/v1", "kind": "Eviction",
                     "metadata": {"name": f"{NAME}-worker-1", "namespace": ns}}
         kj.request("POST", pod_path(ns, f"{NAME}-worker-1", "eviction"), body=eviction)
@@ -107,7 +117,7 @@ def test_own_script_trains_through_an_eviction_via_the_sdk(
     costs = done.status.progress.goodput if done.status.progress else None
     assert costs is None or costs.steps_redone == 0, costs  # the chief's own account
     (final,) = _matches(lines, FINAL)
-    assert int(final[1]) == 120 and float(final[0]) > 0.5
+    assert int(final[1]) == TOTAL and float(final[0]) > 0.5
     restarts = done.status.restarts
     assert restarts.disruptions >= 1 and restarts.failures == 0
     assert reported > 0 and seen  # progress reported; wait called back on every change
