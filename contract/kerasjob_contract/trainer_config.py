@@ -26,6 +26,21 @@ class ConfigError(ValueError):
     """The configuration cannot work; retrying will not help (exit code 78)."""
 
 
+#: spec.elastic.batchPolicy values. KeepGlobalBatch: the global batch stays that of the
+#: preferred size; each replica's share grows when workers are missing (steps, examples,
+#: data position and learning rate are those of an undisturbed run).
+BATCH_POLICIES = ("KeepGlobalBatch",)
+
+
+@dataclasses.dataclass(frozen=True)
+class ElasticConfig:
+    """What an elastic job's trainers need: the preferred number of workers (spec.workers),
+    which may differ from the number in TF_CONFIG, and how the batch follows a resize."""
+
+    preferred_workers: int
+    batch_policy: str = "KeepGlobalBatch"
+
+
 @dataclasses.dataclass(frozen=True)
 class DatasetConfig:
     source: str = "mnist-sample"
@@ -57,6 +72,8 @@ class TrainerConfig:
     #: Reproducible runs: TensorFlow op determinism and seeded, checkpointed random state.
     #: With it a disrupted run ends with the same weights as an undisturbed one.
     deterministic: bool = False
+    #: Set for an elastic job (spec.elastic): the TF_CONFIG may hold fewer workers.
+    elastic: ElasticConfig | None = None
 
     @property
     def total_steps(self) -> int:
@@ -132,6 +149,22 @@ def parse_command(raw: Any) -> tuple[str, ...]:
     return tuple(raw)
 
 
+def parse_elastic(raw: Any) -> ElasticConfig | None:
+    """{"preferredWorkers": n, "batchPolicy": "KeepGlobalBatch"} (null: not elastic)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"elastic must be an object, got {raw!r}")
+    preferred = raw.get("preferredWorkers")
+    if isinstance(preferred, bool) or not isinstance(preferred, int) or preferred < 1:
+        raise ConfigError(f"elastic.preferredWorkers must be an int >= 1, got {preferred!r}")
+    policy = raw.get("batchPolicy", BATCH_POLICIES[0])
+    if policy not in BATCH_POLICIES:
+        raise ConfigError(f"elastic.batchPolicy {policy!r} is unknown; expected one of "
+                          f"{', '.join(BATCH_POLICIES)}")
+    return ElasticConfig(preferred_workers=preferred, batch_policy=policy)
+
+
 def parse_config(text: str | None) -> TrainerConfig:
     """Parse the JSON text of KERASJOB_TRAINER_CONFIG (None or empty = all defaults)."""
     if not text or not text.strip():
@@ -148,6 +181,8 @@ def parse_config(text: str | None) -> TrainerConfig:
             values["dataset"] = parse_dataset(value)
         elif key == "command":
             values["command"] = parse_command(value)
+        elif key == "elastic":
+            values["elastic"] = parse_elastic(value)
         elif key in _SCALARS:
             name, kind = _SCALARS[key]
             if value is not None:

@@ -109,7 +109,8 @@ class Group:
         self.ckpt = tmp / "ckpt"
         self.config = config
         self.env = dict(env or {})  # extra environment of every process
-        self.roles = ([("chief", 0)] if chief else []) + [("worker", i) for i in range(workers)]
+        self.chief = chief
+        self.workers = workers
         self.evaluator = evaluator
         self.generation = 0
         self.trainers: list[Trainer] = []
@@ -119,7 +120,16 @@ class Group:
     def output(self) -> Path:
         return self.ckpt / "output"
 
-    def start(self) -> list[Trainer]:
+    @property
+    def roles(self) -> list[tuple[str, int]]:
+        return ([("chief", 0)] if self.chief else []) + [
+            ("worker", i) for i in range(self.workers)]
+
+    def start(self, workers: int | None = None) -> list[Trainer]:
+        """One generation; `workers` changes the group's size from now on (an elastic
+        resize: the TF_CONFIG of every process names that many workers)."""
+        if workers is not None:
+            self.workers = workers
         roles = self.roles + ([("evaluator", 0)] if self.evaluator else [])
         ports = free_ports(len(roles) + 1)
         self.metrics_port = ports[-1]

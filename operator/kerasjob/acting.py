@@ -15,6 +15,7 @@ from kerasjob.kube import ApiError, KubeApi, gather_limited
 from kerasjob.kueue_sync import KueueSync
 from kerasjob.observed import SERVICE, Expectations, Observed
 from kerasjob.paths import job_path, network_policy_path, pod_path, service_path
+from kerasjob.planning import CreateProbe
 from kerasjob.rejection import Rejection
 from kerasjob.workqueue import Key
 
@@ -67,10 +68,18 @@ ctx: Acting, key: Key, seen: Observed, plan: rc.Plan, actions: list[rc.Action]
                 action.task.index,
                 default_image=ctx.config.default_image,
                 restart_attempt=plan.restart_attempt,
+                workers=action.workers,
             )
             kueue.apply_update(manifest, updates.get(action.task.role))
             create = ctx.api.create(pod_path(ns), manifest, "pods", strict=True)
             calls.append((action.task.name, create))
+        elif isinstance(action, CreateProbe) and model is not None:
+            manifest = children.build_probe_pod(
+                model, action.index, default_image=ctx.config.default_image
+            )
+            kueue.apply_update(manifest, updates.get("worker"))
+            create = ctx.api.create(pod_path(ns), manifest, "pods", strict=True)
+            calls.append((action.name, create))
         elif isinstance(action, rc.DeletePod):
             grace = 0 if action.force else None
             call = ctx.api.delete(

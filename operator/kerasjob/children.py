@@ -31,6 +31,7 @@ from kerasjob.api import (
     RestartPolicy,
     checkpoint_dir,
 )
+from kerasjob.elastic import PROBE_ROLE, probe_name
 from kerasjob.merge import deep_merge
 from kerasjob.tf_config import build_tf_config, pod_name, tf_config_json
 from kerasjob_contract import DEFAULT_METRICS_PORT, TRAINER_CONTAINER, Env
@@ -149,6 +150,9 @@ def trainer_config(job: JobLike) -> dict[str, Any]:
     j = _job(job)
     out = j.spec.trainer.model_dump(by_alias=True, exclude_none=True, mode="json")
     out["saveFreq"] = j.spec.checkpoint.save_freq
+    if j.spec.elastic is not None:  # the TF_CONFIG may name fewer workers than preferred
+        out["elastic"] = {"preferredWorkers": j.spec.workers,
+                          "batchPolicy": j.spec.elastic.batch_policy.value}
     return out
 
 
@@ -197,18 +201,21 @@ def build_network_policy(
 
 
 def build_pod(job: JobLike, role: ReplicaRole | str, index: int, *, default_image: str,
-              restart_attempt: int = 0) -> dict[str, Any]:
+              restart_attempt: int = 0, workers: int | None = None) -> dict[str, Any]:
     """The Pod of task (role, index): <job>-<role>-<index>.
 
     default_image: the operator's trainer image, used unless spec.image or the template's
     trainer container names one. restart_attempt: disruptions + failures so far; it is in
-    the Pod's env and annotations, not in its spec hash.
+    the Pod's env and annotations. workers: an elastic job's current size (its TF_CONFIG
+    names that many workers); None: spec.workers.
     """
     j = _job(job)
     role = ReplicaRole(role)
     spec = j.spec
     name = pod_name(j.name, role, index)
-    tf_config = build_tf_config(j.name, j.namespace, spec.replicas(), spec.port, role, index)
+    tf_config = build_tf_config(
+        j.name, j.namespace, spec.replicas(workers), spec.port, role, index
+    )
     owned_env = {
         Env.TF_CONFIG.value: tf_config_json(tf_config),
         Env.JOB_NAME.value: j.name,
@@ -277,6 +284,34 @@ def build_pod(job: JobLike, role: ReplicaRole | str, index: int, *, default_imag
         volume if isinstance(v, Mapping) and v.get("name") == CHECKPOINT_VOLUME else v
         for v in pod_spec.get("volumes") or []
     ]
+    return pod
+
+
+#: The probe's container: sleeps until deleted (the operator deletes it once it is bound).
+PROBE_COMMAND = ("python", "-c", "import time; time.sleep(86400)")
+
+
+def build_probe_pod(job: JobLike, index: int, *, default_image: str) -> dict[str, Any]:
+    """An elastic job's probe Pod <job>-probe-<index>: worker 0's Pod with everything that
+    decides where it may run (resources, nodeSelector, affinity, tolerations, volumes,
+    priority), the trainer container only, sleeping; no TF_CONFIG, no hostname. Bound to a
+    node means a worker fits there now (see `kerasjob.elastic`)."""
+    j = _job(job)
+    pod = build_pod(j, ReplicaRole.WORKER, 0, default_image=default_image)
+    meta, pod_spec = pod["metadata"], pod["spec"]
+    meta["name"] = probe_name(j.name, index)
+    meta["labels"] = {**meta["labels"], labels.REPLICA_TYPE: PROBE_ROLE,
+                      labels.REPLICA_INDEX: str(index)}
+    meta["labels"].pop(labels.CHIEF, None)
+    trainer = _trainer_container(pod_spec) or {}
+    trainer.update(command=list(PROBE_COMMAND), args=[], env=[], ports=[])
+    for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
+        trainer.pop(probe, None)
+    pod_spec["containers"] = [trainer]
+    pod_spec.pop("initContainers", None)
+    pod_spec.pop("hostname", None)
+    pod_spec.pop("subdomain", None)
+    pod_spec["terminationGracePeriodSeconds"] = 1
     return pod
 
 

@@ -14,6 +14,7 @@ import pydantic
 
 from kerasjob import reconcile, validation
 from kerasjob.api import KerasJob
+from kerasjob.planning import ElasticPolicy
 from kerasjob.tf_config import pod_name
 
 
@@ -64,6 +65,16 @@ class ParsedJob:
             ),
             clean_pod_policy=m.clean_pod_policy.value if m else "Running",
             suspend=bool(m.suspend) if m else False,
+            elastic=(
+                ElasticPolicy(
+                    min_workers=m.elastic.min_workers,
+                    preferred=m.workers,
+                    shrink_after_seconds=float(m.elastic.shrink_after_seconds),
+                    resize_cooldown_seconds=float(m.elastic.resize_cooldown_seconds),
+                )
+                if m and m.elastic
+                else None
+            ),
             deleting=bool(meta.get("deletionTimestamp")),
             invalid=self.problems,
         )

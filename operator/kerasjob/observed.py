@@ -25,6 +25,7 @@ from kerasjob import reconcile as rc
 from kerasjob.jobview import ParsedJob
 from kerasjob.kube import KubeApi
 from kerasjob.paths import pod_path
+from kerasjob.planning import CreateProbe
 from kerasjob.podview import PodView
 from kerasjob.status import TERMINAL_PHASES
 from kerasjob.workqueue import Key
@@ -139,6 +140,8 @@ def created_name(action: rc.Action) -> str | None:
     """The child a create action makes (a Pod name, or SERVICE); None for other actions."""
     if isinstance(action, rc.CreatePod):
         return action.task.name
+    if isinstance(action, CreateProbe):
+        return action.name
     if isinstance(action, rc.CreateService):
         return SERVICE
     return None

@@ -22,6 +22,16 @@ class Task:
 
 
 @dataclass(frozen=True)
+class ElasticPolicy:
+    """spec.elastic, for the planner: sizes between ``min_workers`` and ``preferred``."""
+
+    min_workers: int
+    preferred: int
+    shrink_after_seconds: float = 60.0
+    resize_cooldown_seconds: float = 120.0
+
+
+@dataclass(frozen=True)
 class JobView:
     """The parts of a KerasJob that decisions depend on."""
 
@@ -43,6 +53,8 @@ class JobView:
     """Validation messages; non-empty fails the job with reason InvalidSpec."""
     kueue: Gate | None = None
     """For a job of a Kueue LocalQueue: whether its Workload is admitted (`kueue.gate`)."""
+    elastic: ElasticPolicy | None = None
+    """spec.elastic; ``tasks`` then lists the preferred size's workers (`elastic`)."""
 
     @property
     def roles(self) -> list[str]:
@@ -57,6 +69,17 @@ class CreateService:
 @dataclass(frozen=True)
 class CreatePod:
     task: Task
+    workers: int | None = None
+    """An elastic job's current size (its TF_CONFIG's workers); None: spec.workers."""
+
+
+@dataclass(frozen=True)
+class CreateProbe:
+    """A probe Pod of an elastic job below its preferred size: the worker's scheduling
+    constraints and a sleeping container, <job>-probe-<index>; scheduled = capacity."""
+
+    name: str
+    index: int
 
 
 @dataclass(frozen=True)
@@ -72,7 +95,7 @@ class DeleteJob:
     pass
 
 
-Action = CreateService | CreatePod | DeletePod | DeleteJob
+Action = CreateService | CreatePod | CreateProbe | DeletePod | DeleteJob
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,11 @@ class PodView:
     """status.reason, e.g. Evicted, Preempting, NodeLost, Shutdown."""
     disruption_reason: str = ""
     """Reason of a True DisruptionTarget condition (EvictionByEvictionAPI, ...), else ''."""
+    node_name: str = ""
+    """spec.nodeName: the node it is bound to ('' while unscheduled)."""
+    unschedulable_since: datetime | None = None
+    """When its PodScheduled condition turned False with reason Unschedulable (no node
+    fits), while it still is; else None."""
     waiting: str = ""
     """Why it cannot start, "<Reason>: <message>": not schedulable (a missing claim, no node
     fits), or its trainer's image or config cannot be had; else ''."""
@@ -132,6 +137,14 @@ def _waiting(conditions: list[Mapping[str, Any]], trainer: Mapping[str, Any]) ->
     return ""
 
 
+def _unschedulable_since(conditions: list[Mapping[str, Any]]) -> datetime | None:
+    for c in conditions:
+        if (c.get("type") == "PodScheduled" and c.get("status") == "False"
+                and c.get("reason") == "Unschedulable"):
+            return parse_time(c.get("lastTransitionTime"))
+    return None
+
+
 def _owner_uid(meta: Mapping[str, Any]) -> str | None:
     for ref in meta.get("ownerReferences") or []:
         if ref.get("kind") == KIND and ref.get("controller"):
@@ -182,5 +195,7 @@ def pod_view(pod: Mapping[str, Any]) -> PodView | None:
         metrics_port=_metrics_port(pod),
         status_reason=str(status.get("reason") or ""),
         disruption_reason=disruption,
+        node_name=str((pod.get("spec") or {}).get("nodeName") or ""),
+        unschedulable_since=_unschedulable_since(conditions),
         waiting=_waiting(conditions, trainer)[:1024],
     )

@@ -25,6 +25,7 @@ from kerasjob import restart_policy as rp
 from kerasjob import status as st
 from kerasjob.accounting import Accounting
 from kerasjob.api import Reason
+from kerasjob.elastic import PROBE_ROLE, Elastic
 from kerasjob.planning import (  # the planner's vocabulary, also used as rc.<name>
     Action,
     CreatePod,
@@ -55,7 +56,7 @@ CLEANUP_GRACE_SECONDS = 10.0
 #: normally wake the controller first).
 REGROUP_RECHECK_SECONDS = 2.0
 
-class _Planner(Accounting):
+class _Planner(Accounting, Elastic):
     def __init__(
         self,
         job: JobView,
@@ -89,6 +90,7 @@ class _Planner(Accounting):
         self.events: list[Event] = []
         self.requeues: list[float] = []
         self.fail_verdict: rp.Verdict | None = None
+        self.init_size()  # an elastic job's tasks are those of its current size
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -158,6 +160,9 @@ class _Planner(Accounting):
                 done + timedelta(seconds=CLEANUP_GRACE_SECONDS) - self.now
             ).total_seconds()
         for pod in self.owned.values():
+            if pod.role == PROBE_ROLE:  # an elastic job's probes: never kept
+                self.delete(pod)
+                continue
             if not (policy == "All" or (policy == "Running" and not pod.finished)):
                 continue
             if not pod.finished and not pod.deleting:
@@ -256,13 +261,15 @@ class _Planner(Accounting):
                 return self.finished()
             self.requeue(left.total_seconds())
 
+        self.shrink_if_capacity_lost()
+        job = self.job  # an elastic job's tasks at its (new) size
         creates: list[Action] = []
         for task in job.tasks:
             if task.name in succeeded:
                 continue
             pod = self.owned.get(task.name)
             if pod is None:
-                creates.append(CreatePod(task))
+                creates.append(CreatePod(task, self.size))
             elif pod.finished:
                 self.delete(pod)  # counted above; re-created once it is gone
         # Re-create a job's Pods together, once no old incarnation is left: a new worker
@@ -305,10 +312,12 @@ class _Planner(Accounting):
         all_ready = bool(wanted) and all(
             (p := self.owned.get(t.name)) is not None and p.running_ready for t in wanted
         )
+        self.grow_if_capacity_returned(all_ready)
+        all_ready = all_ready and not self.resized_now  # its Pods go: restarting at a new size
         phase = st.active_phase(
             self.prev_phase,
             all_ready=all_ready,
-            restarted=self.disruptions + self.failures > 0,
+            restarted=self.disruptions + self.failures > 0 or self.last_resize() is not None,
         )
         self.status["phase"] = phase
         if phase == st.RUNNING:
@@ -325,7 +334,10 @@ class _Planner(Accounting):
                 if last.get("pod")
                 else "Waiting for Pods to become ready again"
             )
-            if restart_loop.looping(last, self.status):
+            resized = self.resized_since(last.get("time"))
+            if resized is not None:
+                reason, message = Reason.RESIZING.value, str(resized.get("message") or "")
+            elif restart_loop.looping(last, self.status):
                 reason = restart_loop.REASON_LOOP
                 message = restart_loop.message(last)
                 if last != (self.old.get("lastRestart") or {}):  # once per new restart

@@ -90,9 +90,35 @@ def validate_job(obj: JobLike) -> list[str]:
             "(emptyDir is per Pod)"
         )
 
+    problems.extend(_elastic_problems(j))
     for where, tpl in _templates(j):
         problems.extend(_template_problems(where, tpl, ckpt.mount_path))
     return problems
+
+
+def _elastic_problems(j: KerasJob) -> list[str]:
+    """minWorkers within the preferred size; for the bundled trainer (KeepGlobalBatch), a
+    global batch every size from minWorkers up splits evenly (the trainer exits 78 else)."""
+    spec, elastic = j.spec, j.spec.elastic
+    if elastic is None:
+        return []
+    if elastic.min_workers > spec.workers:
+        return [f"spec.elastic.minWorkers ({elastic.min_workers}) must be at most "
+                f"spec.workers ({spec.workers}), the preferred size"]
+    if spec.trainer.command:  # a user's program picks its own batch (the session checks)
+        return []
+    chief = 1 if spec.has_dedicated_chief() else 0
+    per_replica = spec.trainer.batch_size_per_replica
+    global_batch = per_replica * (spec.workers + chief)
+    uneven = [n for n in range(elastic.min_workers, spec.workers + 1)
+              if global_batch % (n + chief)]
+    if uneven:
+        return [f"spec.trainer.batchSizePerReplica {per_replica}: the global batch "
+                f"{global_batch} (kept by elastic.batchPolicy KeepGlobalBatch) cannot be split "
+                f"evenly across {uneven[0]} worker(s){' and the chief' if chief else ''}; "
+                f"choose a batch size that every size from elastic.minWorkers "
+                f"({elastic.min_workers}) to workers ({spec.workers}) divides"]
+    return []
 
 
 def _schemaless_parts(j: KerasJob) -> dict[str, Any]:

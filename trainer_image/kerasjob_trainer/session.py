@@ -96,6 +96,7 @@ class Session:
         self.watchdog = faults.Watchdog(ctx.config.stall_timeout_seconds)
         self.peers = faults.PeerMonitor(_peer_addresses(ctx.cluster))
         self.steps = 0
+        self._elastic_said = False
         #: The data and step audit (KERASJOB_AUDIT_DIR), None when off.
         self.audit = Audit.from_env(f"{ctx.cluster.role}{ctx.cluster.index}")
         # Before fit: the chief reads the previous generation's goodput records now.
@@ -140,7 +141,28 @@ class Session:
         return str(self.ctx.output_dir)
 
     def global_batch_size(self, per_replica: int) -> int:
-        return int(per_replica) * int(self.strategy.num_replicas_in_sync)
+        """The global batch: `per_replica` x the replicas in sync, or, for an elastic job
+        (KeepGlobalBatch), x the replicas of the job at its preferred size, so a job running
+        short of workers trains on the same batches (each replica takes a larger share)."""
+        replicas = int(self.strategy.num_replicas_in_sync)
+        elastic = self.config.elastic
+        if elastic is None:
+            return int(per_replica) * replicas
+        chief = 1 if self.ctx.cluster.training_cluster.get("chief") else 0
+        preferred = (elastic.preferred_workers + chief) * replicas // self.num_workers
+        global_batch = int(per_replica) * preferred
+        if global_batch % replicas:
+            hard_exit(ExitCode.INVALID_CONFIG,
+                      f"elastic: the global batch {global_batch} ({per_replica} x {preferred} "
+                      f"replicas at the preferred size) cannot be split evenly across the "
+                      f"{replicas} replicas now in the job; choose a per-replica batch that "
+                      f"every size between minWorkers and workers divides")
+        if preferred != replicas and not self._elastic_said:
+            self._elastic_said = True
+            say(f"elastic: {self.num_workers - chief} of {elastic.preferred_workers} preferred "
+                f"workers; global batch {global_batch} kept ({elastic.batch_policy}): "
+                f"{global_batch // replicas} per replica instead of {per_replica}")
+        return global_batch
 
     def restored_step(self, steps_per_epoch: int) -> int:
         """The global step `fit` will resume at (0 for a fresh job), read from the backup

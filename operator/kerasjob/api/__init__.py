@@ -10,8 +10,8 @@ Serialise for the API server with `obj.model_dump(by_alias=True, exclude_none=Tr
 mode="json")` (or `KerasJob.to_manifest()`); parse a kopf body with `KerasJob.from_body()`.
 
 Modules: `base` (constants, enums: Phase, ConditionType, Reason ...), `trainer`
-(spec.trainer), `spec` (KerasJobSpec), `status` (KerasJobStatus); this module: the KerasJob
-object. Import everything from `kerasjob.api`.
+(spec.trainer), `elastic` (spec.elastic, status.elastic), `spec` (KerasJobSpec),
+`status` (KerasJobStatus); this module: the KerasJob object. Import everything from `kerasjob.api`.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from kerasjob.api.base import (
     Timestamp,
     _Model,
 )
+from kerasjob.api.elastic import BatchPolicy, ElasticSpec, ElasticStatus, Resize
 from kerasjob.api.spec import (
     MOUNT_PATH_NOT_NORMAL,
     MOUNT_PATH_SYSTEM,
@@ -127,10 +128,10 @@ def plain(value: Any) -> Any:
 
 __all__ = [
     "API_VERSION_FULL", "DEFAULT_MOUNT_PATH", "KIND", "MODEL_PATTERN", "MOUNT_PATH_NOT_NORMAL",
-    "MOUNT_PATH_SYSTEM", "VOLUME_SOURCES", "CheckpointSpec", "CleanPodPolicy", "Condition",
-    "ConditionStatus", "ConditionType", "DatasetFormat", "DatasetSource", "DatasetSpec",
-    "Goodput", "KerasJob", "KerasJobSpec", "KerasJobStatus", "LastRestart", "Phase",
-    "Progress", "Reason",
-    "ReplicaRole", "ReplicaSpec", "ReplicaStatus", "RestartCounts", "RestartPolicy",
-    "Timestamp", "TrackedPod", "TrainerSpec", "checkpoint_dir", "mount_path_problem", "plain",
+    "MOUNT_PATH_SYSTEM", "VOLUME_SOURCES", "BatchPolicy", "CheckpointSpec", "CleanPodPolicy",
+    "Condition", "ConditionStatus", "ConditionType", "DatasetFormat", "DatasetSource",
+    "DatasetSpec", "ElasticSpec", "ElasticStatus", "Goodput", "KerasJob", "KerasJobSpec",
+    "KerasJobStatus", "LastRestart", "Phase", "Progress", "Reason", "ReplicaRole", "ReplicaSpec",
+    "ReplicaStatus", "Resize", "RestartCounts", "RestartPolicy", "Timestamp", "TrackedPod",
+    "TrainerSpec", "checkpoint_dir", "mount_path_problem", "plain",
 ]

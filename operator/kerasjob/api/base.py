@@ -144,6 +144,10 @@ class Reason(str, enum.Enum):
     QUEUED = "Queued"
     ADMITTED = "Admitted"
     EVICTED = "Evicted"
+    RESIZED = "Resized"
+    RESIZING = "Resizing"
+    CAPACITY_LOST = "CapacityLost"
+    CAPACITY_RETURNED = "CapacityReturned"
 
 
 class DatasetSource(str, enum.Enum):

@@ -18,6 +18,7 @@ from kerasjob.api.base import (
     _cel,
     _Model,
 )
+from kerasjob.api.elastic import ElasticSpec
 from kerasjob.api.trainer import TrainerSpec
 from kerasjob_contract import DEFAULT_TF_PORT
 from kerasjob_contract.trainer_config import DEFAULTS as TRAINER_DEFAULTS
@@ -166,6 +167,15 @@ class KerasJobSpec(_Model):
                 _immutable_optional("chief"),
                 _immutable_optional("evaluator"),
                 _cel(
+                    "has(self.elastic) == has(oldSelf.elastic) && "
+                    "(!has(self.elastic) || self.elastic == oldSelf.elastic)",
+                    "elastic cannot be added, removed or changed after creation",
+                ),
+                _cel(
+                    "!has(self.elastic) || self.elastic.minWorkers <= self.workers",
+                    "elastic.minWorkers must be at most workers (the preferred size)",
+                ),
+                _cel(
                     "(self.workers == 1 && (!has(self.chief) || self.chief.replicas == 0) && "
                     "(!has(self.evaluator) || self.evaluator.replicas == 0)) || "
                     "(has(self.checkpoint.volume) && !('emptyDir' in self.checkpoint.volume))",
@@ -182,10 +192,22 @@ class KerasJobSpec(_Model):
         le=1000,
         description=(
             "Number of MultiWorkerMirroredStrategy workers. Worker 0 is the chief (writes "
-            "checkpoints and the final model) unless spec.chief has 1 replica. Immutable. "
-            "Default: 1."
+            "checkpoints and the final model) unless spec.chief has 1 replica. For an elastic "
+            "job, the preferred size (status.elastic.workers says how many run now). "
+            "Immutable. Default: 1."
         ),
         json_schema_extra={"x-kubernetes-validations": [_immutable("workers")]},
+    )
+    elastic: ElasticSpec | None = Field(
+        None,
+        description=(
+            "Elastic training: when capacity for a worker is gone the job shrinks (down to "
+            "elastic.minWorkers) and trains on, and grows back to spec.workers when capacity "
+            "returns. Each resize restarts all Pods from the last backup with a TF_CONFIG "
+            "of the new size; it is neither a failure nor a disruption. Unset: the job "
+            "always runs with spec.workers. Cannot be added, removed or changed after "
+            "creation."
+        ),
     )
     chief: ReplicaSpec | None = Field(
         None,
@@ -308,9 +330,10 @@ class KerasJobSpec(_Model):
 
     # -- derived topology, used by children and the controller -------------------------
 
-    def replicas(self) -> dict[ReplicaRole, int]:
-        """Pods per role, roles with 0 replicas left out; workers first, then chief, evaluator."""
-        out: dict[ReplicaRole, int] = {ReplicaRole.WORKER: self.workers}
+    def replicas(self, workers: int | None = None) -> dict[ReplicaRole, int]:
+        """Pods per role, roles with 0 replicas left out; workers first, then chief, evaluator.
+        ``workers``: an elastic job's current size instead of spec.workers."""
+        out: dict[ReplicaRole, int] = {ReplicaRole.WORKER: workers or self.workers}
         if self.chief is not None and self.chief.replicas > 0:
             out[ReplicaRole.CHIEF] = self.chief.replicas
         if self.evaluator is not None and self.evaluator.replicas > 0:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from kerasjob.api.base import ConditionStatus, Phase, Timestamp, _StatusModel
+from kerasjob.api.elastic import ElasticStatus
 
 # ---------------------------------------------------------------------------------------
 # Status
@@ -175,6 +176,9 @@ class KerasJobStatus(_StatusModel):
     )
     last_restart: LastRestart | None = Field(None, description="The most recent restart.")
     progress: Progress | None = Field(None, description="Training progress from the chief.")
+    elastic: ElasticStatus | None = Field(
+        None, description="An elastic job's current size and its resizes."
+    )
     start_time: Timestamp | None = Field(
         None, description="When the operator first created the job's Pods."
     )

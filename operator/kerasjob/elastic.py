@@ -1,0 +1,197 @@
+"""Elastic jobs (spec.elastic): shrink when a worker's capacity is gone, grow when it returns.
+
+The current size is ``status.elastic.workers`` (the preferred size, spec.workers, until the
+first resize): the planner's tasks and every Pod's TF_CONFIG have that many workers.
+
+- **Shrink**: a worker's Pod unschedulable (PodScheduled False, Unschedulable) for
+  ``shrinkAfterSeconds`` → the job shrinks by the number of such workers, not below
+  ``minWorkers``. Survivors of a lost worker are by then waiting for their group (they exited
+  43 and were re-created, or block in the collective), so their state is the last backup.
+- **Grow**: while the job runs below its preferred size, with every Pod running and ready,
+  it keeps one probe Pod per missing worker: the worker's Pod spec (resources, node
+  selector, affinity, tolerations, volumes) with a sleeping container. The scheduler retries
+  a pending Pod whenever the cluster changes (a node added, uncordoned, Pods gone), and a
+  cluster autoscaler scales up for it; no other component can say whether a Pod of exactly
+  this shape fits. A probe that is bound to a node means capacity: after
+  ``resizeCooldownSeconds`` since the last resize the job grows by the bound probes. The
+  grow deletes every Pod with its grace period: SIGTERM makes the group save at one step and
+  exit 42, so nothing is redone (a safe point).
+- A resize deletes every Pod of the job and marks them counted (like a suspension: neither a
+  failure nor a disruption), records itself in ``status.elastic`` (workers, resizes, the last
+  10 resizes), posts a ``Resized`` Event, and the Pods come back together at the new size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+from typing import Any
+
+from kerasjob.api import Reason
+from kerasjob.planning import CreateProbe, DeletePod, Task
+from kerasjob.podview import PodView
+from kerasjob_contract.times import format_time, parse_time
+
+#: The replica-type label value of probe Pods (never a TF_CONFIG role).
+PROBE_ROLE = "probe"
+#: Resizes kept in status.elastic.history.
+HISTORY = 10
+WORKER = "worker"
+
+
+def probe_name(job_name: str, index: int) -> str:
+    return f"{job_name}-{PROBE_ROLE}-{index}"
+
+
+def tasks_at(tasks: tuple[Task, ...], workers: int) -> tuple[Task, ...]:
+    """The job's tasks with only the first ``workers`` workers."""
+    return tuple(t for t in tasks if t.role != WORKER or t.index < workers)
+
+
+class Elastic:
+    """The elastic steps of `reconcile._Planner` (a mixin: it uses the planner's state)."""
+
+    job: Any
+    status: dict[str, Any]
+    tracked: dict[str, dict[str, Any]]
+    owned: dict[str, PodView]
+    actions: list[Any]
+    now: Any
+
+    def event(self, type_: str, reason: str, message: str) -> None:
+        raise NotImplementedError
+
+    def requeue(self, seconds: float) -> None:
+        raise NotImplementedError
+
+    def delete(self, pod: PodView) -> None:
+        raise NotImplementedError
+
+    # -- the size ---------------------------------------------------------------------------
+
+    def init_size(self) -> None:
+        """Narrow the job's tasks to its current size (call once, before anything else)."""
+        policy = self.job.elastic
+        self.size: int | None = None
+        #: A resize was decided in this plan: its Pods are going, none counts as ready.
+        self.resized_now = False
+        if policy is None:
+            return
+        recorded = (self.status.get("elastic") or {}).get("workers")
+        size = recorded if isinstance(recorded, int) else policy.preferred
+        self.size = min(max(size, policy.min_workers), policy.preferred)
+        self.job = dataclasses.replace(self.job, tasks=tasks_at(self.job.tasks, self.size))
+
+    def last_resize(self) -> dict[str, Any] | None:
+        history = (self.status.get("elastic") or {}).get("history") or []
+        return history[-1] if history else None
+
+    def resize(self, to: int, reason: Reason, message: str) -> None:
+        """Every Pod goes (counted: no failure, no disruption); they come back at ``to``."""
+        assert self.size is not None
+        for pod in self.owned.values():
+            self.delete(pod)
+        for name, rec in self.tracked.items():
+            current = self.owned.get(name)
+            if current is not None:
+                rec["uid"] = current.uid
+            rec["counted"] = True
+        elastic = dict(self.status.get("elastic") or {})
+        history = list(elastic.get("history") or [])
+        history.append({"time": format_time(self.now), "fromWorkers": self.size,
+                        "toWorkers": to, "reason": reason.value, "message": message})
+        elastic.update(workers=to, resizes=int(elastic.get("resizes") or 0) + 1,
+                       history=history[-HISTORY:])
+        self.status["elastic"] = elastic
+        self.event("Normal", Reason.RESIZED.value, message)
+        self.resized_now = True
+        self.size = to
+        self.job = dataclasses.replace(self.job, tasks=tasks_at(self.job.tasks, to))
+
+    def resized_since(self, when: str | None) -> dict[str, Any] | None:
+        """The last resize when it is newer than ``when`` (e.g. the last restart's time)."""
+        last = self.last_resize()
+        if last is None:
+            return None
+        at, other = parse_time(last.get("time")), parse_time(when)
+        return last if at is not None and (other is None or at >= other) else None
+
+    # -- shrink -----------------------------------------------------------------------------
+
+    def shrink_if_capacity_lost(self) -> None:
+        policy = self.job.elastic
+        if policy is None or self.size is None:
+            return
+        self.size_status()
+        # Workers above the current size (a resize the operator did not see through).
+        for pod in self.owned.values():
+            if pod.role == WORKER and pod.index >= self.size:
+                self.delete(pod)
+        after = timedelta(seconds=policy.shrink_after_seconds)
+        stuck: list[PodView] = []
+        for task in self.job.tasks:
+            pod = self.owned.get(task.name)
+            if task.role != WORKER or pod is None or pod.deleting:
+                continue
+            if pod.unschedulable_since is None:
+                continue
+            due = pod.unschedulable_since + after
+            if self.now >= due:
+                stuck.append(pod)
+            else:
+                self.requeue((due - self.now).total_seconds())
+        to = max(policy.min_workers, self.size - len(stuck))
+        if not stuck or to == self.size:
+            return  # nothing lost, or already at minWorkers: wait (the status says why)
+        why = stuck[0].waiting.partition(":")[2].strip() or "no node fits"
+        self.resize(
+            to,
+            Reason.CAPACITY_LOST,
+            f"Shrinking from {self.size} to {to} workers: Pod {stuck[0].name} has been "
+            f"unschedulable for over {policy.shrink_after_seconds:g}s ({why})",
+        )
+
+    def size_status(self) -> None:
+        elastic = dict(self.status.get("elastic") or {})
+        if elastic.get("workers") != self.size:
+            elastic["workers"] = self.size
+            elastic.setdefault("resizes", 0)
+            self.status["elastic"] = elastic
+
+    # -- grow -------------------------------------------------------------------------------
+
+    def grow_if_capacity_returned(self, running: bool) -> bool:
+        """Probe while running short; grow when probes are bound and the cool-down passed.
+        True when it resized."""
+        policy = self.job.elastic
+        if policy is None or self.size is None:
+            return False
+        probes = {p.index: p for p in self.owned.values() if p.role == PROBE_ROLE}
+        missing = policy.preferred - self.size if running else 0
+        for index, pod in probes.items():
+            if index >= missing and not pod.deleting:
+                self.actions.append(DeletePod(pod.name, pod.uid, force=True))
+        if missing <= 0:
+            return False
+        for index in range(missing):
+            if index not in probes:
+                self.actions.append(CreateProbe(probe_name(self.job.name, index), index))
+        bound = [p for i, p in sorted(probes.items())
+                 if i < missing and p.node_name and not p.deleting]
+        if not bound:
+            return False
+        last = self.last_resize()
+        at = parse_time(last.get("time")) if last else None
+        if at is not None:
+            due = at + timedelta(seconds=policy.resize_cooldown_seconds)
+            if self.now < due:
+                self.requeue((due - self.now).total_seconds())
+                return False
+        to = self.size + len(bound)
+        self.resize(
+            to,
+            Reason.CAPACITY_RETURNED,
+            f"Growing from {self.size} to {to} workers: probe Pod {bound[0].name} was "
+            f"scheduled on node {bound[0].node_name}",
+        )
+        return True

@@ -1,0 +1,189 @@
+"""The planner's elastic steps: shrink on lost capacity, probe, grow after the cool-down."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+from test_reconcile import NOW, creates, deletes, job, pod
+
+from kerasjob import children, labels, validation
+from kerasjob import reconcile as rc
+from kerasjob.planning import CreateProbe, ElasticPolicy
+from kerasjob.podview import PodView, Termination
+from kerasjob_contract import trainer_config
+
+POLICY = ElasticPolicy(min_workers=2, preferred=3, shrink_after_seconds=60,
+                       resize_cooldown_seconds=120)
+UNSCHEDULABLE = "Unschedulable: 0/4 nodes are available: 4 Insufficient example.com/slot."
+
+
+def ejob(**kw: Any) -> rc.JobView:
+    return job(3, elastic=POLICY, **kw)
+
+
+def stuck(i: int, since: timedelta, uid: str | None = None) -> PodView:
+    return pod(i, uid, phase="Pending", ready=False, unschedulable_since=NOW - since,
+               waiting=UNSCHEDULABLE)
+
+
+def probe(i: int, node: str = "", uid: str | None = None) -> PodView:
+    return pod(i, uid or f"p{i}", name=f"j-probe-{i}", role="probe", phase="Pending",
+               ready=False, node_name=node)
+
+
+def probes(p: rc.Plan) -> list[str]:
+    return [a.name for a in p.actions if isinstance(a, CreateProbe)]
+
+
+def test_a_shrink_waits_for_shrink_after_seconds_then_restarts_everyone_uncounted() -> None:
+    j = ejob()
+    running = [pod(0), pod(1)]
+    s = rc.plan(j, {}, [*running, stuck(2, timedelta(seconds=0))], NOW - timedelta(seconds=5)
+                ).status
+    assert s["elastic"] == {"workers": 3, "resizes": 0}
+
+    early = rc.plan(j, s, [*running, stuck(2, timedelta(seconds=30))], NOW)
+    assert not deletes(early) and early.requeue_after == 30
+    assert early.status["conditions"][-1]["message"].startswith("Pod j-worker-2 cannot start")
+
+    p = rc.plan(j, early.status, [*running, stuck(2, timedelta(seconds=61))], NOW)
+    assert sorted(deletes(p)) == ["j-worker-0", "j-worker-1", "j-worker-2"]
+    elastic = p.status["elastic"]
+    assert elastic["workers"] == 2 and elastic["resizes"] == 1
+    (resize,) = elastic["history"]
+    assert (resize["fromWorkers"], resize["toWorkers"], resize["reason"]) == (3, 2,
+                                                                             "CapacityLost")
+    assert "4 Insufficient example.com/slot" in resize["message"]
+    assert [e.reason for e in p.events] == ["Resized", "Restarting"]
+    assert p.status["restarts"] == {"disruptions": 0, "failures": 0}
+    assert p.status["phase"] == "Restarting"
+    restarting = next(c for c in p.status["conditions"] if c["type"] == "Restarting")
+    assert restarting["reason"] == "Resizing"
+    assert set(p.status["trackedPods"]) == {"j-worker-0", "j-worker-1"}
+
+    # The old Pods end (42 after SIGTERM) and go: nothing counted; 2 workers come back.
+    ended = [pod(i, phase="Failed", ready=False, termination=Termination(42))
+             for i in (0, 1)]
+    after = rc.plan(j, p.status, ended, NOW + timedelta(seconds=5))
+    assert after.status["restarts"] == {"disruptions": 0, "failures": 0}
+    fresh = rc.plan(j, after.status, [], NOW + timedelta(seconds=6))
+    assert creates(fresh) == ["j-worker-0", "j-worker-1"]
+    assert {a.workers for a in fresh.actions if isinstance(a, rc.CreatePod)} == {2}
+    assert fresh.status["restarts"] == {"disruptions": 0, "failures": 0}
+
+
+def test_never_below_min_workers() -> None:
+    j = ejob()
+    s = {"elastic": {"workers": 2, "resizes": 1}}
+    p = rc.plan(j, s, [pod(0), stuck(1, timedelta(seconds=600))], NOW)
+    assert not deletes(p) and p.status["elastic"]["workers"] == 2
+
+
+def test_probe_while_short_grow_after_the_cool_down() -> None:
+    j = ejob()
+    shrunk_at = NOW - timedelta(seconds=100)
+    s = {"elastic": {"workers": 2, "resizes": 1, "history": [
+        {"time": shrunk_at.strftime("%Y-%m-%dT%H:%M:%SZ"), "fromWorkers": 3, "toWorkers": 2,
+         "reason": "CapacityLost", "message": "x"}]}}
+    running = [pod(0), pod(1)]
+    p = rc.plan(j, s, running, NOW)
+    assert p.status["phase"] == "Running" and probes(p) == ["j-probe-0"]
+    # A pending probe: nothing to do; no new probe either.
+    p = rc.plan(j, p.status, [*running, probe(0)], NOW)
+    assert not probes(p) and not deletes(p)
+    # Bound, but within the cool-down: wait for it.
+    p = rc.plan(j, p.status, [*running, probe(0, node="n1")], NOW)
+    assert not deletes(p) and p.requeue_after == 20
+    # After the cool-down: grow; every Pod and the probe go.
+    later = NOW + timedelta(seconds=21)
+    g = rc.plan(j, p.status, [*running, probe(0, node="n1")], later)
+    assert sorted(deletes(g)) == ["j-probe-0", "j-worker-0", "j-worker-1"]
+    assert g.status["elastic"]["workers"] == 3 and g.status["elastic"]["resizes"] == 2
+    assert g.status["elastic"]["history"][-1]["reason"] == "CapacityReturned"
+    assert "j-probe-0 was scheduled on node n1" in g.events[0].message
+    assert g.status["phase"] == "Restarting"
+    fresh = rc.plan(j, g.status, [], later + timedelta(seconds=3))
+    assert creates(fresh) == ["j-worker-0", "j-worker-1", "j-worker-2"]
+    assert not probes(fresh)
+
+
+def test_probes_go_when_the_job_is_not_running_or_finished() -> None:
+    j = ejob(clean_pod_policy="None")
+    s = {"elastic": {"workers": 2, "resizes": 1}, "phase": "Running"}
+    p = rc.plan(j, s, [pod(0), pod(1, ready=False), probe(0)], NOW)
+    assert deletes(p) == ["j-probe-0"] and not probes(p)
+    done = [pod(0, phase="Succeeded", ready=False, termination=Termination(0)), pod(1),
+            probe(0, node="n1")]
+    f = rc.plan(j, s, done, NOW)
+    assert f.status["phase"] == "Succeeded" and "j-probe-0" in deletes(f)
+
+
+def test_workers_above_the_size_are_deleted() -> None:
+    j = ejob()
+    s = {"elastic": {"workers": 2, "resizes": 1}}
+    p = rc.plan(j, s, [pod(0), pod(1), pod(2)], NOW)
+    assert "j-worker-2" in deletes(p)
+    assert p.status["replicaStatuses"]["worker"]["active"] == 2
+
+
+def test_a_job_that_is_not_elastic_has_no_elastic_status() -> None:
+    p = rc.plan(job(3), {}, [pod(i) for i in range(3)], NOW)
+    assert "elastic" not in p.status and not probes(p)
+
+
+# -- the Pods, the trainer's configuration and validation of an elastic job ----------------
+
+ELASTIC_SPEC = {"workers": 3, "elastic": {"minWorkers": 1},
+                "checkpoint": {"volume": {"persistentVolumeClaim": {"claimName": "c"}}},
+                "template": {"spec": {"nodeSelector": {"pool": "spot"}, "containers": [
+                    {"name": "trainer", "resources": {"limits": {"example.com/slot": 1}}}]}}}
+
+
+def elastic_job(**spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "kerasjob.dev/v1alpha1", "kind": "KerasJob",
+            "metadata": {"name": "e", "namespace": "ml", "uid": "u", "generation": 1},
+            "spec": {**ELASTIC_SPEC, **spec}}
+
+
+def test_pods_at_the_current_size_and_the_trainer_knows_the_preferred_one() -> None:
+    pod0 = children.build_pod(elastic_job(), "worker", 1, default_image="img", workers=2)
+    env = {e["name"]: e.get("value") for e in pod0["spec"]["containers"][0]["env"]}
+    assert len(json.loads(env["TF_CONFIG"])["cluster"]["worker"]) == 2
+    config = trainer_config.parse_config(env["KERASJOB_TRAINER_CONFIG"])
+    assert config.elastic == trainer_config.ElasticConfig(3, "KeepGlobalBatch")
+    full = children.build_pod(elastic_job(), "worker", 1, default_image="img")
+    assert len(json.loads(
+        next(e["value"] for e in full["spec"]["containers"][0]["env"]
+             if e["name"] == "TF_CONFIG"))["cluster"]["worker"]) == 3
+
+
+def test_a_probe_pod_has_the_workers_constraints_and_no_role_in_the_job() -> None:
+    worker = children.build_pod(elastic_job(), "worker", 0, default_image="img")
+    probe_pod = children.build_probe_pod(elastic_job(), 1, default_image="img")
+    assert probe_pod["metadata"]["name"] == "e-probe-1"
+    assert probe_pod["metadata"]["labels"][labels.REPLICA_TYPE] == "probe"
+    assert labels.CHIEF not in probe_pod["metadata"]["labels"]
+    assert probe_pod["metadata"]["ownerReferences"] == worker["metadata"]["ownerReferences"]
+    spec = probe_pod["spec"]
+    for key in ("nodeSelector", "volumes", "restartPolicy"):
+        assert spec[key] == worker["spec"][key], key
+    (container,) = spec["containers"]
+    assert container["resources"] == worker["spec"]["containers"][0]["resources"]
+    assert container["command"][0] == "python" and not container["env"]
+    assert "hostname" not in spec and "subdomain" not in spec
+
+
+def test_validation_of_an_elastic_job() -> None:
+    assert validation.validate_job(elastic_job()) == []
+    # 64 x 3 = 192 splits over 1, 2 and 3 workers; 50 x 3 = 150 not over 2 (75 each: yes),
+    # 10 x 3 = 30 over 1, 2, 3: yes; 7 x 3 = 21 over 2: no.
+    (problem,) = validation.validate_job(
+        elastic_job(trainer={"batchSizePerReplica": 7}))
+    assert "cannot be split evenly across 2 worker(s)" in problem
+    (problem,) = validation.validate_job(elastic_job(elastic={"minWorkers": 4}))
+    assert "minWorkers (4) must be at most spec.workers (3)" in problem
+    # A user's own program picks its own batch.
+    assert validation.validate_job(elastic_job(
+        trainer={"batchSizePerReplica": 7, "command": ["python", "x.py"]})) == []
