@@ -359,7 +359,9 @@ class _Planner(Accounting, Elastic):
                 continue
             reason, _, detail = pod.waiting.partition(":")
             message = f"Pod {task.name} cannot start: {reason}: {detail.strip()}"
-            shown = st.get_condition(self.conditions, st.COND_RUNNING) or {}
+            # What the stored status shows (this plan may already have set another message).
+            shown = st.get_condition(list(self.old.get("conditions") or []), st.COND_RUNNING)
+            shown = shown or {}
             if shown.get("message") != message:
                 self.event("Warning", f"Pod{reason}", message)
             self.cond(st.COND_RUNNING, False, reason, message, add_false=True)

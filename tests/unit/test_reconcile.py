@@ -479,3 +479,10 @@ def test_a_pod_that_cannot_start_shows_in_the_job_status_and_events() -> None:
     ready = run(j, again.status, [pod(0), pod(1)])
     running = next(c for c in ready.status["conditions"] if c["type"] == "Running")
     assert running["status"] == "True"
+    # While Restarting too (where the plan first sets its own Running message): once.
+    restarting = {**ready.status, "phase": "Restarting"}
+    first = run(j, restarting, pending)
+    assert [e.reason for e in first.events if e.type == "Warning"] == ["PodUnschedulable"]
+    for _ in range(3):
+        first = run(j, first.status, pending)
+        assert not [e for e in first.events if e.type == "Warning"]
