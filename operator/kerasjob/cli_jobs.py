@@ -16,6 +16,7 @@ from kerasjob.api import KerasJob, Phase
 from kerasjob.sdk import KerasJobClient, load_job, summarize
 from kerasjob.sdk.errors import InvalidError, NotFoundError
 from kerasjob.sdk.summary import JobSummary
+from kerasjob_contract.times import format_time
 
 RESOURCE = "kerasjob.kerasjob.dev"
 
@@ -114,7 +115,7 @@ def table(rows: list[JobSummary], wide: bool = False, namespaces: bool = False) 
     lines = [header]
     for s in rows:
         row = ((s.namespace,) if namespaces else ()) + (
-            s.name, s.phase or "-", str(s.workers), str(s.disruptions + s.failures),
+            s.name, s.phase or "-", s.size, str(s.disruptions + s.failures),
             s.progress, s.age())
         if wide:
             row += (str(s.disruptions), str(s.failures), s.reason or "-")
@@ -172,6 +173,12 @@ def describe(args: argparse.Namespace) -> int:
     costs = st.progress.goodput if st and st.progress else None
     if costs is not None:
         out.append(f"Goodput:      {goodput.describe(costs.model_dump(by_alias=True))}")
+    if spec.elastic is not None:
+        out.append(f"Elastic:      {s.workers} of {spec.workers} workers (min "
+                   f"{spec.elastic.min_workers}), {s.resizes} resizes")
+        for r in (st.elastic.history if st and st.elastic else None) or []:
+            out.append(f"  {format_time(r.time) if r.time else '-'} {r.from_workers} -> "
+                       f"{r.to_workers} {r.reason}: {r.message}")
     if st and st.last_restart and st.last_restart.reason:
         lr = st.last_restart
         out.append(f"Last restart: {lr.reason} of {lr.pod} (exit {lr.exit_code}) at {lr.time}")

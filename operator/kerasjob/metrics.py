@@ -1,8 +1,8 @@
 """The operator's own Prometheus endpoint: ``GET /metrics`` on ``--metrics-port``.
 
 Counters come straight from the controller (never cached, unlike kopf's liveness probes):
-API requests by verb and resource, reconciles and their errors, the queue depth and the
-jobs known per phase.
+API requests by verb and resource, reconciles and their errors, the queue depth, the
+jobs known per phase, and each elastic job's size and resizes.
 """
 
 from __future__ import annotations
@@ -52,7 +52,34 @@ def render(controller: Controller) -> str:
             phases[(body.get("status") or {}).get("phase") or "None"] += 1
     for phase, count in sorted(phases.items()):
         lines.append(f'kerasjob_operator_jobs{{phase="{phase}"}} {count}')
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _elastic(controller)) + "\n"
+
+
+def _elastic(controller: Controller) -> list[str]:
+    """Per elastic job: its current size and resizes (from its status: they survive an
+    operator restart)."""
+    workers, resizes = [], []
+    for store in list(controller.jobs.values()):
+        for body in store:
+            elastic = (body.get("status") or {}).get("elastic") or {}
+            if not elastic:
+                continue
+            meta = body.get("metadata") or {}
+            job = f'namespace="{meta.get("namespace", "")}",name="{meta.get("name", "")}"'
+            workers.append(f"kerasjob_operator_elastic_workers{{{job}}} "
+                           f"{int(elastic.get('workers') or 0)}")
+            resizes.append(f"kerasjob_operator_elastic_resizes_total{{{job}}} "
+                           f"{int(elastic.get('resizes') or 0)}")
+    if not workers:
+        return []
+    return [
+        "# HELP kerasjob_operator_elastic_workers An elastic job's current number of workers.",
+        "# TYPE kerasjob_operator_elastic_workers gauge",
+        *sorted(workers),
+        "# HELP kerasjob_operator_elastic_resizes_total Resizes of an elastic job.",
+        "# TYPE kerasjob_operator_elastic_resizes_total counter",
+        *sorted(resizes),
+    ]
 
 
 async def serve(controller: Controller, port: int, host: str = "0.0.0.0") -> web.AppRunner:

@@ -148,6 +148,14 @@ def test_cli_table_and_progress_line() -> None:
     assert text[0].split() == ["NAMESPACE", "NAME", "PHASE", "WORKERS", "RESTARTS", "PROGRESS",
                                "AGE", "DISRUPTIONS", "FAILURES", "REASON"]
     assert text[1].split()[:5] == ["ml", "mnist", "Running", "1", "3"]
+    # An elastic job running short of its preferred size shows both.
+    short = summarize({
+        "metadata": {"name": "e", "namespace": "ml"},
+        "spec": {"workers": 3, "elastic": {"minWorkers": 1}},
+        "status": {"phase": "Running", "elastic": {"workers": 2, "resizes": 1}},
+    })
+    assert (short.workers, short.preferred_workers, short.resizes, short.size) == (2, 3, 1, "2/3")
+    assert table([short]).splitlines()[1].split()[:3] == ["e", "Running", "2/3"]
 
 
 def test_kubectl_plugin_alone_prints_help(monkeypatch, capsys) -> None:

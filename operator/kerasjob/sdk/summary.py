@@ -22,6 +22,7 @@ class JobSummary:
     namespace: str
     phase: str | None
     workers: int
+    """Workers now: an elastic job's current size (status.elastic.workers), else spec.workers."""
     disruptions: int
     failures: int
     step: int | None
@@ -31,6 +32,16 @@ class JobSummary:
     reason: str
     message: str
     created: str | None
+    preferred_workers: int = 0
+    """spec.workers (an elastic job's preferred size)."""
+    resizes: int = 0
+
+    @property
+    def size(self) -> str:
+        """"3", or "2/3" for an elastic job running short of its preferred size."""
+        if self.preferred_workers and self.workers != self.preferred_workers:
+            return f"{self.workers}/{self.preferred_workers}"
+        return str(self.workers)
 
     @property
     def progress(self) -> str:
@@ -97,11 +108,14 @@ def summarize(job: KerasJob | Mapping[str, Any]) -> JobSummary:
     # Kueue's reason, evicted by whom).
     why = condition(job, ConditionType.ADMITTED.value if phase == Phase.QUEUED.value else phase)
     why = why if phase else None
+    elastic = status.elastic if status and status.elastic else None
     return JobSummary(
         name=job.name,
         namespace=job.namespace,
         phase=phase,
-        workers=job.spec.workers,
+        workers=elastic.workers if elastic and elastic.workers else job.spec.workers,
+        preferred_workers=job.spec.workers,
+        resizes=elastic.resizes or 0 if elastic else 0,
         disruptions=restarts.disruptions if restarts else 0,
         failures=restarts.failures if restarts else 0,
         step=prog.step if prog else None,
