@@ -81,7 +81,7 @@ ctx: Acting, key: Key, seen: Observed, plan: rc.Plan, actions: list[rc.Action]
             create = ctx.api.create(pod_path(ns), manifest, "pods", strict=True)
             calls.append((action.name, create))
         elif isinstance(action, rc.DeletePod):
-            grace = 0 if action.force else None
+            grace = 0 if action.force else action.grace_seconds
             call = ctx.api.delete(
                 pod_path(ns, action.name), "pods", uid=action.uid, grace_period_seconds=grace
             )

@@ -36,6 +36,12 @@ from kerasjob_contract.times import format_time, parse_time
 PROBE_ROLE = "probe"
 #: Resizes kept in status.elastic.history.
 HISTORY = 10
+#: The grace period of the Pods a shrink deletes. A group short of a worker trains no step:
+#: its workers wait inside TensorFlow's collective set-up, where a SIGTERM is not acted on
+#: until the call returns, so their own grace period (60 s) would pass in full (measured on
+#: the real node: the Pods at the smaller size came 60 s after the shrink). Their state is
+#: the last backup either way.
+SHRINK_GRACE_SECONDS = 1
 WORKER = "worker"
 
 
@@ -87,10 +93,13 @@ class Elastic:
         return history[-1] if history else None
 
     def resize(self, to: int, reason: Reason, message: str) -> None:
-        """Every Pod goes (counted: no failure, no disruption); they come back at ``to``."""
+        """Every Pod goes (counted: no failure, no disruption); they come back at ``to``.
+        A grow lets them save (their own grace period); a shrink does not wait."""
         assert self.size is not None
+        grace = SHRINK_GRACE_SECONDS if to < self.size else None
         for pod in self.owned.values():
-            self.delete(pod)
+            if not pod.deleting:
+                self.actions.append(DeletePod(pod.name, pod.uid, grace_seconds=grace))
         for name, rec in self.tracked.items():
             current = self.owned.get(name)
             if current is not None:

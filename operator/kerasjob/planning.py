@@ -88,6 +88,8 @@ class DeletePod:
     uid: str
     force: bool = False
     """Grace period 0: for Pods stuck terminating."""
+    grace_seconds: int | None = None
+    """Another grace period than the Pod's own (None: its own)."""
 
 
 @dataclass(frozen=True)

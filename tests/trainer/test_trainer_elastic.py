@@ -128,3 +128,42 @@ def test_resume_at_another_world_size_trains_the_same_batches(tmp_path: Path) ->
                                                           strict=True)]
     print(f"final weights: max difference {max(diffs):.2e}")
     assert max(diffs) < 1e-3
+
+
+# A dedicated chief, 2 workers preferred, an evaluator: global batch 32 x 3 = 96 replicas'
+# worth, 48 per replica with the chief and 1 worker.
+CHIEF_CONFIG = {**CONFIG, "epochs": 1, "stepsPerEpoch": 40,
+                "elastic": {"preferredWorkers": 2, "batchPolicy": "KeepGlobalBatch"}}
+
+
+@pytest.mark.timeout(900)
+def test_a_dedicated_chief_and_an_evaluator_through_a_shrink(tmp_path: Path) -> None:
+    from kerasjob_trainer import pipeline
+
+    tmp_path.mkdir(exist_ok=True)
+    g = Group(tmp_path, CHIEF_CONFIG, workers=2, chief=True, evaluator=True,
+              env={"KERASJOB_AUDIT_DIR": str(tmp_path / "audit")})
+    try:
+        gen = g.start()  # chief, worker 0, worker 1, evaluator
+        training, evaluator = gen[:3], gen[3]
+        saved = _preempt(g, training, 12, victim=2)
+        evaluator.signal(signal.SIGTERM)  # the resize deletes every Pod
+        evaluator.wait(60)
+        gen = g.start(workers=1)  # chief, worker 0, evaluator
+        assert g.wait_all(GEN_TIMEOUT) == [0, 0, 0], g.logs()
+    finally:
+        g.stop()
+    chief = gen[0].text()
+    assert "elastic: 1 of 2 preferred workers; global batch 96 kept" in chief
+    assert f"resumed at step {saved}" in chief and "final" in chief
+    assert "final" in gen[2].text()  # the evaluator evaluated the final model
+    # Every replica's slice, at either size, is its part of the same global batch.
+    sizes = set()
+    for step, replica, indices in _slices(g):
+        if step >= 40:
+            continue
+        b = len(indices)
+        sizes.add(GLOBAL_BATCH // b)
+        whole = pipeline.global_batch_indices(step, GLOBAL_BATCH, 4000, 42).tolist()
+        assert indices == whole[replica * b:(replica + 1) * b], (step, replica, b)
+    assert sizes == {2, 3}

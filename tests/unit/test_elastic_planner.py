@@ -50,6 +50,8 @@ def test_a_shrink_waits_for_shrink_after_seconds_then_restarts_everyone_uncounte
 
     p = rc.plan(j, early.status, [*running, stuck(2, timedelta(seconds=61))], NOW)
     assert sorted(deletes(p)) == ["j-worker-0", "j-worker-1", "j-worker-2"]
+    # A group short of a worker trains nothing: its Pods go at once (1 s, not their 60 s).
+    assert {a.grace_seconds for a in p.actions if isinstance(a, rc.DeletePod)} == {1}
     elastic = p.status["elastic"]
     assert elastic["workers"] == 2 and elastic["resizes"] == 1
     (resize,) = elastic["history"]
@@ -100,6 +102,8 @@ def test_probe_while_short_grow_after_the_cool_down() -> None:
     later = NOW + timedelta(seconds=21)
     g = rc.plan(j, p.status, [*running, probe(0, node="n1")], later)
     assert sorted(deletes(g)) == ["j-probe-0", "j-worker-0", "j-worker-1"]
+    # A grow lets the training group save at one step: the Pods' own grace period.
+    assert {a.grace_seconds for a in g.actions if isinstance(a, rc.DeletePod)} == {None}
     assert g.status["elastic"]["workers"] == 3 and g.status["elastic"]["resizes"] == 2
     assert g.status["elastic"]["history"][-1]["reason"] == "CapacityReturned"
     assert "j-probe-0 was scheduled on node n1" in g.events[0].message
