@@ -14,7 +14,13 @@ from kerasjob.config import OperatorConfig
 from kerasjob.kube import ApiError, KubeApi, gather_limited
 from kerasjob.kueue_sync import KueueSync
 from kerasjob.observed import SERVICE, Expectations, Observed
-from kerasjob.paths import job_path, network_policy_path, pod_path, service_path
+from kerasjob.paths import (
+    job_path,
+    network_policy_path,
+    pod_path,
+    priority_class_path,
+    service_path,
+)
 from kerasjob.planning import CreateProbe
 from kerasjob.rejection import Rejection
 from kerasjob.workqueue import Key
@@ -34,6 +40,37 @@ class Acting(Protocol):
     expectations: Expectations
     rejections: dict[Key, Rejection]
     kueue: KueueSync | None
+    probe_class: str | None
+    """The probes' PriorityClass once known to exist ('' until checked; None: none)."""
+
+
+#: Below every Pod of default priority, above cluster-autoscaler's expendable cut-off (-10):
+#: an autoscaler still scales up for a pending probe.
+PROBE_PRIORITY = -1
+
+
+async def probe_priority_class(ctx: Acting) -> str | None:
+    """The probes' PriorityClass (`OperatorConfig.probe_priority_class`): made once if
+    missing where the operator may; None when there is none."""
+    if ctx.probe_class != "":
+        return ctx.probe_class
+    name = ctx.config.probe_priority_class or None
+    if name is not None:
+        body = {
+            "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "kerasjob"}},
+            "value": PROBE_PRIORITY, "preemptionPolicy": "Never", "globalDefault": False,
+            "description": "kerasjob elastic jobs' probe Pods: they wait for capacity and "
+                           "give way to every Pod of default priority.",
+        }
+        try:
+            await ctx.api.create(priority_class_path(), body, "priorityclasses")
+        except ApiError as e:
+            # Not ours to make (the chart's RBAC does not let it: the chart made it): use it;
+            # a probe refused for want of it drops it (`act`).
+            log.info("PriorityClass %s not made here (%s); using it", name, e.status)
+    ctx.probe_class = name
+    return name
 
 
 async def act(
@@ -44,6 +81,7 @@ ctx: Acting, key: Key, seen: Observed, plan: rc.Plan, actions: list[rc.Action]
     job, model = seen.job, seen.parsed.model
     ns = job.namespace
     calls: list[tuple[str | None, Any]] = []  # (child created, or None; the call)
+    probes: set[str] = set()  # probe Pods: a refusal is logged, never the job's
     # What a Kueue admission adds to the Pods (its flavors' node labels and tolerations).
     updates = await ctx.kueue.pod_updates(seen, actions) if ctx.kueue else {}
     for action in actions:
@@ -75,11 +113,13 @@ ctx: Acting, key: Key, seen: Observed, plan: rc.Plan, actions: list[rc.Action]
             calls.append((action.task.name, create))
         elif isinstance(action, CreateProbe) and model is not None:
             manifest = children.build_probe_pod(
-                model, action.index, default_image=ctx.config.default_image
+                model, action.index, default_image=ctx.config.default_image,
+                priority_class=await probe_priority_class(ctx),
             )
             kueue.apply_update(manifest, updates.get("worker"))
             create = ctx.api.create(pod_path(ns), manifest, "pods", strict=True)
             calls.append((action.name, create))
+            probes.add(action.name)
         elif isinstance(action, rc.DeletePod):
             grace = 0 if action.force else action.grace_seconds
             call = ctx.api.delete(
@@ -101,6 +141,12 @@ ctx: Acting, key: Key, seen: Observed, plan: rc.Plan, actions: list[rc.Action]
     refused: Rejection | None = None
     errors: list[BaseException] = []
     for (name, _), result in zip(calls, results, strict=True):
+        if name in probes and isinstance(result, ApiError):
+            log.warning("%s/%s: probe Pod %s refused (%s): %s", ns, job.name, name,
+                        result.status, result)
+            if ctx.probe_class and "PriorityClass" in str(result):
+                ctx.probe_class = None  # it does not exist: probes go without it
+            continue
         if name is not None and not isinstance(result, BaseException):
             ctx.expectations.expect(key, name, now)
         elif isinstance(result, ApiError) and name is not None and refused is None:

@@ -291,7 +291,8 @@ def build_pod(job: JobLike, role: ReplicaRole | str, index: int, *, default_imag
 PROBE_COMMAND = ("python", "-c", "import time; time.sleep(86400)")
 
 
-def build_probe_pod(job: JobLike, index: int, *, default_image: str) -> dict[str, Any]:
+def build_probe_pod(job: JobLike, index: int, *, default_image: str,
+                    priority_class: str | None = None) -> dict[str, Any]:
     """An elastic job's probe Pod <job>-probe-<index>: worker 0's Pod with everything that
     decides where it may run (resources, nodeSelector, affinity, tolerations, volumes,
     priority), the trainer container only, sleeping; no TF_CONFIG, no hostname. Bound to a
@@ -312,6 +313,9 @@ def build_probe_pod(job: JobLike, index: int, *, default_image: str) -> dict[str
     pod_spec.pop("hostname", None)
     pod_spec.pop("subdomain", None)
     pod_spec["terminationGracePeriodSeconds"] = 1
+    pod_spec.pop("priority", None)
+    if priority_class:
+        pod_spec["priorityClassName"] = priority_class
     return pod
 
 

@@ -78,4 +78,10 @@ class OperatorConfig:
     kueue: bool = field(default_factory=lambda: _env("KERASJOB_KUEUE", "") in ("1", "true"))
     """Integrate with Kueue (needs its CRDs): jobs labelled kueue.x-k8s.io/queue-name wait
     for their Workload's admission (see `kueue`)."""
+    probe_priority_class: str = field(
+        default_factory=lambda: _env("KERASJOB_PROBE_PRIORITY_CLASS", "kerasjob-elastic-probe")
+    )
+    """The PriorityClass of elastic jobs' probe Pods (made with priority -1 if missing, as
+    cluster-autoscaler's over-provisioning placeholders are): any Pod of default priority
+    goes first and pre-empts a probe holding its place. Empty: probes get none."""
     verbose: bool = False

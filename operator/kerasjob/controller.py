@@ -87,6 +87,7 @@ class Controller:
         self.written = WriteCache()
         self.expectations = Expectations()
         self.rejections: dict[Key, Rejection] = {}
+        self.probe_class: str | None = ""  # elastic probes' PriorityClass: checked when needed
         """The API server's last refusal to create a child, per job (see `rejection`)."""
         self._errors: dict[Key, int] = {}
         self._awaiting_api: set[Key] = set()

@@ -12,7 +12,8 @@ first resize): the planner's tasks and every Pod's TF_CONFIG have that many work
   selector, affinity, tolerations, volumes) with a sleeping container. The scheduler retries
   a pending Pod whenever the cluster changes (a node added, uncordoned, Pods gone), and a
   cluster autoscaler scales up for it; no other component can say whether a Pod of exactly
-  this shape fits. A probe that is bound to a node means capacity: after
+  this shape fits. Probes have the lowest priority (-1): a Pod of default priority pre-empts
+  one that holds its place. A probe bound for PROBE_SETTLE_SECONDS means capacity: after
   ``resizeCooldownSeconds`` since the last resize the job grows by the bound probes. The
   grow deletes every Pod with its grace period: SIGTERM makes the group save at one step and
   exit 42, so nothing is redone (a safe point).
@@ -42,6 +43,10 @@ HISTORY = 10
 #: the real node: the Pods at the smaller size came 60 s after the shrink). Their state is
 #: the last backup either way.
 SHRINK_GRACE_SECONDS = 1
+#: How long a probe must stay bound before it counts as capacity. Probes have the lowest
+#: priority (`acting.PROBE_PRIORITY`): one bound to a place that another job's restarting
+#: worker needs is pre-empted within moments, and must not make its job grow.
+PROBE_SETTLE_SECONDS = 3.0
 WORKER = "worker"
 
 
@@ -187,6 +192,13 @@ class Elastic:
                 self.actions.append(CreateProbe(probe_name(self.job.name, index), index))
         bound = [p for i, p in sorted(probes.items())
                  if i < missing and p.node_name and not p.deleting]
+        settle = timedelta(seconds=PROBE_SETTLE_SECONDS)
+        unsettled = [p.scheduled_since + settle - self.now for p in bound
+                     if p.scheduled_since is not None and p.scheduled_since + settle > self.now]
+        if unsettled:
+            self.requeue(min(unsettled).total_seconds())
+        bound = [p for p in bound
+                 if p.scheduled_since is not None and p.scheduled_since + settle <= self.now]
         if not bound:
             return False
         last = self.last_resize()

@@ -47,6 +47,11 @@ def job_path(
     return f"{path}/{subresource}" if subresource else path
 
 
+def priority_class_path(name: str | None = None) -> str:
+    path = "/apis/scheduling.k8s.io/v1/priorityclasses"
+    return f"{path}/{quote(name)}" if name else path
+
+
 # Kueue's objects (the operator's Kueue integration: `kueue`, `kueue_sync`).
 KUEUE_API = "/apis/kueue.x-k8s.io/v1beta2"
 

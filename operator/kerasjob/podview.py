@@ -59,6 +59,8 @@ class PodView:
     """Reason of a True DisruptionTarget condition (EvictionByEvictionAPI, ...), else ''."""
     node_name: str = ""
     """spec.nodeName: the node it is bound to ('' while unscheduled)."""
+    scheduled_since: datetime | None = None
+    """When its PodScheduled condition turned True (bound to a node)."""
     unschedulable_since: datetime | None = None
     """When its PodScheduled condition turned False with reason Unschedulable (no node
     fits), while it still is; else None."""
@@ -196,6 +198,11 @@ def pod_view(pod: Mapping[str, Any]) -> PodView | None:
         status_reason=str(status.get("reason") or ""),
         disruption_reason=disruption,
         node_name=str((pod.get("spec") or {}).get("nodeName") or ""),
+        scheduled_since=next(
+            (parse_time(c.get("lastTransitionTime")) for c in conditions
+             if c.get("type") == "PodScheduled" and c.get("status") == "True"),
+            None,
+        ),
         unschedulable_since=_unschedulable_since(conditions),
         waiting=_waiting(conditions, trainer)[:1024],
     )

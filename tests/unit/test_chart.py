@@ -484,3 +484,17 @@ def test_network_policy_env_and_rbac_follow_the_switch() -> None:
     env = {e["name"]: e.get("value") for e in container(off)["env"]}
     assert env["KERASJOB_NETWORK_POLICY"] == "false" and "KERASJOB_METRICS_FROM" not in env
     assert "networking.k8s.io/networkpolicies" not in rules_by_resource(one(off, "ClusterRole"))
+
+
+@needs_helm
+def test_elastic_probe_priority_class() -> None:
+    objects = render()
+    pc = one(objects, "PriorityClass")
+    assert (pc["value"], pc["preemptionPolicy"], pc["globalDefault"]) == (-1, "Never", False)
+    env = {e["name"]: e.get("value") for e in container(objects)["env"]}
+    assert env["KERASJOB_PROBE_PRIORITY_CLASS"] == pc["metadata"]["name"] == (
+        "kj-kerasjob-operator-elastic-probe")
+    off = render(**{"elastic.probePriorityClass": False})
+    assert not of_kind(off, "PriorityClass")
+    assert {e["name"]: e.get("value") for e in container(off)["env"]}[
+        "KERASJOB_PROBE_PRIORITY_CLASS"] == ""

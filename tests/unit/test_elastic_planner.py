@@ -28,9 +28,11 @@ def stuck(i: int, since: timedelta, uid: str | None = None) -> PodView:
                waiting=UNSCHEDULABLE)
 
 
-def probe(i: int, node: str = "", uid: str | None = None) -> PodView:
+def probe(i: int, node: str = "", uid: str | None = None,
+          bound_for: float = 10.0) -> PodView:
     return pod(i, uid or f"p{i}", name=f"j-probe-{i}", role="probe", phase="Pending",
-               ready=False, node_name=node)
+               ready=False, node_name=node,
+               scheduled_since=NOW - timedelta(seconds=bound_for) if node else None)
 
 
 def probes(p: rc.Plan) -> list[str]:
@@ -95,6 +97,9 @@ def test_probe_while_short_grow_after_the_cool_down() -> None:
     # A pending probe: nothing to do; no new probe either.
     p = rc.plan(j, p.status, [*running, probe(0)], NOW)
     assert not probes(p) and not deletes(p)
+    # Bound for a moment only (it may yet give way to a Pod of higher priority): wait.
+    p = rc.plan(j, p.status, [*running, probe(0, node="n1", bound_for=1)], NOW)
+    assert not deletes(p) and p.requeue_after == 2
     # Bound, but within the cool-down: wait for it.
     p = rc.plan(j, p.status, [*running, probe(0, node="n1")], NOW)
     assert not deletes(p) and p.requeue_after == 20
@@ -176,6 +181,11 @@ def test_a_probe_pod_has_the_workers_constraints_and_no_role_in_the_job() -> Non
     (container,) = spec["containers"]
     assert container["resources"] == worker["spec"]["containers"][0]["resources"]
     assert container["command"][0] == "python" and not container["env"]
+    assert "priorityClassName" not in spec
+    low = children.build_probe_pod(elastic_job(template={"spec": {
+        "priorityClassName": "high", "containers": [{"name": "trainer"}]}}), 0,
+        default_image="img", priority_class="kerasjob-elastic-probe")
+    assert low["spec"]["priorityClassName"] == "kerasjob-elastic-probe"
     assert "hostname" not in spec and "subdomain" not in spec
 
 

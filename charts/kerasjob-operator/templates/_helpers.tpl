@@ -49,3 +49,10 @@ app.kubernetes.io/part-of: kerasjob
 {{- define "kerasjob-operator.peeringName" -}}
 {{- default (include "kerasjob-operator.fullname" .) .Values.peering.name -}}
 {{- end -}}
+
+{{/* The PriorityClass of elastic jobs' probe Pods (templates/priorityclass.yaml), or "". */}}
+{{- define "kerasjob-operator.probePriorityClass" -}}
+{{- if .Values.elastic.probePriorityClass -}}
+{{- printf "%s-elastic-probe" (include "kerasjob-operator.fullname" .) | trunc 253 -}}
+{{- end -}}
+{{- end -}}
