@@ -3,8 +3,10 @@
 One place for the steps both take:
 
 * :func:`build_images` -- the operator and trainer images (``hack/images/build.sh``, cached),
-  exported as archives for the node's containerd;
+  exported as archives for the node's containerd, and the example images
+  (``examples/<name>/Dockerfile``);
 * :func:`load_images` -- imported into the real node (``hack/cluster/node.sh load``);
+  :func:`load_archives` for an example image that one test needs;
 * :func:`install_operator` / :func:`uninstall_operator` -- ``helm upgrade --install`` of
   ``charts/kerasjob-operator`` with the built operator image: the operator runs in-cluster,
   as the chart's hardened Pod, with the chart's ServiceAccount and RBAC;
@@ -34,6 +36,10 @@ OPERATOR_IMAGE = f"kerasjob/operator:{IMAGE_TAG}"
 TRAINER_IMAGE = f"kerasjob/trainer:{IMAGE_TAG}-cpu"
 #: Archives `hack/images/build.sh --export` writes (name -> file stem).
 ARCHIVES = {OPERATOR_IMAGE: "operator", TRAINER_IMAGE: "trainer-cpu"}
+#: A user's TFJob image, played by examples/tfjob-mnist (build.sh builds it FROM the trainer).
+TFJOB_MNIST_IMAGE = f"kerasjob.local/tfjob-mnist:{IMAGE_TAG}"
+#: Example images' archives (name -> file stem): loaded by the tests that run them.
+EXAMPLE_ARCHIVES = {TFJOB_MNIST_IMAGE: "tfjob-mnist"}
 
 
 class DeployError(RuntimeError):
@@ -68,6 +74,8 @@ class Images:
     archives: dict[str, Path]
     seconds: float
     summary: str
+    #: The example images' archives (not loaded by :func:`load_images`).
+    examples: dict[str, Path]
 
 
 def build_images(timeout: float = 3600) -> Images:
@@ -80,17 +88,24 @@ def build_images(timeout: float = 3600) -> Images:
         timeout,
     )
     archives = {image: export_dir() / f"{stem}.tar" for image, stem in ARCHIVES.items()}
-    missing = [str(p) for p in archives.values() if not p.exists()]
+    examples = {image: export_dir() / f"{stem}.tar" for image, stem in EXAMPLE_ARCHIVES.items()}
+    missing = [str(p) for p in [*archives.values(), *examples.values()] if not p.exists()]
     if missing:
         raise DeployError(f"hack/images/build.sh wrote no {', '.join(missing)}")
-    return Images(archives, time.monotonic() - t0, out.strip())
+    return Images(archives, time.monotonic() - t0, out.strip(), examples)
 
 
 def load_images(images: Images, timeout: float = 900) -> float:
-    """Import the archives into the real node's containerd (skipped for ones already there)."""
+    """Import the operator and trainer archives into the real node's containerd."""
+    return load_archives(list(images.archives.values()), timeout)
+
+
+def load_archives(archives: list[Path], timeout: float = 900) -> float:
+    """Import image archives into the real node's containerd (skipped for ones already
+    there); the seconds it took."""
     t0 = time.monotonic()
     _run(
-        [str(REPO_ROOT / "hack/cluster/node.sh"), "load", *map(str, images.archives.values())],
+        [str(REPO_ROOT / "hack/cluster/node.sh"), "load", *map(str, archives)],
         "loading the images into the node (hack/cluster/node.sh load)",
         timeout,
     )
@@ -199,8 +214,8 @@ def kill_container(cid: str, signal: str = "SIGKILL") -> None:
 
 
 def tag_image(src: str, dst: str) -> None:
-    """Give an image imported into the real node another name (an operator "upgrade" to a
-    new tag without rebuilding)."""
+    """Give an image imported into the real node another name: an operator "upgrade" to a
+    new tag without rebuilding, or an example image under the name a user's manifest gives."""
     _run([str(REPO_ROOT / "hack/cluster/node.sh"), "tag", src, dst], f"tagging {src} as {dst}", 60)
 
 

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Build the container images: kerasjob/operator:dev, kerasjob/trainer:dev-<variant> and the
+# example images (examples/<name>/Dockerfile -> kerasjob.local/<name>:dev, FROM the cpu trainer).
 # `make images` runs this; so can tests
 # and the demo (idempotent; seconds when nothing changed). See hack/images/README.md.
 #
 #   hack/images/build.sh [--export DIR] [--stop] [--quiet]
 #
 #   --export DIR   also `docker save` each image to DIR/<name>.tar (operator.tar,
-#                  trainer-cpu.tar, ...) for `ctr -n k8s.io images import`;
+#                  trainer-cpu.tar, tfjob-mnist.tar, ...) for `ctr -n k8s.io images import`;
 #                  a tarball is rewritten only when its image changed (DIR/<name>.tar.id)
 #   --stop         stop the private dockerd afterwards (images stay in its data root)
 #   --quiet        build output to $KERASJOB_RUN/images/*.log instead of the terminal
@@ -179,6 +180,23 @@ for v in $IMAGE_VARIANTS; do
   fi
   docker_build "$tag" "trainer-$v" -f trainer_image/Dockerfile \
     --build-arg "VARIANT=$v" --build-arg "BASE_IMAGE=$base" .
+done
+
+# --- example images -----------------------------------------------------------------------
+# examples/<name>/Dockerfile: a user's own image (e.g. examples/tfjob-mnist, the stand-in for
+# Kubeflow's TFJob example image), as kerasjob.local/<name>:$IMAGE_TAG, FROM the cpu trainer
+# image built above (its TensorFlow: no second download). Seconds when nothing changed.
+cpu_trainer="$TRAINER_REPO:$IMAGE_TAG-cpu"
+for dockerfile in examples/*/Dockerfile; do
+  [ -f "$dockerfile" ] || continue
+  dir="$(dirname "$dockerfile")"
+  tag="kerasjob.local/$(basename "$dir"):$IMAGE_TAG"
+  if [ -z "${built_secs[$cpu_trainer]:-}" ]; then
+    summary+=("$(printf '  %-34s SKIPPED (needs %s: IMAGE_VARIANTS without cpu)' "$tag" "$cpu_trainer")")
+    continue
+  fi
+  docker_build "$tag" "example-$(basename "$dir")" -f "$dockerfile" \
+    --build-arg "BASE_IMAGE=$cpu_trainer" "$dir"
 done
 
 # --- export -------------------------------------------------------------------------------
