@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Iterable, Mapping
 from datetime import datetime
@@ -26,7 +27,7 @@ from typing import Any
 
 import aiohttp
 
-from kerasjob import acting, goodput, progress
+from kerasjob import acting, elastic, goodput, progress
 from kerasjob import reconcile as rc
 from kerasjob.config import OperatorConfig
 from kerasjob.events import EventRecorder, build_event
@@ -88,6 +89,7 @@ class Controller:
         self.expectations = Expectations()
         self.rejections: dict[Key, Rejection] = {}
         self.probe_class: str | None = ""  # elastic probes' PriorityClass: checked when needed
+        self.waiting = elastic.WaitingJobs()  # for elastic jobs: who waits for a place
         """The API server's last refusal to create a child, per job (see `rejection`)."""
         self._errors: dict[Key, int] = {}
         self._awaiting_api: set[Key] = set()
@@ -221,6 +223,9 @@ class Controller:
             return None
         parsed = self._parse(body)
         job, workload = parsed.view(body), None
+        now = asyncio.get_running_loop().time()
+        if job.elastic is not None and key not in (waiting := self.waiting.get(self.pods, now)):
+            job = dataclasses.replace(job, others_waiting=bool(waiting))
         if self.kueue is not None:
             job, workload = self.kueue.view(key, body, job)
         return Observed(

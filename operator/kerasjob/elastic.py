@@ -25,6 +25,7 @@ first resize): the planner's tasks and every Pod's TF_CONFIG have that many work
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -46,8 +47,41 @@ SHRINK_GRACE_SECONDS = 1
 #: How long a probe must stay bound before it counts as capacity. Probes have the lowest
 #: priority (`acting.PROBE_PRIORITY`): one bound to a place that another job's restarting
 #: worker needs is pre-empted within moments, and must not make its job grow.
-PROBE_SETTLE_SECONDS = 3.0
+PROBE_SETTLE_SECONDS = 5.0
 WORKER = "worker"
+
+
+def waiting_jobs(pods: Mapping[Any, Iterable[PodView]]) -> frozenset[Any]:
+    """The keys of jobs with a Pod (not a probe) that no node fits now: while there are
+    any, no elastic job grows and probes give their places back (capacity goes first to
+    jobs waiting for their Pods; the scheduler's own pre-emption of a bound probe by a
+    pending Pod may wait minutes, as a Pod that failed to schedule is retried only on
+    cluster events that can help it)."""
+    return frozenset(
+        key for key, views in pods.items()
+        if any(p.unschedulable_since is not None and p.role != PROBE_ROLE and not p.deleting
+               for p in views)
+    )
+
+
+class WaitingJobs:
+    """The jobs that had a Pod no node fits within the last PROBE_SETTLE_SECONDS (the
+    controller's, for elastic jobs): a job between the two Pods of a restart is not waiting
+    at that moment, so one look would let a probe take its place. The Pod index is scanned
+    at most every 0.5 s."""
+
+    def __init__(self) -> None:
+        self.scanned = float("-inf")
+        self.seen: dict[Any, float] = {}
+
+    def get(self, pods: Mapping[Any, Iterable[PodView]], now: float) -> frozenset[Any]:
+        if now - self.scanned > 0.5:
+            self.scanned = now
+            for key in waiting_jobs(pods):
+                self.seen[key] = now
+            horizon = now - PROBE_SETTLE_SECONDS
+            self.seen = {k: t for k, t in self.seen.items() if t >= horizon}
+        return frozenset(self.seen)
 
 
 def probe_name(job_name: str, index: int) -> str:
@@ -181,7 +215,11 @@ class Elastic:
         if policy is None or self.size is None:
             return False
         probes = {p.index: p for p in self.owned.values() if p.role == PROBE_ROLE}
-        missing = policy.preferred - self.size if running else 0
+        # Short, running, and no other job waiting for a place: probe (see `waiting_jobs`).
+        wanted = running and not self.job.others_waiting
+        missing = policy.preferred - self.size if wanted else 0
+        if running and self.size < policy.preferred and not wanted:
+            self.requeue(PROBE_SETTLE_SECONDS)  # look again: other jobs' Pods wake no one
         for index, pod in probes.items():
             if index >= missing and not pod.deleting:
                 self.actions.append(DeletePod(pod.name, pod.uid, force=True))

@@ -55,6 +55,8 @@ class JobView:
     """For a job of a Kueue LocalQueue: whether its Workload is admitted (`kueue.gate`)."""
     elastic: ElasticPolicy | None = None
     """spec.elastic; ``tasks`` then lists the preferred size's workers (`elastic`)."""
+    others_waiting: bool = False
+    """Another job has a Pod no node fits now (`elastic.waiting_jobs`): do not grow."""
 
     @property
     def roles(self) -> list[str]:

@@ -22,16 +22,10 @@ from kerasjob_dev.harness import (
     install_crds,
     isolated_namespace,
     job_manifest,
-    session_operator,
     wait_phase,
 )
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
-
-
-@pytest.fixture
-def operator(cluster: Cluster, kwok_placement: dict[str, Any]) -> OperatorProcess:
-    return session_operator(cluster)
 
 
 @pytest.fixture

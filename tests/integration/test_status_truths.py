@@ -27,17 +27,11 @@ from kerasjob_dev.harness import (
     job_manifest,
     job_status,
     pods,
-    session_operator,
     set_container_exit,
     wait_phase,
 )
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(150)]
-
-
-@pytest.fixture
-def operator(cluster: Cluster, kwok_placement: dict[str, Any]) -> OperatorProcess:
-    return session_operator(cluster)
 
 
 @pytest.fixture

@@ -99,7 +99,7 @@ def test_probe_while_short_grow_after_the_cool_down() -> None:
     assert not probes(p) and not deletes(p)
     # Bound for a moment only (it may yet give way to a Pod of higher priority): wait.
     p = rc.plan(j, p.status, [*running, probe(0, node="n1", bound_for=1)], NOW)
-    assert not deletes(p) and p.requeue_after == 2
+    assert not deletes(p) and p.requeue_after == 4
     # Bound, but within the cool-down: wait for it.
     p = rc.plan(j, p.status, [*running, probe(0, node="n1")], NOW)
     assert not deletes(p) and p.requeue_after == 20
@@ -201,3 +201,31 @@ def test_validation_of_an_elastic_job() -> None:
     # A user's own program picks its own batch.
     assert validation.validate_job(elastic_job(
         trainer={"batchSizePerReplica": 7, "command": ["python", "x.py"]})) == []
+
+
+def test_while_another_job_waits_for_a_place_probes_give_theirs_back() -> None:
+    from dataclasses import replace
+
+    from kerasjob.elastic import waiting_jobs
+
+    j = replace(ejob(), others_waiting=True)
+    s = {"elastic": {"workers": 2, "resizes": 1}}
+    p = rc.plan(j, s, [pod(0), pod(1), probe(0, node="n1"), probe(1)], NOW)
+    assert sorted(deletes(p)) == ["j-probe-0", "j-probe-1"] and not probes(p)
+    assert p.status["elastic"]["workers"] == 2  # no grow
+    # Which jobs wait: a Pod (not a probe, not going) that no node fits.
+    index = {("ns", "a"): [pod(0), stuck(1, timedelta(0))], ("ns", "b"): [pod(0), probe(0)],
+             ("ns", "c"): [replace(stuck(0, timedelta(0)), deletion_timestamp=NOW)],
+             ("ns", "d"): [replace(probe(0), unschedulable_since=NOW)]}
+    assert waiting_jobs(index) == {("ns", "a")}
+
+
+def test_a_job_that_waited_a_moment_ago_still_counts_as_waiting() -> None:
+    from kerasjob.elastic import PROBE_SETTLE_SECONDS, WaitingJobs
+
+    tracker = WaitingJobs()
+    waiting = {("ns", "a"): [stuck(0, timedelta(0))]}
+    assert tracker.get(waiting, 100.0) == {("ns", "a")}
+    # Between the two Pods of its restart, a moment later: still waiting.
+    assert tracker.get({("ns", "a"): []}, 101.0) == {("ns", "a")}
+    assert tracker.get({("ns", "a"): []}, 100.0 + PROBE_SETTLE_SECONDS + 1) == frozenset()

@@ -1,0 +1,199 @@
+"""20 elastic KerasJobs on KWOK nodes whose capacity goes down and up three times.
+
+Each worker asks for one kerasjob.dev/kwok-slot, an extended resource patched into the KWOK
+nodes' status. 60 slots: every job runs its preferred 3 workers. Then half the nodes lose
+their slots and their Pods (spot capacity reclaimed, 30 slots left): replacements cannot be
+scheduled, the jobs hit shrink (minWorkers 1) and the cluster converges: every job runs or
+waits at its minimum for a place, all 30 slots are in use, and nothing resizes any more. Then
+60 slots: the probes are scheduled and every job grows back to 3, no sooner than the
+cool-down.
+At the end every job succeeds (the chief's exit is written as a kubelet would) and no Pod,
+probe or counter is left over. Printed: capacity lost -> converged, capacity back ->
+all at full size (median and max per cycle).
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from kerasjob_contract.times import parse_time
+from kerasjob_dev.cluster import Cluster, wait_for
+from kerasjob_dev.harness import (
+    OperatorProcess,
+    core,
+    create_job,
+    delete_job,
+    isolated_namespace,
+    job_manifest,
+    job_status,
+    pods,
+    set_container_exit,
+)
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
+
+JOBS, PREFERRED, SLOTS = 20, 3, 60
+SLOT = "kerasjob.dev/kwok-slot"
+COOLDOWN = 4
+
+
+@pytest.fixture
+def namespace(kube: Any) -> Iterator[str]:
+    yield from isolated_namespace(kube)
+
+
+def _kwok_nodes(kube: Any) -> list[str]:
+    return sorted(n.metadata.name for n in core(kube).list_node(label_selector="type=kwok").items)
+
+
+def _set_slots(kube: Any, slots: dict[str, int | None]) -> None:
+    """Each node's slots (None: remove the resource)."""
+    for name, n in slots.items():
+        value = None if n is None else str(n)
+        core(kube).patch_node_status(name, {"status": {"capacity": {SLOT: value},
+                                                       "allocatable": {SLOT: value}}})
+
+
+def _elastic_job(name: str) -> dict[str, Any]:
+    body = job_manifest(name, workers=PREFERRED, elastic={
+        "minWorkers": 1, "shrinkAfterSeconds": 1, "resizeCooldownSeconds": COOLDOWN})
+    body["spec"]["template"]["spec"]["containers"] = [{
+        "name": "trainer",
+        "resources": {"requests": {SLOT: "1"}, "limits": {SLOT: "1"}}}]
+    return body
+
+
+def _statuses(kube: Any, ns: str) -> dict[str, dict[str, Any]]:
+    return {f"e{i}": job_status(kube, ns, f"e{i}") for i in range(JOBS)}
+
+
+def _settled(kube: Any, ns: str, size: int | None = None) -> dict[str, dict[str, Any]] | None:
+    """Every job Running with all its Pods ready (at ``size`` workers, if given)."""
+    statuses = _statuses(kube, ns)
+    for s in statuses.values():
+        workers = (s.get("elastic") or {}).get("workers")
+        if s.get("phase") != "Running" or (size is not None and workers != size):
+            return None
+        if s.get("replicaStatuses", {}).get("worker", {}).get("ready") != workers:
+            return None
+    return statuses
+
+
+def _converged(kube: Any, ns: str, slots: int) -> dict[str, dict[str, Any]] | None:
+    """Every job Running, or waiting at minWorkers (1) for a place; every slot in use by a
+    ready worker. (Which jobs wait is the scheduler's luck: a job's shrink frees places
+    that another job's pending workers may take; kerasjob does not arbitrate between jobs,
+    Kueue's quotas and fair sharing do.)"""
+    statuses = _statuses(kube, ns)
+    ready = 0
+    for s in statuses.values():
+        workers = (s.get("elastic") or {}).get("workers")
+        worker = s.get("replicaStatuses", {}).get("worker", {})
+        if s.get("phase") == "Running" and worker.get("ready") == workers:
+            ready += workers
+        elif not (s.get("phase") == "Restarting" and workers == 1):
+            return None
+    return statuses if ready == slots else None
+
+
+def _describe(kube: Any, ns: str) -> str:
+    """Each job's phase, size, resizes and why; each Pod's phase and node (on failure)."""
+    lines = []
+    for name, s in _statuses(kube, ns).items():
+        running = next((c for c in s.get("conditions") or [] if c["type"] == "Running"), {})
+        lines.append(f"{name}: {s.get('phase')} {s.get('elastic')} ready "
+                     f"{s.get('replicaStatuses', {}).get('worker')} restarts "
+                     f"{s.get('restarts')} | {running.get('reason')}: "
+                     f"{running.get('message', '')[:100]}")
+    for name, p in sorted(pods(kube, ns).items()):
+        lines.append(f"  {name}: {p.status.phase} {p.spec.node_name} "
+                     f"{'deleting' if p.metadata.deletion_timestamp else ''}")
+    return "\n".join(lines)
+
+
+def test_twenty_elastic_jobs_follow_the_capacity(
+    kube: Any, cluster: Cluster, operator: OperatorProcess, namespace: str
+) -> None:
+    ns = namespace
+    nodes = _kwok_nodes(kube)
+    if len(nodes) < 2 or len(nodes) % 2:
+        pytest.skip("needs an even number of KWOK nodes (hack/cluster/up.sh makes 4)")
+    per_node = SLOTS // len(nodes)
+    reclaimed = nodes[len(nodes) // 2:]
+    full = dict.fromkeys(nodes, per_node)
+    _set_slots(kube, full)
+    lost_s: list[float] = []
+    back_s: list[float] = []
+    try:
+        for i in range(JOBS):
+            create_job(kube, ns, _elastic_job(f"e{i}"))
+        wait_for(lambda: _settled(kube, ns, PREFERRED), timeout=120, interval=0.5,
+                 what="20 jobs running at 3 workers")
+        for cycle in range(3):
+            # Spot capacity reclaimed: half the nodes lose their slots and their Pods.
+            _set_slots(kube, dict.fromkeys(reclaimed, 0))
+            start = time.monotonic()
+            for name, pod in pods(kube, ns).items():
+                if pod.spec.node_name in reclaimed:
+                    core(kube).delete_namespaced_pod(name, ns)
+            shrunk = wait_for(lambda: _converged(kube, ns, SLOTS // 2), timeout=180,
+                              interval=0.5, what=f"cycle {cycle}: converged on 30 slots")
+            lost_s.append(time.monotonic() - start)
+            sizes = sorted(st["elastic"]["workers"] for st in shrunk.values())
+            # Stable: no resize for two cool-downs, all 30 slots still in use.
+            resizes = {n: st["elastic"]["resizes"] for n, st in shrunk.items()}
+            time.sleep(2 * COOLDOWN)
+            still = _converged(kube, ns, SLOTS // 2)
+            assert still and {n: st["elastic"]["resizes"] for n, st in still.items()} == (
+                resizes), "resizes went on without a change of capacity"
+
+            _set_slots(kube, full)
+            start = time.monotonic()
+            wait_for(lambda: _settled(kube, ns, PREFERRED), timeout=180, interval=0.5,
+                     what=f"cycle {cycle}: all grown back to 3")
+            back_s.append(time.monotonic() - start)
+            print(f"cycle {cycle}: sizes on 30 slots {sizes}; lost -> converged "
+                  f"{lost_s[-1]:.1f}s, back -> full size {back_s[-1]:.1f}s")
+
+        # No job flapped: a grow never came sooner than the cool-down after a resize.
+        for name, s in _statuses(kube, ns).items():
+            history = s["elastic"].get("history") or []
+            for before, after in itertools.pairwise(history):
+                if after["reason"] == "CapacityReturned":
+                    gap = (parse_time(after["time"]) - parse_time(before["time"])).total_seconds()
+                    assert gap >= COOLDOWN - 1, (name, before, after)  # (1 s timestamps)
+            assert s["restarts"]["failures"] == 0, (name, s["restarts"])
+            # The operator's metrics show each job's size and resizes, from its status.
+            labels = f'namespace="{ns}",name="{name}"'
+            scraped = operator.metrics()
+            assert scraped[f"kerasjob_operator_elastic_workers{{{labels}}}"] == PREFERRED
+            assert scraped[f"kerasjob_operator_elastic_resizes_total{{{labels}}}"] == s[
+                "elastic"]["resizes"]
+
+        # Finish: every chief exits 0; the jobs succeed, no probe or running Pod is left.
+        for i in range(JOBS):
+            set_container_exit(cluster, ns, f"e{i}-worker-0", 0, in_place=False)
+        wait_for(lambda: all(s.get("phase") == "Succeeded"
+                             for s in _statuses(kube, ns).values()),
+                 timeout=120, interval=0.5, what="every job Succeeded")
+        wait_for(lambda: not [p for p in pods(kube, ns).values()
+                              if p.status.phase not in ("Succeeded", "Failed")],
+                 timeout=120, interval=0.5, what="no running Pod or probe left")
+        assert not [n for n in pods(kube, ns) if "-probe-" in n]
+    except BaseException:
+        print(_describe(kube, ns), operator.log_tail(), sep="\n")
+        raise
+    finally:
+        for i in range(JOBS):
+            delete_job(kube, ns, f"e{i}")
+        _set_slots(kube, dict.fromkeys(nodes, None))
+    wait_for(lambda: not pods(kube, ns), timeout=120, interval=0.5, what="every Pod gone")
+    print(f"elastic x{JOBS}: capacity lost -> converged: median "
+          f"{statistics.median(lost_s):.1f}s, max {max(lost_s):.1f}s; capacity back -> all at "
+          f"3 workers: median {statistics.median(back_s):.1f}s, max {max(back_s):.1f}s")
