@@ -187,8 +187,13 @@ def wait_for(
         time.sleep(interval)
 
 
-def create_namespace(api_client: Any, prefix: str = "t", *, timeout: float = 30) -> str:
-    """Create namespace ``<prefix>-<8 hex>``, wait for its default ServiceAccount; return it."""
+def create_namespace(api_client: Any, prefix: str = "t", *, timeout: float = 120) -> str:
+    """Create namespace ``<prefix>-<8 hex>``, wait for its default ServiceAccount; return it.
+
+    The ServiceAccount comes from the controller-manager, normally within a second; after
+    the API server or etcd was restarted (tests/integration/test_control_plane_faults.py) the
+    controller-manager first re-lists and re-acquires its leader lease, which took over 30 s
+    once in the full suite: hence the long timeout."""
     from kubernetes import client
 
     core = client.CoreV1Api(api_client)

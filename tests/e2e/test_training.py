@@ -153,7 +153,11 @@ def run_and_disrupt(
         print(run.status(), run.dep.operator_logs(), sep="\n")
         raise
     final = wait_for(lambda: FINAL.findall(run.log(chief)), timeout=30, what="final line")
-    resumed_at = [int(s) for p in workers for s in RESUMED.findall(run.log(p))]
+    # "" is also what a log read that timed out gives (a loaded API server or kubelet): the
+    # full suite once read no "resumed" line from either worker that way.
+    logs = {p: wait_for(lambda p=p: run.log(p), timeout=60, interval=1, what=f"{p}'s log")
+            for p in workers}
+    resumed_at = [int(s) for p in workers for s in RESUMED.findall(logs[p])]
     print(
         f"disrupted at step {step_at_disruption}, resumed at {sorted(set(resumed_at))} "
         f"after {recovery_s:.1f}s; restarts {status.get('restarts')}; final {final}"
@@ -164,6 +168,8 @@ def run_and_disrupt(
         "resumed_at": resumed_at,
         "step_at_disruption": step_at_disruption,
         "progress": run.progress_files(),
+        "logs": "\n".join(f"--- {p}\n{text[-3000:]}" for p, text in logs.items()),
+        "operator": run.dep.operator_logs(),
     }
 
 
@@ -172,7 +178,8 @@ def assert_exact_resume(result: dict[str, Any], save_freq: int = 50, total: int 
     accuracy, steps = result["final"][-1]
     assert int(steps) == total, f"final step count {steps} != {total}"
     assert accuracy and float(accuracy) >= 0.85
-    assert result["resumed_at"], "no worker resumed from the backup"
+    assert result["resumed_at"], (
+        f"no worker resumed from the backup\n{result['logs']}\n{result['operator'][-6000:]}")
     for step in result["resumed_at"]:
         # From a BackupAndRestore backup (a multiple of saveFreq) or from the state saved at
         # SIGTERM; never from scratch and never past the disruption.
