@@ -253,6 +253,29 @@ def isolated_namespace(kube: Any) -> Iterator[str]:
         delete_namespace(kube, name)
 
 
+def own_namespace(kube: Any, prefix: str) -> Iterator[str]:
+    """A fresh namespace ``<prefix>-<8 hex>`` for a test's own operator; deleted afterwards
+    (a generator for fixtures: ``yield from own_namespace(kube, "chaos")``)."""
+    name = create_namespace(kube, prefix=prefix)
+    try:
+        yield name
+    finally:
+        delete_namespace(kube, name)
+
+
+def own_operator(cluster: Cluster, namespace: str, name: str) -> Iterator[OperatorProcess]:
+    """An operator of a test's own on exactly ``namespace`` (no namespace scanning), stopped
+    afterwards: for tests that kill it, count its requests, or must not wait on another's
+    (``yield from own_operator(cluster, ns, "chaos")``)."""
+    install_crds(cluster)
+    op = OperatorProcess(cluster, (namespace,), name=name)
+    op.start()
+    try:
+        yield op
+    finally:
+        op.stop()
+
+
 def shared_operator(cluster: Cluster) -> OperatorProcess:
     """The session's operator for ``t-*`` namespaces (restarted if it died)."""
     install_crds(cluster)

@@ -161,6 +161,27 @@ class Group:
     def logs(self) -> str:
         return "\n".join(f"--- {t.name}\n{t.tail()}" for t in self.trainers)
 
+    # -- what the trainers recorded (KERASJOB_AUDIT_DIR=<tmp>/audit, kerasjob_trainer.audit) --
+
+    def audit_records(self, filename: str) -> list[dict[str, Any]]:
+        """The JSON lines of one audit file, e.g. ``steps-worker0.jsonl``."""
+        text = (self.tmp / "audit" / filename).read_text()
+        return [json.loads(line) for line in text.splitlines() if line]
+
+    def audit_steps(self, name: str) -> dict[int, list[dict[str, Any]]]:
+        """step -> every record of it by trainer ``name`` (e.g. worker0), one per attempt."""
+        out: dict[int, list[dict[str, Any]]] = {}
+        for r in self.audit_records(f"steps-{name}.jsonl"):
+            out.setdefault(r["step"], []).append(r)
+        return out
+
+    def final_weights(self) -> list[Any]:
+        """The weights of the model.keras the chief saved."""
+        import tf_keras
+
+        return tf_keras.models.load_model(self.output / "model.keras",
+                                          compile=False).get_weights()
+
 
 @contextlib.contextmanager
 def group(tmp: Path, config: dict[str, Any], **kwargs: Any) -> Iterator[Group]:

@@ -223,9 +223,9 @@ class Controller:
             return None
         parsed = self._parse(body)
         job, workload = parsed.view(body), None
-        now = asyncio.get_running_loop().time()
-        if job.elastic is not None and key not in (waiting := self.waiting.get(self.pods, now)):
-            job = dataclasses.replace(job, others_waiting=bool(waiting))
+        if job.elastic is not None:  # only elastic jobs look at the others' Pods
+            waiting = self.waiting.get(self.pods, asyncio.get_running_loop().time())
+            job = dataclasses.replace(job, others_waiting=bool(waiting - {key}))
         if self.kueue is not None:
             job, workload = self.kueue.view(key, body, job)
         return Observed(

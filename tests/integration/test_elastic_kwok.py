@@ -23,15 +23,16 @@ from typing import Any
 import pytest
 
 from kerasjob_contract.times import parse_time
-from kerasjob_dev.cluster import Cluster, create_namespace, delete_namespace, wait_for
+from kerasjob_dev.cluster import Cluster, wait_for
 from kerasjob_dev.harness import (
     OperatorProcess,
     core,
     create_job,
     delete_job,
-    install_crds,
     job_manifest,
     job_status,
+    own_namespace,
+    own_operator,
     pods,
     set_container_exit,
 )
@@ -45,11 +46,7 @@ COOLDOWN = 4
 
 @pytest.fixture
 def namespace(kube: Any, kwok_placement: dict[str, Any]) -> Iterator[str]:
-    ns = create_namespace(kube, prefix="elastic")
-    try:
-        yield ns
-    finally:
-        delete_namespace(kube, ns)
+    yield from own_namespace(kube, "elastic")
 
 
 @pytest.fixture
@@ -57,13 +54,7 @@ def operator(cluster: Cluster, namespace: str) -> Iterator[OperatorProcess]:
     """An operator of this test's own, on its one namespace: no namespace scanning to wait
     for (the session operator, started just after the control-plane fault tests, once saw
     none of the 20 jobs within 120 s), and its metrics are this test's alone."""
-    install_crds(cluster)
-    op = OperatorProcess(cluster, (namespace,), name="elastic")
-    op.start()
-    try:
-        yield op
-    finally:
-        op.stop()
+    yield from own_operator(cluster, namespace, "elastic")
 
 
 def _kwok_nodes(kube: Any) -> list[str]:

@@ -20,7 +20,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from kerasjob_dev.cluster import Cluster, create_namespace, delete_namespace, wait_for
+from kerasjob_dev.cluster import Cluster, wait_for
 from kerasjob_dev.harness import (
     OperatorProcess,
     core,
@@ -29,6 +29,8 @@ from kerasjob_dev.harness import (
     install_crds,
     job_manifest,
     job_status,
+    own_namespace,
+    own_operator,
     patch_job,
     pods,
     set_container_exit,
@@ -43,22 +45,12 @@ MAX_JOBS = 5
 
 @pytest.fixture
 def chaos_ns(cluster: Cluster, kube: Any, kwok_placement: dict[str, Any]) -> Iterator[str]:
-    ns = create_namespace(kube, prefix="chaos")
-    try:
-        yield ns
-    finally:
-        delete_namespace(kube, ns)
+    yield from own_namespace(kube, "chaos")
 
 
 @pytest.fixture
 def chaos_operator(cluster: Cluster, chaos_ns: str) -> Iterator[OperatorProcess]:
-    install_crds(cluster)
-    op = OperatorProcess(cluster, (chaos_ns,), name="chaos")
-    op.start()
-    try:
-        yield op
-    finally:
-        op.stop()
+    yield from own_operator(cluster, chaos_ns, "chaos")
 
 
 class Ledger:

@@ -19,16 +19,17 @@ from typing import Any
 import pytest
 
 from kerasjob import bounded
-from kerasjob_dev.cluster import Cluster, create_namespace, delete_namespace, wait_for
+from kerasjob_dev.cluster import Cluster, wait_for
 from kerasjob_dev.harness import (
     OperatorProcess,
     condition,
     core,
     create_job,
     events_for,
-    install_crds,
     job_manifest,
     job_status,
+    own_namespace,
+    own_operator,
     pods,
     wait_phase,
 )
@@ -58,22 +59,12 @@ def deep_job(name: str, depth: int, *, lists: bool = False) -> str:
 
 @pytest.fixture
 def poison_ns(cluster: Cluster, kube: Any, kwok_placement: dict[str, Any]) -> Iterator[str]:
-    ns = create_namespace(kube, prefix="poison")
-    try:
-        yield ns
-    finally:
-        delete_namespace(kube, ns)
+    yield from own_namespace(kube, "poison")
 
 
 @pytest.fixture
 def operator(cluster: Cluster, poison_ns: str) -> Iterator[OperatorProcess]:
-    install_crds(cluster)
-    op = OperatorProcess(cluster, (poison_ns,), name="poison")
-    op.start()
-    try:
-        yield op
-    finally:
-        op.stop()
+    yield from own_operator(cluster, poison_ns, "poison")
 
 
 def assert_failed_too_deep(kube: Any, ns: str, name: str) -> None:

@@ -12,7 +12,6 @@ round-off (a 2-way and a 3-way all-reduce add in another order).
 
 from __future__ import annotations
 
-import json
 import signal
 from pathlib import Path
 from typing import Any
@@ -40,27 +39,11 @@ def _group(tmp: Path) -> Group:
                  env={"KERASJOB_AUDIT_DIR": str(tmp / "audit")})
 
 
-def _records(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line]
-
-
 def _slices(g: Group) -> list[tuple[int, int, list[int]]]:
     """(step, replica, indices) of every per-replica batch the pipelines produced."""
     return [(r["step"], r["replica"], r["indices"])
-            for f in sorted((g.tmp / "audit").glob("data-*.jsonl")) for r in _records(f)]
-
-
-def _steps(g: Group, name: str) -> dict[int, list[dict[str, Any]]]:
-    out: dict[int, list[dict[str, Any]]] = {}
-    for r in _records(g.tmp / "audit" / f"steps-{name}.jsonl"):
-        out.setdefault(r["step"], []).append(r)
-    return out
-
-
-def _weights(g: Group) -> list[np.ndarray]:
-    import tf_keras
-
-    return tf_keras.models.load_model(g.output / "model.keras", compile=False).get_weights()
+            for f in sorted((g.tmp / "audit").glob("data-*.jsonl"))
+            for r in g.audit_records(f.name)]
 
 
 def _preempt(g: Group, trainers: list[Any], at_step: int, victim: int) -> int:
@@ -115,7 +98,7 @@ def test_resume_at_another_world_size_trains_the_same_batches(tmp_path: Path) ->
         assert any(produced.get((step, n)) == set(range(n)) for n in sizes), step
 
     # 2. The counters and the learning rate per step, on the chief.
-    base_steps, hit_steps = _steps(base, "worker0"), _steps(hit, "worker0")
+    base_steps, hit_steps = base.audit_steps("worker0"), hit.audit_steps("worker0")
     assert sorted(hit_steps) == list(range(TOTAL))
     for step in range(TOTAL):
         (expected,) = base_steps[step]
@@ -124,8 +107,8 @@ def test_resume_at_another_world_size_trains_the_same_batches(tmp_path: Path) ->
                 assert attempt[key] == expected[key], (step, key, attempt, expected)
 
     # 3. The model: the same to float round-off, and as good.
-    diffs = [float(np.max(np.abs(a - b))) for a, b in zip(_weights(base), _weights(hit),
-                                                          strict=True)]
+    diffs = [float(np.max(np.abs(a - b)))
+             for a, b in zip(base.final_weights(), hit.final_weights(), strict=True)]
     print(f"final weights: max difference {max(diffs):.2e}")
     assert max(diffs) < 1e-3
 

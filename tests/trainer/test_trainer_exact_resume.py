@@ -61,30 +61,13 @@ def _group(tmp: Path) -> Group:
                                    "PYTHONPATH": str(tmp)})
 
 
-def _records(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line]
-
-
 def _data(g: Group) -> dict[tuple[int, int], list[list[int]]]:
     """(step, replica) -> every recording of its indices (one per generation that built it)."""
     out: dict[tuple[int, int], list[list[int]]] = {}
     for f in sorted((g.tmp / "audit").glob("data-*.jsonl")):
-        for r in _records(f):
+        for r in g.audit_records(f.name):
             out.setdefault((r["step"], r["replica"]), []).append(r["indices"])
     return out
-
-
-def _steps(g: Group, name: str) -> dict[int, list[dict[str, Any]]]:
-    out: dict[int, list[dict[str, Any]]] = {}
-    for r in _records(g.tmp / "audit" / f"steps-{name}.jsonl"):
-        out.setdefault(r["step"], []).append(r)
-    return out
-
-
-def _weights(g: Group) -> list[np.ndarray]:
-    import tf_keras
-
-    return tf_keras.models.load_model(g.output / "model.keras", compile=False).get_weights()
 
 
 def _finish(g: Group) -> None:
@@ -123,7 +106,7 @@ def _disrupted(g: Group) -> list[str]:
 def _generations(g: Group, name: str) -> list[list[dict[str, Any]]]:
     """The audit's step records of one worker, split by process (generation)."""
     out: dict[int, list[dict[str, Any]]] = {}
-    for r in _records(g.tmp / "audit" / f"steps-{name}.jsonl"):
+    for r in g.audit_records(f"steps-{name}.jsonl"):
         out.setdefault(r["pid"], []).append(r)
     return list(out.values())
 
@@ -184,7 +167,7 @@ def test_disrupted_run_equals_undisturbed_run(tmp_path: Path) -> None:
     #    (and every redone attempt) has the same epoch, batch, iterations and lr. (Not the
     #    logged loss: Keras's running epoch mean restarts at a resume in mid-epoch.)
     for name in ("worker0", "worker1"):
-        base_steps, hit_steps = _steps(base, name), _steps(hit, name)
+        base_steps, hit_steps = base.audit_steps(name), hit.audit_steps(name)
         assert sorted(base_steps) == sorted(hit_steps) == list(range(TOTAL))
         for step in range(TOTAL):
             (expected,) = base_steps[step]
@@ -195,14 +178,14 @@ def test_disrupted_run_equals_undisturbed_run(tmp_path: Path) -> None:
                     assert attempt[key] == expected[key], (name, step, key, attempt, expected)
         redone = [s for s, v in hit_steps.items() if len(v) > 1]
         assert redone, "the SIGKILL must have made the group redo steps"
-    lrs = [_steps(base, "worker0")[s][0]["lr"] for s in (0, 7, 14)]
+    lrs = [base.audit_steps("worker0")[s][0]["lr"] for s in (0, 7, 14)]
     assert lrs[0] > lrs[1] > lrs[2]  # the schedule does decay
 
     # 3. Goodput: the ledger's three disruptions agree with the audit's per-step times.
     _check_goodput(hit)
 
     # 4. Determinism: the same final weights.
-    a, b = _weights(base), _weights(hit)
+    a, b = base.final_weights(), hit.final_weights()
     diff = max(float(np.max(np.abs(x - y))) for x, y in zip(a, b, strict=True))
     print(f"max |w_disrupted - w_undisturbed| = {diff!r} over "
           f"{sum(x.size for x in a)} weights")

@@ -115,7 +115,7 @@ def summarize(job: KerasJob | Mapping[str, Any]) -> JobSummary:
         phase=phase,
         workers=elastic.workers if elastic and elastic.workers else job.spec.workers,
         preferred_workers=job.spec.workers,
-        resizes=elastic.resizes or 0 if elastic else 0,
+        resizes=(elastic.resizes or 0) if elastic else 0,
         disruptions=restarts.disruptions if restarts else 0,
         failures=restarts.failures if restarts else 0,
         step=prog.step if prog else None,
