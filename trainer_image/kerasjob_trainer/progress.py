@@ -51,6 +51,7 @@ def progress_callback(session: Any, *, total: int, steps_per_epoch: int, interva
                 raise RuntimeError(f"data position mismatch: the pipeline starts at step "
                                    f"{start_step}, the restored optimizer at {self.step}")
             self.epoch = self.step // steps_per_epoch
+            self.resumed_at = self.step
             self.mark = (time.monotonic(), self.step)
             if self.step:
                 say(f"resumed at step {self.step}")
@@ -65,6 +66,13 @@ def progress_callback(session: Any, *, total: int, steps_per_epoch: int, interva
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
             self.step += 1
             step_done()
+            if first_step() and logs is not None and session.metric_state is not None:
+                # The metrics exist now: continue their running state from the backup and
+                # correct this step's logs in place (the callbacks after this one see them).
+                state = session.metric_state
+                if state.continue_from_backup(self.resumed_at, steps_per_epoch):
+                    logs.update(state.logs())
+                    say(f"metrics: running averages continued from step {self.resumed_at}")
             session.watchdog.beat()
             session.peers.arm()
             found = session.goodput.step_done(self.step)

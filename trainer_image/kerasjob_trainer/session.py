@@ -44,6 +44,7 @@ from kerasjob_contract.trainer_config import ConfigError, TrainerConfig
 from kerasjob_trainer import faults, goodput, preemption
 from kerasjob_trainer.audit import Audit
 from kerasjob_trainer.faults import hard_exit, say
+from kerasjob_trainer.metric_state import MetricState
 from kerasjob_trainer.metrics import ProgressReporter
 from kerasjob_trainer.progress import progress_callback
 
@@ -96,6 +97,7 @@ class Session:
         self.watchdog = faults.Watchdog(ctx.config.stall_timeout_seconds)
         self.peers = faults.PeerMonitor(_peer_addresses(ctx.cluster))
         self.steps = 0
+        self.metric_state: MetricState | None = None  # made by callbacks()
         self._elastic_said = False
         #: The data and step audit (KERASJOB_AUDIT_DIR), None when off.
         self.audit = Audit.from_env(f"{ctx.cluster.role}{ctx.cluster.index}")
@@ -184,6 +186,9 @@ class Session:
         self.peers.quiet_when(lambda: preemption.preemption_in_progress(model))
         if self.config.deterministic and preemption.checkpoint_random_state(model):
             say("deterministic: the random layers' generator state is in every backup")
+        # Before BackupAndRestore restores (on_train_begin): the running metrics' state is
+        # part of the backup, so the logged averages continue at a resume in mid-epoch.
+        self.metric_state = MetricState(model)
 
         def on_preempted_saved() -> None:
             # Peers may still be pulling this worker's last collective chunks; a brief pause
@@ -204,7 +209,8 @@ class Session:
                               interval=cfg.log_every_steps or cfg.save_freq,
                               global_batch=global_batch_size, start_step=start_step),
             *([self.audit.callback()] if self.audit else []),
-            preemption.backup_and_restore(self.backup_dir, cfg.save_freq, on_preempted_saved),
+            preemption.backup_and_restore(self.backup_dir, cfg.save_freq, on_preempted_saved,
+                                          self.metric_state),
         ]
 
     def fit(self, model: Any, x: Any, *, epochs: int, steps_per_epoch: int,
