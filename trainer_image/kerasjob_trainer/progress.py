@@ -9,7 +9,7 @@ import os
 import time
 from typing import Any
 
-from kerasjob_trainer import goodput
+from kerasjob_trainer import goodput, startup
 from kerasjob_trainer.faults import say
 
 TENSORBOARD_SUBDIR = "tensorboard"
@@ -44,6 +44,7 @@ def progress_callback(session: Any, *, total: int, steps_per_epoch: int, interva
                 self._begin()
 
         def _begin(self) -> None:
+            startup.mark("restore")
             self.step = int(self.model.optimizer.iterations.numpy())
             if start_step is not None and self.step != start_step:
                 # The input pipeline started at start_step: training on would silently
@@ -66,6 +67,9 @@ def progress_callback(session: Any, *, total: int, steps_per_epoch: int, interva
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
             self.step += 1
             step_done()
+            if first_step():
+                startup.mark("first_step")
+                say(startup.line())
             if first_step() and logs is not None and session.metric_state is not None:
                 # The metrics exist now: continue their running state from the backup and
                 # correct this step's logs in place (the callbacks after this one see them).

@@ -41,7 +41,7 @@ from typing import Any, NoReturn
 import kerasjob_contract as contract
 from kerasjob_contract import ExitCode
 from kerasjob_contract.trainer_config import ConfigError, TrainerConfig
-from kerasjob_trainer import faults, goodput, preemption
+from kerasjob_trainer import faults, goodput, preemption, startup
 from kerasjob_trainer.audit import Audit
 from kerasjob_trainer.faults import hard_exit, say
 from kerasjob_trainer.metric_state import MetricState
@@ -292,6 +292,8 @@ def session_for(ctx: Any) -> Session:
 
     from kerasjob_trainer.strategy import build_strategy
 
+    startup.mark("tensorflow")
+
     if ctx.config.deterministic:
         make_deterministic()
     try:
@@ -299,6 +301,7 @@ def session_for(ctx: Any) -> Session:
     except Exception as e:  # e.g. a peer that died while the group was forming
         code = faults.classify(e) if ctx.cluster.num_workers > 1 else ExitCode.FAILURE
         hard_exit(code, f"{type(e).__name__}: {faults.summary(e)} -> exiting {int(code)}")
+    startup.mark("cluster")
     tf.keras.utils.set_random_seed(ctx.config.seed)
     return Session(ctx, strategy)
 
