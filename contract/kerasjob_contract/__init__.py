@@ -88,6 +88,14 @@ DEFAULT_METRICS_PORT = 9464
 DEFAULT_TF_PORT = 2222
 
 #: Prometheus metric names the chief serves and the operator reads into status.progress.
+#: Where the chief leaves its last progress when its process ends (the kubelet's default
+#: terminationMessagePath): the /metrics samples without comments, at most
+#: TERMINATION_MESSAGE_BYTES. The operator reads it from the Pod's status
+#: (state.terminated.message), so status.progress ends exactly where training did even when
+#: no scrape came between the last steps and the exit.
+TERMINATION_LOG = "/dev/termination-log"
+TERMINATION_MESSAGE_BYTES = 4096
+
 METRIC_EPOCH = "kerasjob_epoch"
 METRIC_STEP = "kerasjob_step"
 METRIC_LOSS = "kerasjob_loss"

@@ -77,4 +77,5 @@ class ParsedJob:
             ),
             deleting=bool(meta.get("deletionTimestamp")),
             invalid=self.problems,
+            total_steps=self.total_steps,
         )

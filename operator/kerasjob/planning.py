@@ -57,6 +57,8 @@ class JobView:
     """spec.elastic; ``tasks`` then lists the preferred size's workers (`elastic`)."""
     others_waiting: bool = False
     """Another job has a Pod no node fits now (`elastic.waiting_jobs`): do not grow."""
+    total_steps: int | None = None
+    """epochs x stepsPerEpoch of spec.trainer (status.progress.totalSteps), when known."""
 
     @property
     def roles(self) -> list[str]:

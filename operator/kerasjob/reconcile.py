@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from kerasjob import restart_loop
+from kerasjob import goodput, progress, restart_loop
 from kerasjob import restart_policy as rp
 from kerasjob import status as st
 from kerasjob.accounting import Accounting
@@ -394,6 +394,7 @@ class _Planner(Accounting, Elastic):
                 self.suspended(st.QUEUED, self.job.kueue.reason, self.job.kueue.message)
         else:
             self.active()
+        self.chief_exit_progress()
         self.finalize_status()
         return Plan(
             status=self.status,
@@ -401,6 +402,21 @@ class _Planner(Accounting, Elastic):
             events=self.events,
             requeue_after=min(self.requeues) if self.requeues else None,
         )
+
+    def chief_exit_progress(self) -> None:
+        """status.progress from the chief's termination message: where training really
+        ended (the scraper reads only a running chief, seconds apart)."""
+        pod = self.owned.get(self.job.chief)
+        if pod is None or pod.termination is None or not pod.termination.message:
+            return
+        old = self.status.get("progress") or {}
+        new = progress.from_termination(old, pod.termination.message,
+                                        total_steps=self.job.total_steps, now=self.now)
+        if new is None:
+            return
+        self.status["progress"] = new
+        for reason, message in goodput.goodput_events(old.get("goodput"), new.get("goodput") or {}):
+            self.event("Normal", reason, message)
 
     def finalize_status(self) -> None:
         names = {t.name for t in self.job.tasks}

@@ -89,12 +89,14 @@ def check_goodput_against_log_times(followed: list[LogLine], costs: Any) -> str:
     assert costs is not None and costs.disruptions == len(chief) - 1 == len(ledger), costs
     assert costs.steps_redone == redone, (costs, redone)
     assert abs(costs.lost_seconds - lost) < 1.0, (costs, lost)
-    # The span the status covers ends at a step the chief logged (at the last scrape).
+    # The span ends at the last step: the chief's termination message is the final word.
     first, last_logged = chief[0][0][1], chief[-1][-1][1]
-    end = first + costs.productive_seconds + costs.lost_seconds
-    assert chief[1][0][1] - 1.0 <= end <= last_logged + 1.0, (costs, first, last_logged)
+    span = costs.productive_seconds + costs.lost_seconds
+    assert abs(span - (last_logged - first)) < 1.0, (costs, first, last_logged)
+    assert costs.goodput == pytest.approx(costs.productive_seconds / span, abs=1e-3)
     return (f"goodput in status: {costs.lost_seconds:.2f} s lost "
-            f"(runtime log times: {lost:.2f} s), {costs.productive_seconds:.1f} s productive, "
+            f"(runtime log times: {lost:.2f} s), {costs.productive_seconds:.1f} s productive "
+            f"(log times: {last_logged - first - lost:.1f} s), "
             f"{costs.disruptions} disruption(s), {costs.steps_redone} steps redone")
 
 
@@ -178,6 +180,7 @@ def test_own_script_trains_through_an_eviction_via_the_sdk(
     assert all(s == step for s in saved.values()), (saved, resumed)  # nothing redone
     costs = done.status.progress.goodput if done.status.progress else None
     assert costs is not None and costs.steps_redone == 0, costs  # the chief's own account
+    assert done.status.progress.step == TOTAL  # its termination message: the exact end
     print(check_goodput_against_log_times(followed, costs))
     (final,) = _matches(lines, FINAL)
     assert int(final[1]) == TOTAL and float(final[0]) > 0.5

@@ -102,8 +102,10 @@ def progress_callback(session: Any, *, total: int, steps_per_epoch: int, interva
             say(f"step {self.step}/{total} epoch {self.epoch} loss={loss_text} {text}"
                 f"{rate_text}")
             if reporter:
+                ledger = session.goodput.ledger  # productive seconds grow as training goes on
                 reporter.update(step=self.step, epoch=self.epoch, loss=loss, metrics=metrics,
-                                samples_per_second=round(rate, 1) if rate else None)
+                                samples_per_second=round(rate, 1) if rate else None,
+                                **({"goodput": ledger.totals()} if ledger.disruptions else {}))
             if writer:
                 scalars = {"loss": loss, **metrics, "samples_per_second": rate}
                 with writer.as_default(step=self.step):

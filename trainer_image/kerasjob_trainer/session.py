@@ -105,6 +105,15 @@ class Session:
         self.goodput = goodput.Recorder(ctx.checkpoint_dir,
                                         f"{ctx.cluster.role}{ctx.cluster.index}", self.is_chief)
         faults.on_hard_exit(self.goodput.exiting)
+        if self.reporter is not None:  # the exact last progress, for the operator
+            faults.on_hard_exit(self._leave_progress)
+
+    def _leave_progress(self, code: int) -> None:
+        """On every hard exit of the chief: the latest totals in the termination message."""
+        assert self.reporter is not None
+        if self.goodput.ledger.disruptions:
+            self.reporter.update(goodput=self.goodput.ledger.totals())
+        self.reporter.write_termination_message()
 
     # -- who and where ------------------------------------------------------------------------
 
@@ -259,6 +268,7 @@ class Session:
             final = {**self.reporter.progress.metrics, **(metrics or {})}
             self.reporter.update(step=steps, metrics=final, done=True,
                                  goodput=self.goodput.ledger.totals())
+            self.reporter.write_termination_message()
             acc = final.get("test_accuracy")
             say(f"final {f'test_accuracy={acc:.4f} ' if acc is not None else ''}steps={steps}")
             self.reporter.close()
