@@ -61,6 +61,8 @@ class MetricState:
                                         name="metric_layout")
         self.holder = holder
         setattr(model, ATTRIBUTE, holder)
+        self._gather: Any = None
+        self._saved_layout = ""
 
     # -- what is saved ------------------------------------------------------------------------
 
@@ -76,19 +78,26 @@ class MetricState:
         Every worker calls it at the same step (a backup is a collective save)."""
         import tensorflow as tf
 
-        metrics = self._metrics()
-        strategy = self.model.distribute_strategy
+        if self._gather is None:  # traced once (the metrics exist from the first step on)
+            metrics = self._metrics()
+            strategy = self.model.distribute_strategy
 
-        def flat() -> Any:
-            parts = [tf.reshape(tf.cast(v, tf.float64), [1, -1])
-                     for m in metrics for v in m.variables]
-            return tf.concat(parts, axis=1) if parts else tf.zeros([1, 0], tf.float64)
+            def flat() -> Any:
+                parts = [tf.reshape(tf.cast(v, tf.float64), [1, -1])
+                         for m in metrics for v in m.variables]
+                return tf.concat(parts, axis=1) if parts else tf.zeros([1, 0], tf.float64)
 
-        rows = strategy.gather(strategy.run(flat), axis=0)  # [replicas, values], all workers
+            @tf.function
+            def gather() -> Any:  # [replicas, values] on every worker: one all-gather
+                return strategy.gather(strategy.run(flat), axis=0)
+
+            self._gather = gather
+            self._saved_layout = self._layout()
+        rows = self._gather()
         self.holder.values.assign(tf.reshape(rows, [-1]))
         self.holder.replicas.assign(int(rows.shape[0]))
         self.holder.step.assign(int(self.model.optimizer.iterations.numpy()))
-        self.holder.layout.assign(self._layout())
+        self.holder.layout.assign(self._saved_layout)
 
     def keep_in(self, write_manager: Any) -> None:
         """Snapshot before every save of `write_manager` (BackupAndRestore's, which both the
@@ -149,12 +158,14 @@ class MetricState:
                     v.assign_add(tf.cast(part, v.dtype))
                     offset += size
 
-        strategy.run(add)
+        tf.function(lambda: strategy.run(add))()
         return True
 
     def logs(self) -> dict[str, float]:
         """This process's first replica's metric results (what fit logs, reduction "first")."""
+        import tensorflow as tf
+
         strategy = self.model.distribute_strategy
-        results = strategy.run(self.model.get_metrics_result)
+        results = tf.function(lambda: strategy.run(self.model.get_metrics_result))()
         local = strategy.experimental_local_results(results)[0]
         return {k: float(v) for k, v in local.items()}

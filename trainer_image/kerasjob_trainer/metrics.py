@@ -146,6 +146,11 @@ class ProgressReporter:
             return False
         return True
 
+    def close(self) -> None:
+        if self._server:
+            self._server.shutdown()
+            self._server.server_close()
+
 
 def termination_message(metrics_text: str) -> str:
     """/metrics samples without comments, cut to whole lines within the kubelet's limit
@@ -161,11 +166,6 @@ def termination_message(metrics_text: str) -> str:
     while lines and size(lines) > limit:
         lines.pop()
     return "\n".join(lines) + "\n" if lines else ""
-
-    def close(self) -> None:
-        if self._server:
-            self._server.shutdown()
-            self._server.server_close()
 
 
 def _serve(reporter: ProgressReporter, port: int) -> http.server.ThreadingHTTPServer:
