@@ -24,7 +24,7 @@ from kerasjob import goodput, progress, restart_loop
 from kerasjob import restart_policy as rp
 from kerasjob import status as st
 from kerasjob.accounting import Accounting
-from kerasjob.api import Reason
+from kerasjob.api import Reason, ReplicaRole
 from kerasjob.elastic import PROBE_ROLE, Elastic
 from kerasjob.planning import (  # the planner's vocabulary, also used as rc.<name>
     Action,
@@ -263,6 +263,7 @@ class _Planner(Accounting, Elastic):
 
         self.shrink_if_capacity_lost()
         job = self.job  # an elastic job's tasks at its (new) size
+        succeeded = self.regroup_finished(succeeded)
         creates: list[Action] = []
         for task in job.tasks:
             if task.name in succeeded:
@@ -348,6 +349,29 @@ class _Planner(Accounting, Elastic):
                 self.event("Normal", Reason.RESTARTING.value, message)
         if phase != st.RUNNING:
             self.explain_waiting(wanted)
+
+    def regroup_finished(self, succeeded: set[str]) -> set[str]:
+        """A training group restarts whole. When a training Pod must be (re-)created while
+        others had already finished training (exit 0, e.g. the chief failed or was evicted
+        while saving the final model), those join again: TensorFlow forms the cluster only
+        with every worker, so a restarted chief alone would wait for them forever. Their
+        success is forgotten; they resume from the backup with the others."""
+        training = [t for t in self.job.tasks if t.role != ReplicaRole.EVALUATOR.value]
+        restarting = [
+            t.name for t in training
+            if t.name not in succeeded
+            and ((p := self.owned.get(t.name)) is None or p.finished or p.deleting)
+        ]
+        done = [t.name for t in training if t.name in succeeded]
+        if not restarting or not done:
+            return succeeded
+        for name in done:  # their finished Pods go with the others' (the loop below)
+            self.tracked[name]["succeeded"] = False  # the old Pod's exit stays counted
+        self.event("Normal", Reason.REGROUPING.value,
+                   f"{', '.join(done)} had finished training; re-created with "
+                   f"{', '.join(restarting)} (TensorFlow forms the cluster only with every "
+                   f"worker): resuming from the last backup")
+        return succeeded - set(done)
 
     def explain_waiting(self, wanted: list[Task]) -> None:
         """A Pod that cannot start (a checkpoint claim that does not exist, no node that

@@ -517,3 +517,30 @@ def test_chief_exit_progress_is_the_last_word() -> None:
     # A chief that left no message (killed, or not our trainer) changes nothing.
     silent = [pod(0, phase="Failed", ready=False, termination=Termination(137, "Error"))]
     assert run(j, p.status, silent).status["progress"] == prog
+
+
+def test_a_restarting_chief_regroups_workers_that_had_finished() -> None:
+    """The workers finished training (exit 0), then the chief failed while saving the model:
+    a chief re-created alone would wait for them forever (TensorFlow forms the cluster only
+    with every worker), so they are re-created with it and resume from the backup."""
+    j = job()
+    s = settle(j, [pod(i) for i in range(3)])
+    ok = Termination(0, "Completed")
+    finished = [pod(0), pod(1, phase="Succeeded", ready=False, termination=ok),
+                pod(2, phase="Succeeded", ready=False, termination=ok)]
+    s = run(j, s, finished).status
+    assert s["phase"] == "Running" and s["replicaStatuses"]["worker"]["succeeded"] == 2
+    failed = [pod(0, phase="Failed", ready=False, termination=Termination(1, "Error")),
+              *finished[1:]]
+    p = run(j, s, failed)
+    assert sorted(deletes(p)) == ["j-worker-0", "j-worker-1", "j-worker-2"] and not creates(p)
+    assert [e.reason for e in p.events].count("Regrouping") == 1
+    assert p.status["restarts"] == {"disruptions": 0, "failures": 1}
+    p = run(j, p.status, [])  # all gone: the whole group comes back
+    assert creates(p) == ["j-worker-0", "j-worker-1", "j-worker-2"]
+    back = [pod(i, uid=f"v{i}") for i in range(3)]
+    s = run(j, p.status, back).status
+    assert s["phase"] == "Running" and s["replicaStatuses"]["worker"]["succeeded"] == 0
+    assert s["restarts"] == {"disruptions": 0, "failures": 1}  # the workers' exits not counted
+    done = [pod(0, uid="v0", phase="Succeeded", ready=False, termination=ok), *back[1:]]
+    assert run(j, s, done).status["phase"] == "Succeeded"

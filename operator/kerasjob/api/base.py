@@ -148,6 +148,7 @@ class Reason(str, enum.Enum):
     RESIZING = "Resizing"
     CAPACITY_LOST = "CapacityLost"
     CAPACITY_RETURNED = "CapacityReturned"
+    REGROUPING = "Regrouping"
 
 
 class DatasetSource(str, enum.Enum):
