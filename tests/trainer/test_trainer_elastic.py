@@ -12,6 +12,7 @@ round-off (a 2-way and a 3-way all-reduce add in another order).
 
 from __future__ import annotations
 
+import json
 import signal
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,9 @@ def test_resume_at_another_world_size_trains_the_same_batches(tmp_path: Path) ->
         hit.stop()
     print(f"\nshrunk 3->2 after step {shrunk_at}, grew 2->3 after step {grown_at}")
     assert 0 < shrunk_at < grown_at < TOTAL
+    # The goodput ledger names the two gaps for what they were.
+    ledger = json.loads((hit.ckpt / "goodput" / "ledger.json").read_text())
+    assert [e["cause"] for e in ledger["events"]] == ["resized:3->2", "resized:2->3"], ledger
 
     # 1. Every global step trained the same examples in the same order, whatever the size:
     #    a replica's batch of b examples at step s is slice [r*b, (r+1)*b) of the

@@ -98,6 +98,18 @@ def test_peer_lost_and_no_records() -> None:
     assert (d.cause, d.steps_redone, d.lost_s) == ("unknown", 0, 0.0)
 
 
+def test_a_resize_is_named() -> None:
+    rec = goodput.WorkerRecord
+    three = [rec(f"worker{i}", 1, 0, 9, 1, 42, workers=3) for i in range(3)]
+    assert goodput.disruption(three, 9, 5.0, workers=2).cause == "resized:3->2"
+    assert goodput.disruption(three, 9, 5.0, workers=3).cause == "preempted"
+    # Grown back: worker2's record is from the generation before the shrink.
+    two = [rec(f"worker{i}", 10, 2, 20, 3, 42, workers=2) for i in range(2)]
+    assert goodput.disruption([*two, three[2]], 20, 9.0, workers=3).cause == "resized:2->3"
+    old = [rec("worker0", 1, 0, 9, 1, 42)]  # records of a trainer that did not say its size
+    assert goodput.disruption(old, 9, 5.0, workers=2).cause == "preempted"
+
+
 def test_goodput_metrics() -> None:
     text = render_prometheus(Progress(step=3))
     assert f"# TYPE {contract.METRIC_DISRUPTIONS} counter" in text

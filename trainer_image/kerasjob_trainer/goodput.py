@@ -9,7 +9,9 @@ A new generation's chief reads those files *before* `fit` (no worker of the new 
 can finish a step before the chief joins the first collective, so nothing is overwritten
 yet) and, at its first finished step, records the disruption in `goodput/ledger.json`:
 
-- cause: `preempted` (a worker exited 42: SIGTERM, state saved), `killed:<workers>`
+- cause: `resized:<before>-><now>` (an elastic job restarted at another size: the previous
+  generation's records name another number of workers), `preempted` (a worker exited 42:
+  SIGTERM, state saved), `killed:<workers>`
   (workers that left no exit: SIGKILL, OOM, node lost), `peer-lost` (every worker exited
   43 but none was killed: a network cut, a silent peer, SIGTERM without the override),
   `unknown` (no records, e.g. a new checkpoint volume);
@@ -54,6 +56,7 @@ class WorkerRecord:
     at: float
     exit_code: int | None = None  # None: still running, or killed without a word
     exited_at: float | None = None  # when it exited (None: running, or killed)
+    workers: int | None = None  # its generation's number of workers (an elastic job's size)
 
     def mean_step_seconds(self) -> float | None:
         steps = self.step - self.first_step
@@ -76,9 +79,13 @@ class Disruption:
         return dataclasses.asdict(self)
 
 
-def cause_of(records: list[WorkerRecord]) -> str:
+def cause_of(records: list[WorkerRecord], workers: int | None = None) -> str:
     if not records:
         return "unknown"
+    # The latest generation's size (a worker left out of it keeps an older, stale record).
+    before = max(records, key=lambda r: r.at).workers
+    if workers is not None and before is not None and before != workers:
+        return f"resized:{before}->{workers}"  # an elastic job restarted at a new size
     if any(r.exit_code == ExitCode.PREEMPTED_SAVED for r in records):
         return "preempted"
     killed = sorted(r.worker for r in records if r.exit_code is None)
@@ -88,7 +95,7 @@ def cause_of(records: list[WorkerRecord]) -> str:
 
 
 def disruption(records: list[WorkerRecord], resumed_step: int,
-               first_step_at: float) -> Disruption:
+               first_step_at: float, workers: int | None = None) -> Disruption:
     """What the gap between the previous generation and this one cost (pure)."""
     if not records:
         return Disruption("unknown", resumed_step, first_step_at, resumed_step, first_step_at,
@@ -100,7 +107,8 @@ def disruption(records: list[WorkerRecord], resumed_step: int,
     step_s = sorted(means)[len(means) // 2] if means else 0.0
     downtime = max(first_step_at - at, 0.0)
     exits = [r.exited_at for r in records if r.exited_at is not None]
-    return Disruption(cause_of(records), last.step, at, resumed_step, first_step_at, redone,
+    return Disruption(cause_of(records, workers), last.step, at, resumed_step, first_step_at,
+                      redone,
                       round(downtime, 3), round(downtime + redone * step_s, 3),
                       round(max(exits), 3) if exits else None)
 
@@ -170,11 +178,12 @@ class Recorder:
     """
 
     def __init__(self, checkpoint_dir: str, name: str, is_chief: bool,
-                 clock: Any = time.time) -> None:
+                 clock: Any = time.time, workers: int | None = None) -> None:
         self.dir = os.path.join(checkpoint_dir, GOODPUT_SUBDIR)
         os.makedirs(self.dir, exist_ok=True)
         self.name = name
         self.is_chief = is_chief
+        self.workers = workers
         self._clock = clock
         # Reentrant: hard_exit may run `exiting` from a signal handler in the main thread
         # while `step_done` holds the lock.
@@ -200,13 +209,14 @@ class Recorder:
         with self._lock:
             first = self._record is None
             if first:
-                self._record = WorkerRecord(self.name, step, now, step, now)
+                self._record = WorkerRecord(self.name, step, now, step, now,
+                                            workers=self.workers)
             else:
                 assert self._record is not None
                 self._record.step, self._record.at = step, now
             if self.is_chief:
                 if first and (self.previous or self.ledger.first_step_at is not None):
-                    found = disruption(self.previous, step - 1, now)
+                    found = disruption(self.previous, step - 1, now, self.workers)
                     self.ledger.disruptions.append(found)
                 if self.ledger.first_step_at is None:
                     self.ledger.first_step_at = now

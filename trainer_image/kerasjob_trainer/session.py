@@ -103,7 +103,8 @@ class Session:
         self.audit = Audit.from_env(f"{ctx.cluster.role}{ctx.cluster.index}")
         # Before fit: the chief reads the previous generation's goodput records now.
         self.goodput = goodput.Recorder(ctx.checkpoint_dir,
-                                        f"{ctx.cluster.role}{ctx.cluster.index}", self.is_chief)
+                                        f"{ctx.cluster.role}{ctx.cluster.index}", self.is_chief,
+                                        workers=self.num_workers)
         faults.on_hard_exit(self.goodput.exiting)
         if self.reporter is not None:  # the exact last progress, for the operator
             faults.on_hard_exit(self._leave_progress)
