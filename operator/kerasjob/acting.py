@@ -107,6 +107,7 @@ ctx: Acting, key: Key, seen: Observed, plan: rc.Plan, actions: list[rc.Action]
                 default_image=ctx.config.default_image,
                 restart_attempt=plan.restart_attempt,
                 workers=action.workers,
+                node_lost_toleration=ctx.config.node_lost_toleration_seconds,
             )
             kueue.apply_update(manifest, updates.get(action.task.role))
             create = ctx.api.create(pod_path(ns), manifest, "pods", strict=True)

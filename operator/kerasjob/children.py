@@ -201,13 +201,15 @@ def build_network_policy(
 
 
 def build_pod(job: JobLike, role: ReplicaRole | str, index: int, *, default_image: str,
-              restart_attempt: int = 0, workers: int | None = None) -> dict[str, Any]:
+              restart_attempt: int = 0, workers: int | None = None,
+              node_lost_toleration: int | None = None) -> dict[str, Any]:
     """The Pod of task (role, index): <job>-<role>-<index>.
 
     default_image: the operator's trainer image, used unless spec.image or the template's
     trainer container names one. restart_attempt: disruptions + failures so far; it is in
     the Pod's env and annotations. workers: an elastic job's current size (its TF_CONFIG
-    names that many workers); None: spec.workers.
+    names that many workers); None: spec.workers. node_lost_toleration: tolerationSeconds
+    for the NotReady/unreachable node taints (`node_lost_tolerations`); None: Kubernetes'.
     """
     j = _job(job)
     role = ReplicaRole(role)
@@ -284,7 +286,31 @@ def build_pod(job: JobLike, role: ReplicaRole | str, index: int, *, default_imag
         volume if isinstance(v, Mapping) and v.get("name") == CHECKPOINT_VOLUME else v
         for v in pod_spec.get("volumes") or []
     ]
+    if node_lost_toleration is not None:
+        pod_spec["tolerations"] = node_lost_tolerations(pod_spec.get("tolerations"),
+                                                        node_lost_toleration)
     return pod
+
+
+#: The taints the node lifecycle controller puts on a node that stopped answering.
+NODE_LOST_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+
+
+def node_lost_tolerations(have: Any, seconds: int) -> list[Any]:
+    """`have` plus NoExecute tolerations of a lost node's taints for `seconds`: a training
+    group stalls as a whole when one of its nodes stops answering, so waiting Kubernetes'
+    default 300 s before the Pods are evicted (and the group restarts elsewhere) is waiting
+    for nothing. Keys the template already tolerates (or a toleration of everything) keep
+    the template's choice."""
+    tolerations = list(have) if isinstance(have, list) else []
+    keys = {t.get("key") for t in tolerations if isinstance(t, Mapping)}
+    if any(isinstance(t, Mapping) and not t.get("key") and t.get("operator") == "Exists"
+           for t in tolerations):
+        return tolerations
+    return tolerations + [
+        {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": seconds}
+        for key in NODE_LOST_TAINTS if key not in keys
+    ]
 
 
 #: The probe's container: sleeps until deleted (the operator deletes it once it is bound).

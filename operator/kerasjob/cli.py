@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import os
 import sys
@@ -60,6 +61,10 @@ def _run(args: argparse.Namespace) -> int:
             if v is not None
         },
     )
+    if args.node_lost_toleration is not None:  # -1: Kubernetes' default (None)
+        seconds = args.node_lost_toleration
+        config = dataclasses.replace(
+            config, node_lost_toleration_seconds=seconds if seconds >= 0 else None)
     if config.kueue:
         kerasjob.handlers.register_kueue()
     logging.basicConfig(
@@ -128,6 +133,12 @@ def parser() -> argparse.ArgumentParser:
         "--force-delete-after",
         type=float,
         help="seconds past a Pod's deletionTimestamp before force-deleting (30)",
+    )
+    run.add_argument(
+        "--node-lost-toleration",
+        type=int,
+        help="seconds a trainer Pod stays on a NotReady/unreachable node before it is evicted "
+             "(60; -1: Kubernetes' default of 300)",
     )
     run.add_argument(
         "--progress-interval",

@@ -38,6 +38,16 @@ class OperatorConfig:
         default_factory=lambda: float(_env("KERASJOB_FORCE_DELETE_AFTER", "30"))
     )
     """Seconds past a Pod's deletionTimestamp (grace included) before it is force-deleted."""
+    node_lost_toleration_seconds: int | None = field(
+        default_factory=lambda: (
+            int(v) if (v := _env("KERASJOB_NODE_LOST_TOLERATION_SECONDS", "60")) not in ("", "-1")
+            else None
+        )
+    )
+    """tolerationSeconds of the trainer Pods for a NotReady/unreachable node (NoExecute):
+    how long a job waits for a node that stopped answering before its Pods are evicted and
+    the group restarts elsewhere. Kubernetes' default is 300 s; None keeps it. A template's
+    own toleration for these taints wins."""
     progress_interval: float = field(
         default_factory=lambda: float(_env("KERASJOB_PROGRESS_INTERVAL", "10"))
     )

@@ -476,3 +476,30 @@ def test_network_policy_admits_only_the_jobs_pods_to_the_tf_port() -> None:
     assert metrics == {"from": [peer], "ports": [{"protocol": "TCP", "port": 9464}]}
     # No peers configured: the metrics port takes no connections at all.
     assert len(children.build_network_policy(body)["spec"]["ingress"]) == 1
+
+
+def test_node_lost_tolerations() -> None:
+    """A lost node's taints are tolerated for the operator's seconds (not Kubernetes' 300),
+    unless the template says otherwise for a key, or tolerates everything."""
+    from kerasjob.children import NODE_LOST_TAINTS, node_lost_tolerations
+
+    added = node_lost_tolerations(None, 60)
+    assert [(t["key"], t["effect"], t["tolerationSeconds"]) for t in added] == [
+        (k, "NoExecute", 60) for k in NODE_LOST_TAINTS]
+    own = {"key": "node.kubernetes.io/unreachable", "operator": "Exists",
+           "effect": "NoExecute", "tolerationSeconds": 900}
+    gpu = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    kept = node_lost_tolerations([gpu, own], 60)
+    assert kept[:2] == [gpu, own] and [t["key"] for t in kept[2:]] == [
+        "node.kubernetes.io/not-ready"]
+    everything = [{"operator": "Exists"}]
+    assert node_lost_tolerations(everything, 60) == everything
+    # In the Pod, after the template's own tolerations; none without the setting.
+    spec = {"workers": 2, "checkpoint": {"volume": PVC},
+            "template": {"spec": {"tolerations": [gpu]}}}
+    pod = children.build_pod(job(spec), "worker", 0, default_image=IMAGE, node_lost_toleration=5)
+    assert pod["spec"]["tolerations"][0] == gpu
+    assert {t["key"]: t["tolerationSeconds"] for t in pod["spec"]["tolerations"][1:]} == {
+        k: 5 for k in NODE_LOST_TAINTS}
+    plain = children.build_pod(job(spec), "worker", 0, default_image=IMAGE)
+    assert plain["spec"]["tolerations"] == [gpu]
