@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import re
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -295,3 +296,73 @@ def test_worker_network_cut_longer_than_the_collective_timeout(run: Run) -> None
     result = run_and_disrupt(run, partition, collectiveTimeoutSeconds=timeout_s)
     assert_exact_resume(result)
     assert cut["counted_after"] < timeout_s + 90
+
+
+#: How long the node's kubelet stays down: past NotReady (the controller-manager's
+#: node-monitor-grace-period, 50 s) and the Pods' eviction (nodeLostTolerationSeconds 5),
+#: but not past the force deletion (their 60 s grace + the operator's 30 s after it).
+KUBELET_DOWN_S = 80
+
+
+def test_node_not_ready_evicts_and_the_job_resumes(run: Run) -> None:
+    """The real node's kubelet is killed: the node goes NotReady, the Pods (tolerating a lost
+    node for 5 s, the chart's nodeLostTolerationSeconds) are evicted and stay Terminating,
+    no replacement is made beside them, the containers train on. When the kubelet is back it
+    stops them (SIGTERM: they save and exit 42), the operator re-creates the group and the
+    job resumes and ends exactly, with disruptions and no failure."""
+    if not run.dep.cluster.local:
+        pytest.skip("kills the local real node's kubelet")
+    dep = run.dep
+    workers = (f"{run.name}-worker-0", f"{run.name}-worker-1")
+
+    def operator(extra: dict[str, Any] | None) -> None:
+        localdeploy.install_operator(
+            dep.cluster.tool("helm"), str(dep.cluster.kubeconfig), release=dep.release,
+            namespace=dep.operator_namespace, watch_namespaces=[dep.namespace], extra=extra)
+
+    def node_ready(name: str) -> bool:
+        node = dep.kube.get(f"/api/v1/nodes/{name}") or {}
+        conds = (node.get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
+
+    seen: dict[str, float] = {}
+
+    def node_lost() -> None:
+        pods = {p: run.kj.get(pod_path(run.ns, p)) or {} for p in workers}
+        node = pods[workers[0]]["spec"]["nodeName"]
+        uids = {p: pod["metadata"]["uid"] for p, pod in pods.items()}
+        t0 = time.monotonic()
+        killer = threading.Thread(target=lambda: seen.setdefault(
+            "kubelet_down_s", dep.cluster.restart_component("kubelet", down=KUBELET_DOWN_S)))
+        killer.start()
+        wait_for(lambda: not node_ready(node), timeout=KUBELET_DOWN_S, interval=1,
+                 what=f"node {node} NotReady")
+        seen["not_ready_s"] = time.monotonic() - t0
+
+        def stuck() -> bool:  # evicted, still there, not replaced
+            now = {p: run.kj.get(pod_path(run.ns, p)) or {} for p in workers}
+            return all(pod.get("metadata", {}).get("uid") == uids[p]
+                       and pod["metadata"].get("deletionTimestamp") for p, pod in now.items())
+
+        wait_for(stuck, timeout=max(KUBELET_DOWN_S - seen["not_ready_s"], 1), interval=1,
+                 what="both Pods evicted and left Terminating")
+        seen["evicted_s"] = time.monotonic() - t0
+        killer.join(KUBELET_DOWN_S + 150)
+        assert not killer.is_alive(), "the kubelet did not come back"
+        wait_for(lambda: node_ready(node), timeout=120, interval=1, what=f"node {node} Ready")
+        seen["ready_again_s"] = time.monotonic() - t0
+
+    operator({"nodeLostTolerationSeconds": 5})
+    try:
+        # 2,000 steps: the containers train on while the kubelet is down (~80 s).
+        result = run_and_disrupt(run, node_lost, epochs=20)
+    finally:
+        operator(None)  # the session's other tests keep the default
+    print(f"kubelet killed: node NotReady after {seen['not_ready_s']:.0f} s, both Pods "
+          f"evicted (Terminating) after {seen['evicted_s']:.0f} s, node Ready again after "
+          f"{seen['ready_again_s']:.0f} s")
+    accuracy, steps = result["final"][-1]
+    assert int(steps) == 2000 and float(accuracy) >= 0.85
+    assert result["resumed_at"] and all(0 < s < 2000 for s in result["resumed_at"]), result
+    restarts = result["status"]["restarts"]
+    assert restarts["disruptions"] >= 1 and restarts["failures"] == 0, restarts
