@@ -33,6 +33,17 @@ from kerasjob import bounded
 from kerasjob.config import OperatorConfig
 
 
+async def _gang_api_problem(config: OperatorConfig) -> str | None:
+    from kerasjob.gang_sync import check_api
+    from kerasjob.kube import KubeApi
+
+    api = KubeApi(config.kubeconfig, config.context)
+    try:
+        return await check_api(api)
+    finally:
+        await api.close()
+
+
 def _run(args: argparse.Namespace) -> int:
     import kopf
 
@@ -56,12 +67,19 @@ def _run(args: argparse.Namespace) -> int:
                 "metrics_port": args.metrics_port,
                 "network_policy": False if args.no_network_policy else None,
                 "kueue": args.kueue or None,
+                "gang_scheduling": args.gang_scheduling or None,
             }.items()
             if v is not None
         },
     )
     if config.kueue:
         kerasjob.handlers.register_kueue()
+    if config.gang_scheduling:
+        problem = asyncio.run(_gang_api_problem(config))
+        if problem is not None:
+            print(f"kerasjob: --gang-scheduling: {problem}", file=sys.stderr)
+            return 1
+        kerasjob.handlers.register_gang()
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
@@ -143,6 +161,12 @@ def parser() -> argparse.ArgumentParser:
         "--kueue",
         action="store_true",
         help="integrate with Kueue: jobs of a LocalQueue wait for admission ($KERASJOB_KUEUE=1)",
+    )
+    run.add_argument(
+        "--gang-scheduling",
+        action="store_true",
+        help="native gang scheduling (Kubernetes 1.36 alpha Workload/PodGroup): a job's Pods "
+        "are bound all together or none ($KERASJOB_GANG_SCHEDULING=1)",
     )
     run.add_argument("-v", "--verbose", action="store_true")
     run.set_defaults(func=_run)

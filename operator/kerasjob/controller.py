@@ -31,6 +31,7 @@ from kerasjob import acting, elastic, goodput, progress
 from kerasjob import reconcile as rc
 from kerasjob.config import OperatorConfig
 from kerasjob.events import EventRecorder, build_event
+from kerasjob.gang_sync import GangSync
 from kerasjob.jobview import ParsedJob
 from kerasjob.kube import ApiError, KubeApi, gather_limited
 from kerasjob.kueue_sync import KueueSync
@@ -75,6 +76,9 @@ class Controller:
         jobs: Mapping[Key, Iterable[Mapping[str, Any]]],
         pods: Mapping[Key, Iterable[PodView]],
         workloads: Mapping[Key, Iterable[Mapping[str, Any]]] | None = None,
+        gang_objects: tuple[
+            Mapping[Key, Iterable[Mapping[str, Any]]], Mapping[Key, Iterable[Mapping[str, Any]]]
+        ] | None = None,
     ) -> None:
         self.config = config
         self.api = api
@@ -82,6 +86,8 @@ class Controller:
         self.pods = pods
         # Kueue integration (`kueue`), when the operator runs with it.
         self.kueue = None if workloads is None else KueueSync(api, jobs, workloads, config)
+        # Native gang scheduling (`gang`): the indexed PodGroups and scheduling Workloads.
+        self.gang = None if gang_objects is None else GangSync(api, *gang_objects)
         self.queue = WorkQueue()
         self.ready = asyncio.Event()
         self.events = EventRecorder(api)
@@ -228,6 +234,8 @@ class Controller:
             job = dataclasses.replace(job, others_waiting=bool(waiting - {key}))
         if self.kueue is not None:
             job, workload = self.kueue.view(key, body, job)
+        if self.gang is not None:
+            job = self.gang.view(key, job)
         return Observed(
             body=body,
             parsed=parsed,
@@ -312,6 +320,8 @@ class Controller:
             events += await self.kueue.sync(
                 seen.body, seen.parsed.model, seen.workload, plan, len(seen.pods), now
             )
+        if self.gang is not None:
+            events += await self.gang.sync(job, plan)
         for type_, reason, message in events:
             self.events.post(build_event(
                 namespace=job.namespace, name=job.name, uid=job.uid, type_=type_,
