@@ -198,6 +198,15 @@ def stale(view_: GangView, gang: Gang | None) -> tuple[list[str], list[str]]:
     return groups, workloads
 
 
+def shortage(pod_messages: Iterable[str]) -> str:
+    """Of the scheduler's messages on a gang's waiting Pods, the one that says what is short
+    (``0/4 nodes are available: 4 Insufficient cpu``); the others only say that they wait
+    for the rest of the gang. '' when there is none."""
+    messages = [m for m in pod_messages if m]
+    return next((m for m in messages if "nodes are available" in m),
+                messages[0] if messages else "")
+
+
 def explain(
     view_: GangView | None, gang: Gang | None, pod_message: str = ""
 ) -> tuple[str, str] | None:

@@ -359,13 +359,12 @@ class _Planner(Accounting, Elastic):
         fits, an image that cannot be pulled) shows in the job's own status and events:
         condition Running False with the Pod's reason and message, one Warning per change;
         a gang that cannot be placed as a whole, with its PodGroup's verdict (`gang.explain`)."""
-        unschedulable = next(
-            (p.waiting.partition(":")[2].strip() for t in wanted
-             if (p := self.owned.get(t.name)) is not None and not p.deleting
-             and p.waiting.startswith("Unschedulable")),
-            "",
-        )
-        found = gangs.explain(self.job.gang, self.gang, unschedulable)
+        unschedulable = [
+            p.waiting.partition(":")[2].strip() for t in wanted
+            if (p := self.owned.get(t.name)) is not None and not p.deleting
+            and p.waiting.startswith("Unschedulable")
+        ]
+        found = gangs.explain(self.job.gang, self.gang, gangs.shortage(unschedulable))
         if found is not None:
             self.waiting_condition(*found)
             return

@@ -6,6 +6,7 @@ and the job's status when the gang cannot be placed."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from datetime import timedelta
 from typing import Any
 
@@ -100,8 +101,11 @@ def test_a_gang_that_cannot_be_placed_says_so_in_the_running_condition_once() ->
     group = pod_group(name, 3, scheduled="False", reason="Unschedulable",
                       message="pod group is unschedulable")
     j = gjob(3, groups=(group,))
-    pending = [pod(i, phase="Pending", ready=False, waiting=UNSCHEDULABLE,
-                   unschedulable_since=NOW) for i in range(3)]
+    # The scheduler says what is short on one Pod; the others wait for the gang.
+    gang_wait = ("Unschedulable: pod group is unschedulable, waiting for minCount pods from a "
+                 "gang to be scheduled")
+    pending = [pod(i, phase="Pending", ready=False, unschedulable_since=NOW,
+                   waiting=UNSCHEDULABLE if i == 2 else gang_wait) for i in range(3)]
     p = rc.plan(j, {}, pending, NOW)
     running = next(c for c in p.status["conditions"] if c["type"] == "Running")
     assert running["status"] == "False" and running["reason"] == "GangUnschedulable"
@@ -169,3 +173,14 @@ def test_the_workload_is_created_before_its_pod_group_and_only_what_is_missing()
     events = asyncio.run(sync.sync(j, rc.Plan(status={}, gang=new)))
     assert api.calls == [("delete", f"podgroups/{g.name}"), ("delete", f"workloads/{g.name}")]
     assert [e[1] for e in events] == ["GangReplaced"]
+
+
+def test_an_elastic_gang_that_does_not_fit_shrinks_one_worker_at_a_time() -> None:
+    """In a gang every Pod waits when one does not fit: the number of waiting Pods says
+    nothing of how many are missing, so the job shrinks by one and tries again."""
+    policy = dataclasses.replace(POLICY, min_workers=1, preferred=4)
+    j = gjob(4, elastic=policy)
+    waiting = [stuck(i, timedelta(seconds=61)) for i in range(4)]
+    p = rc.plan(j, {}, waiting, NOW)
+    assert p.status["elastic"]["workers"] == 3
+    assert rc.plan(job(4, elastic=policy), {}, waiting, NOW).status["elastic"]["workers"] == 1
