@@ -287,6 +287,8 @@ class Controller:
             self.expectations.forget(key)
             self.rejections.pop(key, None)
             return None
+        if seen.job.managed_by is not None:
+            return await self._managed_elsewhere(seen)
         if await index_behind(self.api, key[0], seen.status, seen.pods):
             log.debug("%s/%s: Pod index behind the status; waiting", *key)
             return 0.5
@@ -341,6 +343,24 @@ class Controller:
         )
         log.debug("%s/%s: reconciled at %s; again in %s s", *key, seen.resource_version, delay)
         return delay
+
+    async def _managed_elsewhere(self, seen: Observed) -> None:
+        """A job whose spec.managedBy names another controller (MultiKueue): no Pod, no
+        status write. Only, for a job of a Kueue LocalQueue, its Kueue Workload: the part of
+        Kueue's job framework this operator plays for KerasJobs, which MultiKueue needs on
+        the manager cluster to dispatch the job to a worker cluster."""
+        if self.kueue is None or seen.job.kueue is None or seen.workload is not None:
+            return None
+        plan = rc.plan(seen.job, seen.status, [], utcnow())  # the status, unchanged
+        for type_, reason, message in await self.kueue.sync(
+            seen.body, seen.parsed.model, None, plan, 0, utcnow()
+        ):
+            job = seen.job
+            self.events.post(build_event(
+                namespace=job.namespace, name=job.name, uid=job.uid, type_=type_,
+                reason=reason, message=message, now=utcnow(), instance=self.config.instance,
+            ))
+        return None
 
     async def _namespace_terminating(self, seen: Observed, now: datetime) -> bool:
         """Whether the job's namespace is being deleted: asked only before a restart is

@@ -386,7 +386,9 @@ class _Planner(Accounting, Elastic):
         self.cond(st.COND_RUNNING, False, reason, message, add_false=True)
 
     def run(self) -> Plan:
-        if self.job.deleting:
+        if self.job.deleting or self.job.managed_by is not None:
+            # Going away; or run by another controller (spec.managedBy): its status is that
+            # controller's to write (MultiKueue copies it from the worker cluster's copy).
             return Plan(status=copy.deepcopy(dict(self.old)))
         self.housekeeping()
         if self.job.generation is not None:
