@@ -19,28 +19,30 @@ test sets. A job's Pods finish as a kubelet would write it (every worker exits 0
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
 from typing import Any
 
 import pytest
 
 from kerasjob import gang
-from kerasjob_contract.times import parse_time
 from kerasjob_dev.cluster import Cluster, wait_for
+from kerasjob_dev.gangs import (
+    NoPartialGang,
+    bound,
+    finish,
+    gang_job,
+    kwok_nodes,
+    run_competing,
+    set_slots,
+)
 from kerasjob_dev.harness import (
     OperatorProcess,
     condition,
-    core,
     create_job,
     custom,
     events_for,
-    exit_pod,
     install_crds,
-    job_manifest,
     job_status,
     own_namespace,
     pods,
@@ -48,9 +50,6 @@ from kerasjob_dev.harness import (
 )
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
-
-SLOT = "kerasjob.dev/gang-slot"
-
 
 @pytest.fixture
 def namespace(kube: Any, kwok_placement: dict[str, Any]) -> Iterator[str]:
@@ -71,65 +70,11 @@ def operator(cluster: Cluster, namespace: str) -> Iterator[OperatorProcess]:
 @pytest.fixture
 def slots(kube: Any) -> Iterator[Callable[[int], None]]:
     """``slots(n)``: every KWOK node offers ``n`` gang slots; removed afterwards."""
-    nodes = sorted(n.metadata.name
-                   for n in core(kube).list_node(label_selector="type=kwok").items)
-
-    def set_slots(n: int | None) -> None:
-        value = None if n is None else str(n)
-        for name in nodes:
-            core(kube).patch_node_status(
-                name, {"status": {"capacity": {SLOT: value}, "allocatable": {SLOT: value}}})
-
-    set_slots.nodes = nodes  # type: ignore[attr-defined]
+    nodes = kwok_nodes(kube)
     try:
-        yield set_slots
+        yield lambda n: set_slots(kube, nodes, n)
     finally:
-        set_slots(None)
-
-
-def gang_job(name: str, workers: int) -> dict[str, Any]:
-    body = job_manifest(name, workers=workers)
-    body["spec"]["template"]["spec"]["containers"] = [{
-        "name": "trainer", "resources": {"requests": {SLOT: "1"}, "limits": {SLOT: "1"}}}]
-    return body
-
-
-def bound(kube: Any, ns: str, job: str | None = None) -> dict[str, int]:
-    """Per job: how many of its (not finished) Pods are bound to a node."""
-    out: dict[str, int] = {}
-    for p in pods(kube, ns, job).values():
-        j = p.metadata.labels["kerasjob.dev/job-name"]
-        out.setdefault(j, 0)
-        if p.spec.node_name and p.status.phase not in ("Succeeded", "Failed"):
-            out[j] += 1
-    return out
-
-
-#: A gang's Pods are bound one API call after another once all have a place: a look may
-#: catch some bound and the rest a moment later. Part of a gang bound for longer is a failure.
-PARTIAL_SECONDS = 10.0
-
-
-class NoPartialGang:
-    """Checks, look after look, that no job keeps only part of its Pods bound."""
-
-    def __init__(self, size: Callable[[str], int]) -> None:
-        self.size = size
-        self.since: dict[str, float] = {}
-
-    def look(self, counts: dict[str, int], done: set[str] | list[str]) -> None:
-        now = time.monotonic()
-        partial = {j for j, n in counts.items() if 0 < n < self.size(j) and j not in done}
-        self.since = {j: self.since.get(j, now) for j in partial}
-        stuck = {j: counts[j] for j, t in self.since.items() if now - t > PARTIAL_SECONDS}
-        assert not stuck, f"part of a gang bound for over {PARTIAL_SECONDS:g} s: {stuck}"
-
-
-def finish(kube: Any, ns: str, job: str) -> None:
-    """Every Pod of the job exits 0 (the workers end with the chief)."""
-    for name, p in pods(kube, ns, job).items():
-        if p.status.phase == "Running":
-            exit_pod(kube, ns, name)
+        set_slots(kube, nodes, None)
 
 
 def pod_groups(kube: Any, ns: str) -> list[dict[str, Any]]:
@@ -256,58 +201,17 @@ def test_a_fitting_job_runs_normally_in_its_own_gang(
 JOBS, WORKERS, SLOTS_PER_NODE = 50, 8, 6  # 4 nodes x 6 = 24 places: 3 jobs at a time
 
 
-def _bind_times(kube: Any, ns: str) -> dict[str, list[datetime]]:
-    """Per job: when each of its Pods was bound (PodScheduled True)."""
-    out: dict[str, list[datetime]] = {}
-    for p in pods(kube, ns).values():
-        for c in p.status.conditions or []:
-            if c.type == "PodScheduled" and c.status == "True":
-                out.setdefault(p.metadata.labels["kerasjob.dev/job-name"], []).append(
-                    c.last_transition_time)
-    return out
-
-
 def test_fifty_competing_eight_worker_jobs_all_finish(
     kube: Any, operator: OperatorProcess, namespace: str, slots: Any
 ) -> None:
-    ns = namespace
     slots(SLOTS_PER_NODE)
-    names = [f"g{i:02d}" for i in range(JOBS)]
-    start = time.monotonic()
-    with ThreadPoolExecutor(8) as pool:
-        created = dict(zip(names, pool.map(
-            lambda n: create_job(kube, ns, gang_job(n, WORKERS)), names), strict=True))
-    done: set[str] = set()
-    check = NoPartialGang(lambda _: WORKERS)
-    most_bound = 0
-    deadline = start + 600
-    while len(done) < JOBS:
-        assert time.monotonic() < deadline, (
-            f"{len(done)}/{JOBS} finished; bound now {bound(kube, ns)}")
-        counts = bound(kube, ns)
-        check.look(counts, done)
-        jobs = custom(kube).list_namespaced_custom_object(
-            "kerasjob.dev", "v1alpha1", ns, "kerasjobs")["items"]
-        phases = {j["metadata"]["name"]: (j.get("status") or {}).get("phase") for j in jobs}
-        running = [n for n, ph in phases.items() if ph == "Running" and n not in done]
-        most_bound = max(most_bound, sum(counts.values()))
-        for n in running:
-            finish(kube, ns, n)
-        done |= {n for n, ph in phases.items() if ph == "Succeeded"}
-        time.sleep(0.5)
-    total = time.monotonic() - start
-    binds = _bind_times(kube, ns)
-    waits, spreads = [], []
-    for n in names:
-        times = binds[n]
-        assert len(times) == WORKERS, (n, len(times))
-        made = parse_time(created[n]["metadata"]["creationTimestamp"])
-        assert made is not None
-        waits.append((max(times) - made).total_seconds())
-        spreads.append((max(times) - min(times)).total_seconds())
-    assert len(pod_groups(kube, ns)) == JOBS
+    got = run_competing(kube, namespace, JOBS, WORKERS, timeout=600)
+    assert got["succeeded"] == JOBS, got
+    assert len(got["bound_seconds"]) == JOBS  # every job's 8 Pods were bound
+    assert len(pod_groups(kube, namespace)) == JOBS
     print(f"\n{JOBS} jobs x {WORKERS} workers, places for {SLOTS_PER_NODE * 4 // WORKERS} "
-          f"at a time: all Succeeded in {total:.1f} s; created -> all Pods bound: median "
-          f"{statistics.median(waits):.1f} s, max {max(waits):.1f} s; one gang's binds "
-          f"spread over max {max(spreads):.0f} s (1 s resolution); at most {most_bound} Pods "
-          "bound at once")
+          f"at a time: all Succeeded in {got['total_seconds']:.1f} s; created -> all Pods "
+          f"bound: median {got['bound_median_seconds']:.1f} s, max "
+          f"{got['bound_max_seconds']:.1f} s; one gang's binds spread over max "
+          f"{got['bind_spread_max_seconds']:.0f} s (1 s resolution); at most "
+          f"{got['most_pods_bound']} Pods bound at once")
