@@ -33,6 +33,7 @@ from typing import Any
 
 from kerasjob import API_GROUP, API_VERSION, KIND
 from kerasjob import labels as lbl
+from kerasjob.api import Reason
 
 GROUP = "scheduling.k8s.io"
 VERSION = "v1alpha2"
@@ -45,7 +46,7 @@ SCHEDULED = "PodGroupScheduled"
 UNSCHEDULABLE = "Unschedulable"
 SCHEDULER_ERROR = "SchedulerError"
 #: The job's reason while its gang cannot be placed.
-REASON = "GangUnschedulable"
+REASON = Reason.GANG_UNSCHEDULABLE.value
 
 
 @dataclass(frozen=True)

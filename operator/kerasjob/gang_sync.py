@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kerasjob import gang
+from kerasjob.api import Reason
 from kerasjob.kube import KubeApi
 from kerasjob.paths import pod_group_path, scheduling_workload_path
 from kerasjob.planning import JobView, Plan
@@ -64,7 +65,7 @@ class GangSync:
         for name in workloads:
             await self.api.delete(scheduling_workload_path(ns, name), "workloads")
         if groups:
-            return [("Normal", "GangReplaced",
+            return [("Normal", Reason.GANG_REPLACED.value,
                      f"PodGroup {', '.join(groups)} replaced by {plan.gang.name} "
                      f"(a gang of {plan.gang.min_count} Pods)")]
         return []

@@ -15,7 +15,8 @@ from test_reconcile import JOB_UID, NOW, creates, job, pod
 
 from kerasjob import gang, labels
 from kerasjob import reconcile as rc
-from kerasjob.gang_sync import GangSync
+from kerasjob.gang_sync import GangSync, check_api
+from kerasjob.kube import ApiError
 
 BODY = {"apiVersion": "kerasjob.dev/v1alpha1", "kind": "KerasJob",
         "metadata": {"name": "j", "namespace": "ns", "uid": JOB_UID}}
@@ -184,3 +185,25 @@ def test_an_elastic_gang_that_does_not_fit_shrinks_one_worker_at_a_time() -> Non
     p = rc.plan(j, {}, waiting, NOW)
     assert p.status["elastic"]["workers"] == 3
     assert rc.plan(job(4, elastic=policy), {}, waiting, NOW).status["elastic"]["workers"] == 1
+
+
+class DiscoveryApi:
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+
+    async def request(self, method: str, path: str, **_: Any) -> Any:
+        assert (method, path) == ("GET", "/apis/scheduling.k8s.io/v1alpha2")
+        if isinstance(self.answer, ApiError):
+            raise self.answer
+        return self.answer
+
+
+def test_the_start_up_check_says_in_one_line_what_the_cluster_lacks() -> None:
+    served = {"resources": [{"name": "workloads"}, {"name": "podgroups"},
+                            {"name": "podgroups/status"}]}
+    assert asyncio.run(check_api(DiscoveryApi(served))) is None  # type: ignore[arg-type]
+    missing = asyncio.run(check_api(DiscoveryApi(ApiError(404, "GET", "/apis/x", {}))))  # type: ignore[arg-type]
+    assert missing is not None and "does not serve scheduling.k8s.io/v1alpha2" in missing
+    assert "GangScheduling" in missing and "\n" not in missing
+    partial = asyncio.run(check_api(DiscoveryApi({"resources": [{"name": "workloads"}]})))  # type: ignore[arg-type]
+    assert partial is not None and "podgroups" in partial
