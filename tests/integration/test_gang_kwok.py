@@ -215,3 +215,48 @@ def test_fifty_competing_eight_worker_jobs_all_finish(
           f"{got['bound_max_seconds']:.1f} s; one gang's binds spread over max "
           f"{got['bind_spread_max_seconds']:.0f} s (1 s resolution); at most "
           f"{got['most_pods_bound']} Pods bound at once")
+
+
+def test_an_elastic_gang_shrinks_to_what_fits_and_grows_back_in_new_pod_groups(
+    kube: Any, operator: OperatorProcess, namespace: str
+) -> None:
+    """Room for 2 of 3 workers: the gang of 3 binds nothing, the job shrinks to 2 (a new
+    PodGroup, minCount 2) and runs; room for the third: the probe (outside the gang) is
+    bound, the job grows back to 3 (another PodGroup) and runs. The earlier PodGroups go."""
+    ns = namespace
+    nodes = kwok_nodes(kube)
+    body = gang_job("el", 3)
+    body["spec"]["elastic"] = {"minWorkers": 1, "shrinkAfterSeconds": 1,
+                               "resizeCooldownSeconds": 4}
+    try:
+        set_slots(kube, nodes[:2], 1)
+        create_job(kube, ns, body)
+
+        def at(size: int) -> dict[str, Any] | None:
+            s = job_status(kube, ns, "el")
+            ok = (s.get("phase") == "Running" and (s.get("elastic") or {}).get("workers") == size
+                  and s.get("replicaStatuses", {}).get("worker", {}).get("ready") == size)
+            return s if ok else None
+
+        s = wait_for(lambda: at(2), timeout=120, what="the job running at 2 workers")
+        assert s["elastic"]["history"][0]["reason"] == "CapacityLost"
+        groups = {g["metadata"]["name"]: g for g in pod_groups(kube, ns)}
+        live = [g for g in groups.values() if not g["metadata"].get("deletionTimestamp")]
+        assert [g["spec"]["schedulingPolicy"]["gang"]["minCount"] for g in live] == [2], groups
+        bound_to = {p.spec.scheduling_group.pod_group_name
+                    for p in pods(kube, ns, "el").values() if p.spec.node_name}
+        assert bound_to == {live[0]["metadata"]["name"]}
+
+        set_slots(kube, nodes[2:3], 1)  # room for the third worker
+        wait_for(lambda: at(3), timeout=120, what="the job grown back to 3 workers")
+        wait_for(lambda: [g["spec"]["schedulingPolicy"]["gang"]["minCount"]
+                          for g in pod_groups(kube, ns)] == [3],
+                 timeout=60, what="only the PodGroup of 3 left")
+        assert len(workloads(kube, ns)) == 1
+        names = {p.spec.scheduling_group.pod_group_name for p in pods(kube, ns, "el").values()
+                 if p.metadata.labels.get("kerasjob.dev/replica-type") == "worker"}
+        assert names == {pod_groups(kube, ns)[0]["metadata"]["name"]}
+        finish(kube, ns, "el")
+        wait_phase(kube, ns, "el", "Succeeded", timeout=60)
+    finally:
+        set_slots(kube, nodes, None)
