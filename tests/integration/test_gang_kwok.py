@@ -20,13 +20,15 @@ test sets. A job's Pods finish as a kubelet would write it (every worker exits 0
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kerasjob import gang
-from kerasjob_dev.cluster import Cluster, wait_for
+from kerasjob_dev.cluster import Cluster, create_namespace, delete_namespace, wait_for
 from kerasjob_dev.gangs import (
     NoPartialGang,
     bound,
@@ -260,3 +262,61 @@ def test_an_elastic_gang_shrinks_to_what_fits_and_grows_back_in_new_pod_groups(
         wait_phase(kube, ns, "el", "Succeeded", timeout=60)
     finally:
         set_slots(kube, nodes, None)
+
+
+def test_the_charts_rbac_is_all_gang_scheduling_needs(
+    cluster: Cluster, kube: Any, kwok_placement: dict[str, Any], tmp_path: Path
+) -> None:
+    """The operator as the chart runs it (gangScheduling.enabled, one jobs namespace), with
+    only its ServiceAccount's token: a job runs in its gang, every request it made is granted
+    by the chart, and its log shows nothing forbidden."""
+    from test_helm import (
+        NEVER_SCHEDULE,
+        api_requests,
+        granted,
+        helm_install,
+        operator_process,
+        token_kubeconfig,
+    )
+
+    install_crds(cluster)
+    op_ns = create_namespace(kube, "op")
+    ns = create_namespace(kube, "gangrbac")
+    name = f"kj-{uuid.uuid4().hex[:6]}"
+    nodes = kwok_nodes(kube)
+    try:
+        set_slots(kube, nodes, 1)
+        rel = helm_install(cluster, name, op_ns, {
+            "watchNamespaces": [ns], "gangScheduling.enabled": True, "image.tag": "dev",
+            "trainerImage.tag": "dev", "nodeSelector": NEVER_SCHEDULE,
+        })
+        sa = token_kubeconfig(cluster, op_ns, rel.service_account, tmp_path / "kubeconfig")
+        log_path = tmp_path / "operator.log"
+        with operator_process(rel, sa, log_path) as run:
+            create_job(kube, ns, gang_job("rbac", 3))
+            wait_phase(kube, ns, "rbac", "Running", timeout=90)
+            (group,) = pod_groups(kube, ns)
+            assert {p.spec.scheduling_group.pod_group_name
+                    for p in pods(kube, ns, "rbac").values()} == {group["metadata"]["name"]}
+            finish(kube, ns, "rbac")
+            wait_phase(kube, ns, "rbac", "Succeeded", timeout=60)
+            requests = api_requests(run)
+        for call in ("create workloads", "create podgroups"):
+            assert requests.get(call), (call, requests)
+        allowed = granted(rel, ns)
+        for call in requests:
+            verb, resource = call.split(" ", 1)
+            resource = resource.removesuffix(" (dry run)")
+            assert verb in allowed.get(resource, set()), f"{call!r} not granted by the chart"
+        forbidden = [
+            line for line in log_path.read_text().splitlines()
+            if ("403" in line or "orbidden" in line) and "namespaces" not in line
+            and "customresourcedefinitions" not in line
+            and "Not enough permissions to watch for resources" not in line
+        ]
+        assert not forbidden, "\n".join(forbidden)
+    finally:
+        set_slots(kube, nodes, None)
+        cluster.helm("uninstall", name, "--namespace", op_ns, check=False)
+        delete_namespace(kube, ns)
+        delete_namespace(kube, op_ns)
