@@ -45,6 +45,7 @@ from kerasjob_dev.harness import (
     custom,
     events_for,
     install_crds,
+    job_manifest,
     job_status,
     own_namespace,
     pods,
@@ -320,3 +321,47 @@ def test_the_charts_rbac_is_all_gang_scheduling_needs(
         cluster.helm("uninstall", name, "--namespace", op_ns, check=False)
         delete_namespace(kube, ns)
         delete_namespace(kube, op_ns)
+
+
+def test_with_kueue_a_queued_job_has_no_gang_until_admitted_then_runs_in_one(
+    cluster: Cluster, kube: Any, kwok_placement: dict[str, Any]
+) -> None:
+    """Both on (``--kueue --gang-scheduling``): Kueue decides when, the gang how. A job
+    waiting for quota has neither Pods nor a PodGroup; admitted, its Pods are made in one."""
+    from kerasjob_dev.kueue import QUEUE_LABEL, cluster_queue, ensure_kueue, wl_true, workload_of
+
+    install_crds(cluster)
+    ensure_kueue(cluster)
+    ns = create_namespace(kube, "kqgang")
+    op = OperatorProcess(cluster, (ns,), name="kqgang",
+                         extra_args=("--kueue", "--gang-scheduling"))
+    try:
+        op.start()
+        with cluster_queue(kube, ns, cpu="3", node_labels={"type": "kwok"}) as queue:
+            for name in ("first", "second"):  # quota in cpu (Kueue's ClusterQueue covers it)
+                body = job_manifest(name, workers=3)
+                body["spec"]["template"]["spec"]["containers"] = [
+                    {"name": "trainer", "resources": {"requests": {"cpu": "1"}}}]
+                body["metadata"]["labels"] = {QUEUE_LABEL: queue}
+                create_job(kube, ns, body)
+            wait_phase(kube, ns, "first", "Running", timeout=90)
+            wait_phase(kube, ns, "second", "Queued", timeout=30)
+            assert not pods(kube, ns, "second")
+            (group,) = pod_groups(kube, ns)
+            assert group["metadata"]["labels"]["kerasjob.dev/job-name"] == "first"
+            finish(kube, ns, "first")
+            wait_phase(kube, ns, "first", "Succeeded", timeout=60)
+            wait_for(lambda: wl_true(workload_of(kube, ns, "second"), "Admitted"),
+                     timeout=90, what="second admitted")
+            wait_phase(kube, ns, "second", "Running", timeout=90)
+            second = [g for g in pod_groups(kube, ns)
+                      if g["metadata"]["labels"]["kerasjob.dev/job-name"] == "second"]
+            assert [g["spec"]["schedulingPolicy"]["gang"]["minCount"] for g in second] == [3]
+            assert {p.spec.scheduling_group.pod_group_name
+                    for p in pods(kube, ns, "second").values()} == {
+                second[0]["metadata"]["name"]}
+            finish(kube, ns, "second")
+            wait_phase(kube, ns, "second", "Succeeded", timeout=60)
+    finally:
+        op.stop()
+        delete_namespace(kube, ns)
