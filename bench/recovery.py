@@ -13,6 +13,12 @@ eviction (the Pod is re-created). For each disruption: seconds from the signal t
 kubelet's restart count. The question this answers: does the 5th disruption of a run cost
 more than the 1st (the kubelet's CrashLoopBackOff grows 10 s, 20 s, 40 s ... for containers
 restarted in place)?
+
+And where the seconds go, per disruption: signal -> the old generation's last exit (the save
+on SIGTERM; the goodput ledger's `exited_at`) -> the new chief process started (its
+`kerasjob: startup` line: operator, Pod re-creation, kubelet, container) -> Python ->
+TensorFlow imported -> cluster formed -> model built and backup restored -> first step done
+(tracing, first collectives). All wall clocks of this one machine.
 """
 
 from __future__ import annotations
@@ -41,6 +47,8 @@ NS = "kerasjob-bench"
 JOB = "recover"
 STEP = re.compile(contract.LOG_STEP_RE, re.M)
 RESUMED = re.compile(contract.LOG_RESUMED_RE, re.M)
+STARTUP = re.compile(contract.LOG_STARTUP_RE, re.M)
+PHASES = ("python", "tensorflow", "cluster", "restore", "first_step")
 
 
 def log(kube: Kube, pod: str) -> str:
@@ -64,6 +72,32 @@ def restarts(kube: Kube, pod: str) -> tuple[str, int]:
     p = kube.get(pod_path(NS, pod)) or {}
     cs = (p.get("status") or {}).get("containerStatuses") or [{}]
     return p.get("metadata", {}).get("uid", ""), cs[0].get("restartCount", 0)
+
+
+def breakdown(kube: Kube, ckpt: Path, chief: str, signalled_at: float,
+              resumed_at: int) -> dict[str, float]:
+    """Seconds per phase of the disruption resumed at `resumed_at` (see the module
+    docstring); {} until the ledger holds it and the chief's startup line is read."""
+    ledgers = sorted(ckpt.rglob("ledger.json"))
+    m = STARTUP.search(log(kube, chief))
+    if not ledgers or not m:
+        return {}
+    events = json.loads(ledgers[-1].read_text())["events"]
+    if not events or events[-1]["resumed_step"] != resumed_at:
+        return {}
+    event = events[-1]
+    started = float(m.group(1))
+    out: dict[str, float] = {}
+    exited = event.get("exited_at")
+    if exited is not None:
+        out["exit"] = exited - signalled_at
+        out["restart"] = started - exited
+    else:
+        out["restart"] = started - signalled_at
+    for phase, value in zip(PHASES, m.groups()[1:6], strict=True):
+        out[phase] = float(value) if value != "-" else float("nan")
+    out["total"] = event["first_step_at"] - signalled_at
+    return {k: round(v, 2) for k, v in out.items()}
 
 
 def disrupt(kube: Kube, kind: str, pod: str) -> None:
@@ -96,7 +130,8 @@ def main() -> int:
             helm, str(cluster.kubeconfig), release="bench", namespace=f"{NS}-system",
             watch_namespaces=[NS],
         )
-        pv = localdeploy.shared_claim(kube, NS, "ckpt", ROOT / ".run" / "bench" / "ckpt")
+        ckpt = ROOT / ".run" / "bench" / "ckpt"
+        pv = localdeploy.shared_claim(kube, NS, "ckpt", ckpt)
         job = yaml.safe_load((ROOT / "examples" / "mnist.yaml").read_text())
         job["metadata"]["name"] = JOB
         job["spec"]["checkpoint"]["volume"] = {"persistentVolumeClaim": {"claimName": "ckpt"}}
@@ -115,7 +150,7 @@ def main() -> int:
             wait(lambda t=target: step() >= t, 300, f"the chief at step {target}")
             before = {p: restarts(kube, p) for p in (chief, victim)}
             at_step = step()
-            t0 = time.monotonic()
+            t0, signalled_at = time.monotonic(), time.time()
             disrupt(kube, args.kind, victim)
 
             def restarted(before: dict = before) -> bool:
@@ -132,6 +167,9 @@ def main() -> int:
             wait(lambda r=resumed_at: step() > r, 300, "a new step", 0.1)
             t_step = time.monotonic() - t0
             counts = {p: restarts(kube, p)[1] for p in (chief, victim)}
+            phases = wait(
+                lambda t=signalled_at, r=resumed_at: breakdown(kube, ckpt, chief, t, r),
+                30, "the ledger and the chief's startup line", 0.5)
             if t_step > 20:  # an outlier: show how the restarted workers spent the time
                 for p in (chief, victim):
                     print(f"--- {p} (slow recovery), start of its log:")
@@ -139,11 +177,13 @@ def main() -> int:
             results.append(
                 {"disruption": i, "kind": args.kind, "at_step": at_step,
                  "resumed_at": resumed_at, "resumed_s": round(t_resumed, 2),
-                 "first_step_s": round(t_step, 2), "restart_counts": counts}
+                 "first_step_s": round(t_step, 2), "restart_counts": counts,
+                 "phases_s": phases}
             )
             print(f"disruption {i} ({args.kind} at step {at_step}): resumed at {resumed_at} "
                   f"after {t_resumed:.1f}s, first new step after {t_step:.1f}s; "
-                  f"restartCount {counts}", flush=True)
+                  f"restartCount {counts}\n  " + " ".join(f"{k}={v:.2f}s" for k, v in
+                                                          phases.items()), flush=True)
     finally:
         try:
             localdeploy.uninstall_operator(
@@ -158,12 +198,16 @@ def main() -> int:
             cluster.release()
     if results:
         first, last = results[0]["first_step_s"], results[-1]["first_step_s"]
+        keys = [k for k in results[0]["phases_s"] if all(k in r["phases_s"] for r in results)]
         summary = {
             "median_first_step_s": statistics.median(r["first_step_s"] for r in results),
             "last_over_first": round(last / first, 2),
+            "median_phases_s": {k: round(statistics.median(r["phases_s"][k] for r in results), 2)
+                                for k in keys},
         }
         print(f"median disruption -> first new step {summary['median_first_step_s']:.1f}s; "
-              f"last/first {summary['last_over_first']}")
+              f"last/first {summary['last_over_first']}; median phases: " +
+              " ".join(f"{k}={v:.2f}s" for k, v in summary["median_phases_s"].items()))
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
         RESULTS.write_text(json.dumps(
             {"machine": platform.node(), "disruptions": results, **summary}, indent=2) + "\n")

@@ -88,6 +88,14 @@ DEFAULT_METRICS_PORT = 9464
 DEFAULT_TF_PORT = 2222
 
 #: Prometheus metric names the chief serves and the operator reads into status.progress.
+#: Where the chief leaves its last progress when its process ends (the kubelet's default
+#: terminationMessagePath): the /metrics samples without comments, at most
+#: TERMINATION_MESSAGE_BYTES. The operator reads it from the Pod's status
+#: (state.terminated.message), so status.progress ends exactly where training did even when
+#: no scrape came between the last steps and the exit.
+TERMINATION_LOG = "/dev/termination-log"
+TERMINATION_MESSAGE_BYTES = 4096
+
 METRIC_EPOCH = "kerasjob_epoch"
 METRIC_STEP = "kerasjob_step"
 METRIC_LOSS = "kerasjob_loss"
@@ -128,11 +136,19 @@ the chief's ledger of disruptions (ledger.json)."""
 #:   kerasjob: disruption 2 cause=killed:worker1 last_step=45 at=1795373345.120 resumed_step=30
 #:       first_step_at=1795373361.480 steps_redone=15 downtime_s=16.36 lost_s=16.52 goodput=0.81
 #:   (one line; times are Unix seconds, the chief's clock for first_step_at)
+#:   kerasjob: startup started_at=1795373355.020 python_s=0.21 tensorflow_s=3.02 cluster_s=0.61
+#:       restore_s=1.35 first_step_s=0.58 total_s=5.77          (one line)
 LOG_RESUMED_RE = r"^kerasjob: resumed at step (\d+)"
 LOG_STEP_RE = r"^kerasjob: step (\d+)/(\d+)(?: epoch (\d+) loss=(\S+)(?: accuracy=(\S+))?)?"
 """Groups: step, total steps, then (when logged) epoch, loss, accuracy."""
 LOG_PREEMPTED_RE = r"^kerasjob: preempted: state saved at step (\d+)"
 LOG_FINAL_RE = r"^kerasjob: final (?:test_accuracy=([0-9.]+) )?steps=(\d+)"
+LOG_STARTUP_RE = (
+    r"^kerasjob: startup started_at=([0-9.]+) python_s=(\S+) tensorflow_s=(\S+) "
+    r"cluster_s=(\S+) restore_s=(\S+) first_step_s=(\S+) total_s=([0-9.]+)"
+)
+"""Once per process, at its first step: when it started (Unix seconds) and the seconds of each
+start-up phase (`-`: not reached in this order); see kerasjob_trainer.startup."""
 LOG_DISRUPTION_RE = (
     r"^kerasjob: disruption (\d+) cause=(\S+) last_step=(\d+) at=([0-9.]+) "
     r"resumed_step=(\d+) first_step_at=([0-9.]+) steps_redone=(\d+) "

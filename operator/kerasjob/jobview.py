@@ -78,6 +78,7 @@ class ParsedJob:
             managed_by=managed_elsewhere(spec),
             deleting=bool(meta.get("deletionTimestamp")),
             invalid=self.problems,
+            total_steps=self.total_steps,
         )
 
 

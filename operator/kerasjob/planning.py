@@ -58,6 +58,8 @@ class JobView:
     """spec.elastic; ``tasks`` then lists the preferred size's workers (`elastic`)."""
     others_waiting: bool = False
     """Another job has a Pod no node fits now (`elastic.waiting_jobs`): do not grow."""
+    total_steps: int | None = None
+    """epochs x stepsPerEpoch of spec.trainer (status.progress.totalSteps), when known."""
     managed_by: str | None = None
     """spec.managedBy when it names another controller: the job is not ours to run."""
     gang: GangView | None = None

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from kerasjob import KIND, labels
-from kerasjob_contract import TRAINER_CONTAINER, Env
+from kerasjob_contract import TERMINATION_MESSAGE_BYTES, TRAINER_CONTAINER, Env
 from kerasjob_contract.times import parse_time
 
 #: The container treated as the trainer when no container has this name: the first one.
@@ -26,6 +26,8 @@ class Termination:
     exit_code: int
     reason: str = ""
     signal: int | None = None
+    message: str = ""
+    """What the process left in its termination message (the chief: its last progress)."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,7 @@ def _termination(state: Mapping[str, Any] | None) -> Termination | None:
         exit_code=int(terminated.get("exitCode", 0)),
         reason=str(terminated.get("reason") or ""),
         signal=int(signal) if signal is not None else None,
+        message=str(terminated.get("message") or "")[:TERMINATION_MESSAGE_BYTES],
     )
 
 

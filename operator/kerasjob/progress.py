@@ -94,6 +94,24 @@ def progress_patch(
     return new
 
 
+def from_termination(
+    current: Mapping[str, Any] | None, message: str, *, total_steps: int | None, now: datetime
+) -> dict[str, Any] | None:
+    """The new ``status.progress`` from the chief's termination message (the /metrics
+    samples it leaves when its process ends), or None when it holds none or nothing new."""
+    from kerasjob import goodput  # goodput reads this module's `samples`
+
+    scraped = parse_metrics(message)
+    if not scraped:
+        return None
+    costs = goodput.parse_goodput(message)
+    if costs is not None:
+        scraped["goodput"] = costs
+    elif (current or {}).get("goodput"):
+        scraped["goodput"] = dict(current["goodput"])  # type: ignore[index]
+    return progress_patch(current, scraped, total_steps=total_steps, now=now)
+
+
 async def scrape(session: aiohttp.ClientSession, url: str, timeout: float) -> str | None:
     """GET the metrics text; None on any error (logged at debug)."""
     try:

@@ -21,11 +21,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from kerasjob import gang as gangs
-from kerasjob import restart_loop
+from kerasjob import goodput, progress, restart_loop
 from kerasjob import restart_policy as rp
 from kerasjob import status as st
 from kerasjob.accounting import Accounting
-from kerasjob.api import Reason
+from kerasjob.api import Reason, ReplicaRole
 from kerasjob.elastic import PROBE_ROLE, Elastic
 from kerasjob.planning import (  # the planner's vocabulary, also used as rc.<name>
     Action,
@@ -265,6 +265,7 @@ class _Planner(Accounting, Elastic):
 
         self.shrink_if_capacity_lost()
         job = self.job  # an elastic job's tasks at its (new) size
+        succeeded = self.regroup_finished(succeeded)
         creates: list[Action] = []
         for task in job.tasks:
             if task.name in succeeded:
@@ -354,6 +355,29 @@ class _Planner(Accounting, Elastic):
         if phase != st.RUNNING:
             self.explain_waiting(wanted)
 
+    def regroup_finished(self, succeeded: set[str]) -> set[str]:
+        """A training group restarts whole. When a training Pod must be (re-)created while
+        others had already finished training (exit 0, e.g. the chief failed or was evicted
+        while saving the final model), those join again: TensorFlow forms the cluster only
+        with every worker, so a restarted chief alone would wait for them forever. Their
+        success is forgotten; they resume from the backup with the others."""
+        training = [t for t in self.job.tasks if t.role != ReplicaRole.EVALUATOR.value]
+        restarting = [
+            t.name for t in training
+            if t.name not in succeeded
+            and ((p := self.owned.get(t.name)) is None or p.finished or p.deleting)
+        ]
+        done = [t.name for t in training if t.name in succeeded]
+        if not restarting or not done:
+            return succeeded
+        for name in done:  # their finished Pods go with the others' (the loop below)
+            self.tracked[name]["succeeded"] = False  # the old Pod's exit stays counted
+        self.event("Normal", Reason.REGROUPING.value,
+                   f"{', '.join(done)} had finished training; re-created with "
+                   f"{', '.join(restarting)} (TensorFlow forms the cluster only with every "
+                   f"worker): resuming from the last backup")
+        return succeeded - set(done)
+
     def explain_waiting(self, wanted: list[Task]) -> None:
         """A Pod that cannot start (a checkpoint claim that does not exist, no node that
         fits, an image that cannot be pulled) shows in the job's own status and events:
@@ -414,6 +438,7 @@ class _Planner(Accounting, Elastic):
                 self.suspended(st.QUEUED, self.job.kueue.reason, self.job.kueue.message)
         else:
             self.active()
+        self.chief_exit_progress()
         self.finalize_status()
         return Plan(
             status=self.status,
@@ -422,6 +447,21 @@ class _Planner(Accounting, Elastic):
             requeue_after=min(self.requeues) if self.requeues else None,
             gang=self.gang,
         )
+
+    def chief_exit_progress(self) -> None:
+        """status.progress from the chief's termination message: where training really
+        ended (the scraper reads only a running chief, seconds apart)."""
+        pod = self.owned.get(self.job.chief)
+        if pod is None or pod.termination is None or not pod.termination.message:
+            return
+        old = self.status.get("progress") or {}
+        new = progress.from_termination(old, pod.termination.message,
+                                        total_steps=self.job.total_steps, now=self.now)
+        if new is None:
+            return
+        self.status["progress"] = new
+        for reason, message in goodput.goodput_events(old.get("goodput"), new.get("goodput") or {}):
+            self.event("Normal", reason, message)
 
     def finalize_status(self) -> None:
         names = {t.name for t in self.job.tasks}

@@ -1,20 +1,26 @@
 """The SDK and the CLI on real training: examples/own-script.yaml (a user's own Keras script
 under spec.trainer.command) submitted through `KerasJobClient`, every replica's log followed
 while it trains, one worker evicted (SIGTERM: the group saves at one step, exits 42), the job
-resumed at exactly that step and waited for to Succeeded with progress from the operator."""
+resumed at exactly that step and waited for to Succeeded with progress from the operator.
+Every step is logged (logEverySteps 1), so the goodput the operator shows in status is checked
+against the times the container runtime recorded for the trainer's lines (within 1 s)."""
 
 from __future__ import annotations
 
 import re
+import statistics
 import threading
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+import kerasjob_contract as contract
 from kerasjob import cli
 from kerasjob.sdk import KerasJobClient, summarize
+from kerasjob.sdk.logs import LogLine
 from kerasjob_dev import localdeploy
 from kerasjob_dev.cluster import REPO_ROOT, wait_for
 from kerasjob_dev.synckube import pod_path
@@ -34,10 +40,64 @@ PREEMPTED = re.compile(
 RESUMED = re.compile(r"^\[(own-sdk-worker-\d)\] kerasjob: resumed at step (\d+)")
 FINAL = re.compile(
     r"^\[own-sdk-worker-0\] kerasjob: final test_accuracy=([\d.]+) steps=(\d+)")
+ANY_STEP = re.compile(r"^kerasjob: step (\d+)/")
+NEW_PROCESS = re.compile(r"^kerasjob: (?:starting at step 0|resumed at step (\d+))")
+DISRUPTION = re.compile(contract.LOG_DISRUPTION_RE)
 
 
 def _matches(lines: list[str], regex: re.Pattern[str]) -> list[tuple[str, ...]]:
     return [m.groups() for ln in lines if (m := regex.match(ln))]
+
+
+def _seconds(stamp: str) -> float:
+    """An RFC 3339 log timestamp (nanoseconds, Z) as Unix seconds."""
+    whole, _, frac = stamp.rstrip("Z").partition(".")
+    return datetime.fromisoformat(whole + "+00:00").timestamp() + float(f"0.{frac or 0}")
+
+
+def _generations(followed: list[LogLine], pod: str) -> list[list[tuple[int, float]]]:
+    """One pod's (step, runtime time) per trainer process, processes with no step left out."""
+    gens: list[list[tuple[int, float]]] = []
+    for line in followed:
+        if line.pod != pod:
+            continue
+        if NEW_PROCESS.match(line.text):
+            gens.append([])
+        elif (m := ANY_STEP.match(line.text)) and gens and line.time:
+            gens[-1].append((int(m.group(1)), _seconds(line.time)))
+    return [g for g in gens if g]
+
+
+def check_goodput_against_log_times(followed: list[LogLine], costs: Any) -> str:
+    """status.progress.goodput (the chief's ledger, scraped by the operator) against the
+    times the container runtime recorded for every step line: per disruption, downtime =
+    the chief's first step of the new process - the latest step of the old one (any worker),
+    plus redone steps x the old processes' median step time; within 1 s in total."""
+    chief, worker = (_generations(followed, f"{NAME}-worker-{i}") for i in (0, 1))
+    assert len(chief) == len(worker) >= 2, (len(chief), len(worker))
+    lost, redone = 0.0, 0
+    for old_c, old_w, new_c in zip(chief, worker, chief[1:], strict=False):
+        last = max(s for s, _ in old_c + old_w)
+        at = max(t for s, t in old_c + old_w if s == last)
+        resumed, first_at = new_c[0][0] - 1, new_c[0][1]
+        step_s = statistics.median((g[-1][1] - g[0][1]) / (g[-1][0] - g[0][0])
+                                   for g in (old_c, old_w) if g[-1][0] > g[0][0])
+        lost += first_at - at + (last - resumed) * step_s
+        redone += last - resumed
+    ledger = [m.groups() for ln in followed if ln.pod == f"{NAME}-worker-0"
+              and (m := DISRUPTION.match(ln.text))]
+    assert costs is not None and costs.disruptions == len(chief) - 1 == len(ledger), costs
+    assert costs.steps_redone == redone, (costs, redone)
+    assert abs(costs.lost_seconds - lost) < 1.0, (costs, lost)
+    # The span ends at the last step: the chief's termination message is the final word.
+    first, last_logged = chief[0][0][1], chief[-1][-1][1]
+    span = costs.productive_seconds + costs.lost_seconds
+    assert abs(span - (last_logged - first)) < 1.0, (costs, first, last_logged)
+    assert costs.goodput == pytest.approx(costs.productive_seconds / span, abs=1e-3)
+    return (f"goodput in status: {costs.lost_seconds:.2f} s lost "
+            f"(runtime log times: {lost:.2f} s), {costs.productive_seconds:.1f} s productive "
+            f"(log times: {last_logged - first - lost:.1f} s), "
+            f"{costs.disruptions} disruption(s), {costs.steps_redone} steps redone")
 
 
 def test_own_script_trains_through_an_eviction_via_the_sdk(
@@ -57,14 +117,18 @@ def test_own_script_trains_through_an_eviction_via_the_sdk(
     job["spec"]["trainer"]["command"] = [
         *[a for a in command if not a.startswith(("--epochs=", "--steps-per-epoch="))],
         f"--epochs={EPOCHS}", f"--steps-per-epoch={STEPS_PER_EPOCH}"]
+    job["spec"]["trainer"]["logEverySteps"] = 1  # every step's time, for the goodput check
     jobs = KerasJobClient(ns, kubeconfig=str(deployment.cluster.kubeconfig))
+    followed: list[LogLine] = []
     lines: list[str] = []
     try:
         kj.request("POST", f"/api/v1/namespaces/{ns}/configmaps", body=cm)
         jobs.create(job)
 
         def follow() -> None:
-            lines.extend(str(line) for line in jobs.logs(NAME, all_replicas=True, follow=True))
+            for line in jobs.logs(NAME, all_replicas=True, follow=True):
+                followed.append(line)
+                lines.append(str(line))
 
         follower = threading.Thread(target=follow, daemon=True)
         follower.start()
@@ -115,7 +179,9 @@ def test_own_script_trains_through_an_eviction_via_the_sdk(
     saved = dict(_matches(lines, PREEMPTED))  # as far as the followed streams caught them
     assert all(s == step for s in saved.values()), (saved, resumed)  # nothing redone
     costs = done.status.progress.goodput if done.status.progress else None
-    assert costs is None or costs.steps_redone == 0, costs  # the chief's own account
+    assert costs is not None and costs.steps_redone == 0, costs  # the chief's own account
+    assert done.status.progress.step == TOTAL  # its termination message: the exact end
+    print(check_goodput_against_log_times(followed, costs))
     (final,) = _matches(lines, FINAL)
     assert int(final[1]) == TOTAL and float(final[0]) > 0.5
     restarts = done.status.restarts

@@ -163,9 +163,10 @@ def test_disrupted_run_equals_undisturbed_run(tmp_path: Path) -> None:
     stream = [i for s in range(TOTAL) for r in (0, 1) for i in want[(s, r)][0]]
     assert sorted(stream[:4000]) == list(range(4000))
 
-    # 2. Counters and the schedule: for every step, what the disrupted run trained last
-    #    (and every redone attempt) has the same epoch, batch, iterations and lr. (Not the
-    #    logged loss: Keras's running epoch mean restarts at a resume in mid-epoch.)
+    # 2. Counters, the schedule and the logged curves: for every step, what the disrupted
+    #    run trained last (and every redone attempt) has the same epoch, batch, iterations
+    #    and lr, and logged the same running loss and accuracy of the epoch so far (the
+    #    metrics' state is in the backup: no seam at a resume in mid-epoch).
     for name in ("worker0", "worker1"):
         base_steps, hit_steps = base.audit_steps(name), hit.audit_steps(name)
         assert sorted(base_steps) == sorted(hit_steps) == list(range(TOTAL))
@@ -174,8 +175,9 @@ def test_disrupted_run_equals_undisturbed_run(tmp_path: Path) -> None:
             assert expected["epoch"] == step // 40 and expected["batch"] == step % 40
             assert expected["iterations"] == step + 1
             for attempt in hit_steps[step]:
-                for key in ("epoch", "batch", "iterations", "lr"):
+                for key in ("epoch", "batch", "iterations", "lr", "logs"):
                     assert attempt[key] == expected[key], (name, step, key, attempt, expected)
+            assert set(expected["logs"]) == {"loss", "accuracy"}
         redone = [s for s, v in hit_steps.items() if len(v) > 1]
         assert redone, "the SIGKILL must have made the group redo steps"
     lrs = [base.audit_steps("worker0")[s][0]["lr"] for s in (0, 7, 14)]

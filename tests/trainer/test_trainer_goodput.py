@@ -51,17 +51,20 @@ def test_three_generations(tmp_path: Path) -> None:
     assert d.at == pytest.approx(last_at) and d.first_step_at == pytest.approx(last_at + 16)
     assert d.steps_redone == 15 and d.downtime_s == pytest.approx(16.0)
     assert d.lost_s == pytest.approx(16.0 + 15 * 0.1)
+    assert d.exited_at == pytest.approx(last_at)  # the chief's exit 43 (worker1 left none)
     line = "kerasjob: " + goodput.log_line(1, d, chief.ledger.goodput)
     m = re.match(contract.LOG_DISRUPTION_RE, line)
     assert m and m.group(2) == "killed:worker1" and m.group(7) == "15", line
     # SIGTERM: both save at step 50 and exit 42; generation 3 resumes there 8 s later
     chief.exiting(int(contract.ExitCode.PREEMPTED_SAVED))
+    clock.now += 1.5  # the save took 1.5 s on worker1
     worker.exiting(int(contract.ExitCode.PREEMPTED_SAVED))
-    clock.now += 8.0 - 0.1
+    saved_at = clock.now
+    clock.now += 8.0 - 0.1 - 1.5
     chief, worker, found = _generation(tmp_path, clock, range(51, 61))
     (d,) = found
     assert (d.cause, d.last_step, d.resumed_step, d.steps_redone) == ("preempted", 50, 50, 0)
-    assert d.lost_s == pytest.approx(8.0)
+    assert d.lost_s == pytest.approx(8.0) and d.exited_at == pytest.approx(saved_at)
     chief.exiting(0)
 
     raw = json.loads((tmp_path / contract.GOODPUT_SUBDIR / "ledger.json").read_text())
@@ -107,3 +110,23 @@ def test_goodput_metrics() -> None:
     assert f"{contract.METRIC_LOST_SECONDS} 25.5" in lines
     assert f"{contract.METRIC_STEPS_REDONE} 15.0" in lines
     assert f"{contract.METRIC_GOODPUT_RATIO} 0.7968" in lines
+
+
+def test_startup_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kerasjob_trainer import startup
+
+    marks = {"python": 100.5, "tensorflow": 103.0, "cluster": 103.75, "restore": 105.0}
+    monkeypatch.setattr(startup, "_marks", dict(marks))
+    monkeypatch.setattr(startup, "process_started_at", lambda: 100.0)
+    startup.mark("first_step")
+    startup.mark("tensorflow")  # a second mark of a milestone does not move it
+    line = "kerasjob: " + startup.line()
+    m = re.match(contract.LOG_STARTUP_RE, line)
+    assert m, line
+    started, *phases, total = m.groups()
+    assert float(started) == 100.0 and phases[:4] == ["0.50", "2.50", "0.75", "1.25"]
+    assert float(total) == pytest.approx(startup._marks["first_step"] - 100.0, abs=0.01)
+    # The real process start comes from /proc: before any mark of this process.
+    monkeypatch.undo()
+    assert startup.process_started_at() <= min(startup._marks.values())
+

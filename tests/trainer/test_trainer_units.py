@@ -148,6 +148,35 @@ def test_reporter_writes_progress_and_serves_metrics(tmp_path: Path) -> None:
         reporter.close()
 
 
+def test_termination_message_is_the_operators_progress(tmp_path: Path) -> None:
+    """The chief's last progress as the operator reads it from the Pod's status: the same
+    parser as a scrape, within the kubelet's 4 KiB, written only where the kubelet mounted
+    the file (elsewhere it does not exist)."""
+    from kerasjob.goodput import parse_goodput
+    from kerasjob.progress import parse_metrics
+    from kerasjob_trainer.metrics import termination_message
+
+    reporter = ProgressReporter(None, None)
+    goodput = {"disruptions": 2, "lostSeconds": 21.5, "stepsRedone": 7,
+               "productiveSeconds": 300.0, "goodput": 0.9331}
+    reporter.update(step=1200, epoch=2, loss=0.25, metrics={"accuracy": 0.93}, goodput=goodput)
+    log = tmp_path / "termination-log"
+    assert not reporter.write_termination_message(str(log))  # not mounted: nothing written
+    log.touch()
+    assert reporter.write_termination_message(str(log))
+    text = log.read_text()
+    assert "#" not in text
+    assert parse_metrics(text) == {"epoch": 2, "step": 1200, "loss": 0.25,
+                                   "metrics": {"accuracy": 0.93}}
+    assert parse_goodput(text) == goodput
+    # Too long (many metrics with long names): the metric lines go first, whole lines only.
+    reporter.update(metrics={f"m{i}_{'x' * 60}": 0.5 for i in range(100)})
+    long = termination_message(reporter.render())
+    assert len(long.encode()) <= contract.TERMINATION_MESSAGE_BYTES
+    assert parse_goodput(long) == goodput and parse_metrics(long)["step"] == 1200
+    assert "metrics" not in parse_metrics(long)
+
+
 PEER_SCRIPT = """
 import socket, sys, time
 from kerasjob_trainer.faults import PeerMonitor

@@ -486,3 +486,61 @@ def test_a_pod_that_cannot_start_shows_in_the_job_status_and_events() -> None:
     for _ in range(3):
         first = run(j, first.status, pending)
         assert not [e for e in first.events if e.type == "Warning"]
+
+
+def test_chief_exit_progress_is_the_last_word() -> None:
+    """The chief's termination message (its last /metrics samples) ends status.progress
+    where training did, goodput included, with one DisruptionCost event; then nothing new."""
+    j = replace(job(clean_pod_policy="Running"), total_steps=1200)
+    s = settle(j, [pod(i) for i in range(3)])
+    s["progress"] = {"step": 800, "epoch": 1, "totalSteps": 1200,
+                     "updatedAt": "2026-01-01T11:59:00Z"}
+    message = ("kerasjob_epoch 2\nkerasjob_step 1200\nkerasjob_loss 0.25\n"
+               'kerasjob_metric{name="accuracy"} 0.93\n'
+               "kerasjob_disruptions_total 1\nkerasjob_lost_seconds_total 11.5\n"
+               "kerasjob_steps_redone_total 0\nkerasjob_productive_seconds_total 88.5\n"
+               "kerasjob_goodput_ratio 0.885\n")
+    done = [pod(0, phase="Succeeded", ready=False,
+                termination=Termination(0, "Completed", message=message)), pod(1), pod(2)]
+    p = run(j, s, done)
+    assert p.status["phase"] == "Succeeded"
+    prog = p.status["progress"]
+    assert (prog["step"], prog["epoch"], prog["totalSteps"], prog["loss"]) == (1200, 2, 1200, 0.25)
+    assert prog["metrics"] == {"accuracy": 0.93}
+    assert prog["goodput"] == {"disruptions": 1, "lostSeconds": 11.5, "stepsRedone": 0,
+                               "productiveSeconds": 88.5, "goodput": 0.885}
+    assert prog["updatedAt"] == "2026-01-01T12:00:00Z"
+    assert [e.reason for e in p.events].count("DisruptionCost") == 1
+    again = run(j, p.status, done, NOW + timedelta(seconds=1))
+    assert again.status["progress"] == prog and not [
+        e for e in again.events if e.reason == "DisruptionCost"]
+    # A chief that left no message (killed, or not our trainer) changes nothing.
+    silent = [pod(0, phase="Failed", ready=False, termination=Termination(137, "Error"))]
+    assert run(j, p.status, silent).status["progress"] == prog
+
+
+def test_a_restarting_chief_regroups_workers_that_had_finished() -> None:
+    """The workers finished training (exit 0), then the chief failed while saving the model:
+    a chief re-created alone would wait for them forever (TensorFlow forms the cluster only
+    with every worker), so they are re-created with it and resume from the backup."""
+    j = job()
+    s = settle(j, [pod(i) for i in range(3)])
+    ok = Termination(0, "Completed")
+    finished = [pod(0), pod(1, phase="Succeeded", ready=False, termination=ok),
+                pod(2, phase="Succeeded", ready=False, termination=ok)]
+    s = run(j, s, finished).status
+    assert s["phase"] == "Running" and s["replicaStatuses"]["worker"]["succeeded"] == 2
+    failed = [pod(0, phase="Failed", ready=False, termination=Termination(1, "Error")),
+              *finished[1:]]
+    p = run(j, s, failed)
+    assert sorted(deletes(p)) == ["j-worker-0", "j-worker-1", "j-worker-2"] and not creates(p)
+    assert [e.reason for e in p.events].count("Regrouping") == 1
+    assert p.status["restarts"] == {"disruptions": 0, "failures": 1}
+    p = run(j, p.status, [])  # all gone: the whole group comes back
+    assert creates(p) == ["j-worker-0", "j-worker-1", "j-worker-2"]
+    back = [pod(i, uid=f"v{i}") for i in range(3)]
+    s = run(j, p.status, back).status
+    assert s["phase"] == "Running" and s["replicaStatuses"]["worker"]["succeeded"] == 0
+    assert s["restarts"] == {"disruptions": 0, "failures": 1}  # the workers' exits not counted
+    done = [pod(0, uid="v0", phase="Succeeded", ready=False, termination=ok), *back[1:]]
+    assert run(j, s, done).status["phase"] == "Succeeded"

@@ -37,6 +37,8 @@ class ScriptedTransport:
             # The container ends after its lines: the operator re-creates the Pod.
             rest = self.incarnations[pod]
             self.current[pod] = rest.pop(0) if rest else self.current[pod]
+        if (query or {}).get("timestamps") == "true":  # as the API server prefixes them
+            text = [f"2026-11-23T01:02:{i:02d}.123456789Z {line}" for i, line in enumerate(text)]
         yield from text
 
     def finished(self) -> bool:
@@ -50,8 +52,13 @@ def test_follow_reads_every_replica_and_the_recreated_pod(monkeypatch) -> None:
         "j-worker-0": [("a", ["step 1", "step 2"]), ("b", ["resumed at step 2", "done"])],
         "j-worker-1": [("c", ["step 1"])],
     })
-    got = [str(line) for line in logs.follow(t, "ns", ["j-worker-0", "j-worker-1"],  # type: ignore[arg-type]
-                                             finished=t.finished)]
+    lines = list(logs.follow(t, "ns", ["j-worker-0", "j-worker-1"],  # type: ignore[arg-type]
+                             finished=t.finished))
+    got = [str(line) for line in lines]
+    # Each followed line carries the time the runtime recorded (goodput is checked with it).
+    assert [ln.time for ln in lines if ln.pod == "j-worker-0"] == [
+        "2026-11-23T01:02:00.123456789Z", "2026-11-23T01:02:01.123456789Z",
+        "2026-11-23T01:02:00.123456789Z", "2026-11-23T01:02:01.123456789Z"]
     worker0 = [g for g in got if g.startswith("[j-worker-0]")]
     assert worker0 == ["[j-worker-0] step 1", "[j-worker-0] step 2",
                        "[j-worker-0] resumed at step 2", "[j-worker-0] done"]

@@ -10,8 +10,9 @@ training loop. Each process appends to two files named after its role and index:
   prefetched but not trained before a disruption appear too: the same step may appear in
   several generations, and must then have the same indices);
 - `steps-<role><index>.jsonl`: {"step": g, "epoch": e, "batch": k, "iterations": i,
-  "lr": lr, "loss": loss, "pid": pid, "time": unix seconds} after each trained step g
-  (0-based; `iterations` is optimizer.iterations after it, g + 1).
+  "lr": lr, "loss": loss, "logs": {name: value}, "pid": pid, "time": unix seconds} after
+  each trained step g (0-based; `iterations` is optimizer.iterations after it, g + 1;
+  `logs` what fit logged for it: the running loss and metrics of the epoch so far).
 
 The audit adds a Python call per batch (tf.py_function) and per step: for debugging and
 tests, not for production speed.
@@ -78,6 +79,7 @@ class Audit:
                     "iterations": iterations,
                     "lr": learning_rate(optimizer, iterations - 1),
                     "loss": float((logs or {}).get("loss", float("nan"))),
+                    "logs": {k: float(v) for k, v in (logs or {}).items()},
                     "pid": os.getpid(), "time": time.time(),
                 })
 

@@ -16,7 +16,9 @@ yet) and, at its first finished step, records the disruption in `goodput/ledger.
 - last_step / at: the latest step any worker finished, and when;
 - resumed_step, first_step_at: where and when the new generation finished its first step;
 - downtime_s = first_step_at - at; steps_redone = last_step - resumed_step; lost_s =
-  downtime_s + steps_redone x the previous generation's mean step time.
+  downtime_s + steps_redone x the previous generation's mean step time;
+- exited_at: the latest exit of a previous worker that exited (saved or not; None when all
+  were killed), to split the downtime (see `startup` for the new process's side).
 
 Totals: span = latest step time - the job's first step time; lost = sum of lost_s;
 productive = span - lost; goodput = productive / span. The chief serves them as Prometheus
@@ -51,6 +53,7 @@ class WorkerRecord:
     step: int  # optimizer steps done after its latest finished step
     at: float
     exit_code: int | None = None  # None: still running, or killed without a word
+    exited_at: float | None = None  # when it exited (None: running, or killed)
 
     def mean_step_seconds(self) -> float | None:
         steps = self.step - self.first_step
@@ -67,6 +70,7 @@ class Disruption:
     steps_redone: int
     downtime_s: float
     lost_s: float
+    exited_at: float | None = None  # the last exit of the previous generation (None: killed)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -95,8 +99,10 @@ def disruption(records: list[WorkerRecord], resumed_step: int,
     means = [m for r in records if (m := r.mean_step_seconds()) is not None]
     step_s = sorted(means)[len(means) // 2] if means else 0.0
     downtime = max(first_step_at - at, 0.0)
+    exits = [r.exited_at for r in records if r.exited_at is not None]
     return Disruption(cause_of(records), last.step, at, resumed_step, first_step_at, redone,
-                      round(downtime, 3), round(downtime + redone * step_s, 3))
+                      round(downtime, 3), round(downtime + redone * step_s, 3),
+                      round(max(exits), 3) if exits else None)
 
 
 @dataclasses.dataclass
@@ -216,6 +222,7 @@ class Recorder:
             if self._record is None:
                 return  # no step in this process: the previous records still stand
             self._record.exit_code = int(code)
+            self._record.exited_at = self._clock()
         self._flush()
 
     def _flush(self) -> None:

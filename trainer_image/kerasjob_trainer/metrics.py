@@ -133,10 +133,39 @@ class ProgressReporter:
         with self._lock:
             return render_prometheus(self.progress)
 
+    def write_termination_message(self, path: str = contract.TERMINATION_LOG) -> bool:
+        """The last progress into the container's termination message (the kubelet mounts
+        `path` in every container; elsewhere it does not exist and nothing is written)."""
+        if not os.path.exists(path):
+            return False
+        text = termination_message(self.render())
+        try:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+        except OSError:
+            return False
+        return True
+
     def close(self) -> None:
         if self._server:
             self._server.shutdown()
             self._server.server_close()
+
+
+def termination_message(metrics_text: str) -> str:
+    """/metrics samples without comments, cut to whole lines within the kubelet's limit
+    (the training metrics' lines go first when it is too long: they are the longest)."""
+    lines = [ln for ln in metrics_text.splitlines() if ln and not ln.startswith("#")]
+    limit = contract.TERMINATION_MESSAGE_BYTES
+
+    def size(kept: list[str]) -> int:
+        return len("\n".join(kept).encode()) + 1
+
+    if size(lines) > limit:
+        lines = [ln for ln in lines if not ln.startswith(contract.METRIC_TRAINING_METRIC)]
+    while lines and size(lines) > limit:
+        lines.pop()
+    return "\n".join(lines) + "\n" if lines else ""
 
 
 def _serve(reporter: ProgressReporter, port: int) -> http.server.ThreadingHTTPServer:

@@ -99,8 +99,9 @@ def enable_save_before_preemption() -> bool:
 
 
 def backup_and_restore(backup_dir: str, save_freq: int,
-                       on_saved: Callable[[], None]) -> Any:
-    """A BackupAndRestore callback; with the override, SIGTERM saves and calls on_saved()."""
+                       on_saved: Callable[[], None], metric_state: Any = None) -> Any:
+    """A BackupAndRestore callback; with the override, SIGTERM saves and calls on_saved().
+    `metric_state` (a `metric_state.MetricState`) is kept in every backup it writes."""
     import tf_keras
 
     enabled = enable_save_before_preemption()
@@ -118,6 +119,8 @@ def backup_and_restore(backup_dir: str, save_freq: int,
 
         def on_train_begin(self, logs: Any = None) -> None:
             super().on_train_begin(logs)
+            if metric_state is not None:
+                metric_state.keep_in(self._training_state.write_checkpoint_manager)
             handler = getattr(self.model, "_preemption_handler", None)
             if handler is None:
                 return

@@ -9,7 +9,7 @@ import os
 import time
 from typing import Any
 
-from kerasjob_trainer import goodput
+from kerasjob_trainer import goodput, startup
 from kerasjob_trainer.faults import say
 
 TENSORBOARD_SUBDIR = "tensorboard"
@@ -44,6 +44,7 @@ def progress_callback(session: Any, *, total: int, steps_per_epoch: int, interva
                 self._begin()
 
         def _begin(self) -> None:
+            startup.mark("restore")
             self.step = int(self.model.optimizer.iterations.numpy())
             if start_step is not None and self.step != start_step:
                 # The input pipeline started at start_step: training on would silently
@@ -51,6 +52,7 @@ def progress_callback(session: Any, *, total: int, steps_per_epoch: int, interva
                 raise RuntimeError(f"data position mismatch: the pipeline starts at step "
                                    f"{start_step}, the restored optimizer at {self.step}")
             self.epoch = self.step // steps_per_epoch
+            self.resumed_at = self.step
             self.mark = (time.monotonic(), self.step)
             if self.step:
                 say(f"resumed at step {self.step}")
@@ -65,6 +67,16 @@ def progress_callback(session: Any, *, total: int, steps_per_epoch: int, interva
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
             self.step += 1
             step_done()
+            if first_step():
+                startup.mark("first_step")
+                say(startup.line())
+            if first_step() and logs is not None and session.metric_state is not None:
+                # The metrics exist now: continue their running state from the backup and
+                # correct this step's logs in place (the callbacks after this one see them).
+                state = session.metric_state
+                if state.continue_from_backup(self.resumed_at, steps_per_epoch):
+                    logs.update(state.logs())
+                    say(f"metrics: running averages continued from step {self.resumed_at}")
             session.watchdog.beat()
             session.peers.arm()
             found = session.goodput.step_done(self.step)
@@ -90,8 +102,10 @@ def progress_callback(session: Any, *, total: int, steps_per_epoch: int, interva
             say(f"step {self.step}/{total} epoch {self.epoch} loss={loss_text} {text}"
                 f"{rate_text}")
             if reporter:
+                ledger = session.goodput.ledger  # productive seconds grow as training goes on
                 reporter.update(step=self.step, epoch=self.epoch, loss=loss, metrics=metrics,
-                                samples_per_second=round(rate, 1) if rate else None)
+                                samples_per_second=round(rate, 1) if rate else None,
+                                **({"goodput": ledger.totals()} if ledger.disruptions else {}))
             if writer:
                 scalars = {"loss": loss, **metrics, "samples_per_second": rate}
                 with writer.as_default(step=self.step):

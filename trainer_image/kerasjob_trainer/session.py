@@ -41,9 +41,10 @@ from typing import Any, NoReturn
 import kerasjob_contract as contract
 from kerasjob_contract import ExitCode
 from kerasjob_contract.trainer_config import ConfigError, TrainerConfig
-from kerasjob_trainer import faults, goodput, preemption
+from kerasjob_trainer import faults, goodput, preemption, startup
 from kerasjob_trainer.audit import Audit
 from kerasjob_trainer.faults import hard_exit, say
+from kerasjob_trainer.metric_state import MetricState
 from kerasjob_trainer.metrics import ProgressReporter
 from kerasjob_trainer.progress import progress_callback
 
@@ -96,6 +97,7 @@ class Session:
         self.watchdog = faults.Watchdog(ctx.config.stall_timeout_seconds)
         self.peers = faults.PeerMonitor(_peer_addresses(ctx.cluster))
         self.steps = 0
+        self.metric_state: MetricState | None = None  # made by callbacks()
         self._elastic_said = False
         #: The data and step audit (KERASJOB_AUDIT_DIR), None when off.
         self.audit = Audit.from_env(f"{ctx.cluster.role}{ctx.cluster.index}")
@@ -103,6 +105,15 @@ class Session:
         self.goodput = goodput.Recorder(ctx.checkpoint_dir,
                                         f"{ctx.cluster.role}{ctx.cluster.index}", self.is_chief)
         faults.on_hard_exit(self.goodput.exiting)
+        if self.reporter is not None:  # the exact last progress, for the operator
+            faults.on_hard_exit(self._leave_progress)
+
+    def _leave_progress(self, code: int) -> None:
+        """On every hard exit of the chief: the latest totals in the termination message."""
+        assert self.reporter is not None
+        if self.goodput.ledger.disruptions:
+            self.reporter.update(goodput=self.goodput.ledger.totals())
+        self.reporter.write_termination_message()
 
     # -- who and where ------------------------------------------------------------------------
 
@@ -184,6 +195,9 @@ class Session:
         self.peers.quiet_when(lambda: preemption.preemption_in_progress(model))
         if self.config.deterministic and preemption.checkpoint_random_state(model):
             say("deterministic: the random layers' generator state is in every backup")
+        # Before BackupAndRestore restores (on_train_begin): the running metrics' state is
+        # part of the backup, so the logged averages continue at a resume in mid-epoch.
+        self.metric_state = MetricState(model)
 
         def on_preempted_saved() -> None:
             # Peers may still be pulling this worker's last collective chunks; a brief pause
@@ -204,7 +218,8 @@ class Session:
                               interval=cfg.log_every_steps or cfg.save_freq,
                               global_batch=global_batch_size, start_step=start_step),
             *([self.audit.callback()] if self.audit else []),
-            preemption.backup_and_restore(self.backup_dir, cfg.save_freq, on_preempted_saved),
+            preemption.backup_and_restore(self.backup_dir, cfg.save_freq, on_preempted_saved,
+                                          self.metric_state),
         ]
 
     def fit(self, model: Any, x: Any, *, epochs: int, steps_per_epoch: int,
@@ -253,6 +268,7 @@ class Session:
             final = {**self.reporter.progress.metrics, **(metrics or {})}
             self.reporter.update(step=steps, metrics=final, done=True,
                                  goodput=self.goodput.ledger.totals())
+            self.reporter.write_termination_message()
             acc = final.get("test_accuracy")
             say(f"final {f'test_accuracy={acc:.4f} ' if acc is not None else ''}steps={steps}")
             self.reporter.close()
@@ -286,6 +302,8 @@ def session_for(ctx: Any) -> Session:
 
     from kerasjob_trainer.strategy import build_strategy
 
+    startup.mark("tensorflow")
+
     if ctx.config.deterministic:
         make_deterministic()
     try:
@@ -293,6 +311,7 @@ def session_for(ctx: Any) -> Session:
     except Exception as e:  # e.g. a peer that died while the group was forming
         code = faults.classify(e) if ctx.cluster.num_workers > 1 else ExitCode.FAILURE
         hard_exit(code, f"{type(e).__name__}: {faults.summary(e)} -> exiting {int(code)}")
+    startup.mark("cluster")
     tf.keras.utils.set_random_seed(ctx.config.seed)
     return Session(ctx, strategy)
 

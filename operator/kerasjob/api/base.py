@@ -152,6 +152,7 @@ class Reason(str, enum.Enum):
     """Native gang scheduling: the job's Pods cannot all be placed at once (none is bound)."""
     GANG_REPLACED = "GangReplaced"
     """An elastic job's new size got a new PodGroup; the old one was deleted."""
+    REGROUPING = "Regrouping"
 
 
 class DatasetSource(str, enum.Enum):

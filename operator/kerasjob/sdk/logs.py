@@ -26,7 +26,8 @@ POLL_SECONDS = 1.0
 
 @dataclasses.dataclass(frozen=True)
 class LogLine:
-    """One line of one Pod's log; ``str()`` is "[pod] text", as ``kerasjob logs --all``."""
+    """One line of one Pod's log; ``str()`` is "[pod] text", as ``kerasjob logs --all``.
+    ``time``: when the container runtime recorded it (RFC 3339, the API's timestamps)."""
 
     pod: str
     text: str
@@ -146,11 +147,12 @@ def _follow_one(
                 stop.wait(POLL_SECONDS)
                 continue
             streamed.add(uid)
-            query = {"container": container, "follow": "true",
+            query = {"container": container, "follow": "true", "timestamps": "true",
                      "tailLines": tail_lines if len(streamed) == 1 else None}
             try:
-                for text in transport.lines(pod_path(namespace, pod, "log"), query=query):
-                    out.put(LogLine(pod, text))
+                for line in transport.lines(pod_path(namespace, pod, "log"), query=query):
+                    stamp, text = _split_timestamp(line)
+                    out.put(LogLine(pod, text, stamp))
                     if stop.is_set():
                         return
             except ApiError as e:
