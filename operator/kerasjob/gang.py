@@ -22,6 +22,8 @@ jobs competing for the same capacity never each hold part of it while waiting fo
   scheduler's message of a waiting Pod (`explain`).
 
 Probe Pods of elastic jobs are not in the gang: each asks for one worker's place on its own.
+Nor is a Pod re-created after one of the job's tasks finished for good (an evaluator done
+early): the gang's minCount, every Pod of the job, would never be met again.
 Names are deterministic, so an operator restarted at any moment finds what it made.
 """
 

@@ -317,7 +317,10 @@ class _Planner(Accounting, Elastic):
         )
         self.grow_if_capacity_returned(all_ready)
         all_ready = all_ready and not self.resized_now  # its Pods go: restarting at a new size
-        if job.gang is not None:  # every Pod of its current size, one gang (`gang`)
+        if job.gang is not None and not succeeded:
+            # Every Pod of its current size, one gang (`gang`). Once a task has finished
+            # for good (an evaluator done early), the gang's minCount would never be met
+            # again: any further Pod is made outside it.
             epoch = int((self.status.get("elastic") or {}).get("resizes") or 0)
             self.gang = gangs.gang_for(job.name, job.uid, len(self.job.tasks), epoch)
         phase = st.active_phase(

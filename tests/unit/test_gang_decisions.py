@@ -17,6 +17,7 @@ from kerasjob import gang, labels
 from kerasjob import reconcile as rc
 from kerasjob.gang_sync import GangSync, check_api
 from kerasjob.kube import ApiError
+from kerasjob.podview import Termination
 
 BODY = {"apiVersion": "kerasjob.dev/v1alpha1", "kind": "KerasJob",
         "metadata": {"name": "j", "namespace": "ns", "uid": JOB_UID}}
@@ -207,3 +208,18 @@ def test_the_start_up_check_says_in_one_line_what_the_cluster_lacks() -> None:
     assert "GangScheduling" in missing and "\n" not in missing
     partial = asyncio.run(check_api(DiscoveryApi({"resources": [{"name": "workloads"}]})))  # type: ignore[arg-type]
     assert partial is not None and "podgroups" in partial
+
+
+def test_once_a_task_has_finished_for_good_further_pods_are_made_outside_the_gang() -> None:
+    """A gang's minCount counts every Pod; a finished evaluator never comes back, so a Pod
+    re-created after that would wait for it forever: it is made without the gang."""
+    tasks = (rc.Task("j-worker-0", "worker", 0), rc.Task("j-worker-1", "worker", 1),
+             rc.Task("j-evaluator-0", "evaluator", 0))
+    j = gjob(tasks=tasks)
+    settled = rc.plan(j, {}, [pod(0), pod(1), pod(0, "e", name="j-evaluator-0",
+                                                    role="evaluator")], NOW)
+    assert settled.gang is not None and settled.gang.min_count == 3
+    done = pod(0, "e", name="j-evaluator-0", role="evaluator", phase="Succeeded",
+               ready=False, termination=Termination(0))
+    p = rc.plan(j, settled.status, [pod(0), done], NOW)  # worker 1 was lost
+    assert creates(p) == ["j-worker-1"] and p.gang is None
