@@ -42,11 +42,32 @@ def test_status_says_why_a_queued_job_waits() -> None:
     assert cli._summary(obj)["waiting"] == ""
 
 
+def test_status_says_why_a_pending_job_waits_for_its_gang() -> None:
+    why = ("the gang of 9 Pods cannot be placed together (PodGroup big-gang-1: Unschedulable: "
+           "pod group is unschedulable); no Pod is bound until all fit: 0/4 nodes are available")
+    obj = {
+        "metadata": {"name": "big"},
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {"type": "Created", "status": "True", "reason": "Created", "message": "ok"},
+                {"type": "Running", "status": "False", "reason": "GangUnschedulable",
+                 "message": why},
+            ],
+        },
+    }
+    assert cli._summary(obj)["waiting"] == why
+    obj["status"]["conditions"][1]["status"] = "True"
+    assert cli._summary(obj)["waiting"] == ""
+
+
 def test_run_flags() -> None:
     args = cli.parser().parse_args(
         ["run", "-n", "a-*", "-n", "b", "--metrics-port", "9090", "--workers", "4"]
     )
     assert args.namespace == ["a-*", "b"] and args.metrics_port == 9090 and args.workers == 4
+    assert not args.gang_scheduling
+    assert cli.parser().parse_args(["run", "--gang-scheduling"]).gang_scheduling
 
 
 def test_status_errors_are_one_line_and_exit_1(capsys, tmp_path) -> None:
