@@ -43,6 +43,7 @@ from kerasjob_dev.harness import (
     condition,
     create_job,
     custom,
+    delete_job,
     events_for,
     install_crds,
     job_manifest,
@@ -199,6 +200,11 @@ def test_a_fitting_job_runs_normally_in_its_own_gang(
     assert s["restarts"] == {"disruptions": 0, "failures": 0}
     finish(kube, ns, "fit")
     wait_phase(kube, ns, "fit", "Succeeded", timeout=60)
+    # Deleted with the job (owner references; the PodGroup's protection finalizer lets it
+    # go once its Pods are gone): nothing is left behind.
+    delete_job(kube, ns, "fit")
+    wait_for(lambda: not pod_groups(kube, ns) and not workloads(kube, ns) and not pods(kube, ns),
+             timeout=60, what="the PodGroup, Workload and Pods garbage-collected with the job")
 
 
 JOBS, WORKERS, SLOTS_PER_NODE = 50, 8, 6  # 4 nodes x 6 = 24 places: 3 jobs at a time
