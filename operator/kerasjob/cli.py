@@ -37,9 +37,14 @@ async def _gang_api_problem(config: OperatorConfig) -> str | None:
     from kerasjob.gang_sync import check_api
     from kerasjob.kube import KubeApi
 
-    api = KubeApi(config.kubeconfig, config.context)
+    try:
+        api = KubeApi(config.kubeconfig, config.context)
+    except Exception as e:  # no usable credentials: one line, as every CLI error
+        return f"no usable kubeconfig: {e}"
     try:
         return await check_api(api)
+    except Exception as e:  # unreachable, TLS...: one line; the Deployment restarts us
+        return f"cannot ask the API server: {type(e).__name__}: {str(e).splitlines()[0]}"
     finally:
         await api.close()
 

@@ -105,3 +105,20 @@ def test_status_shows_what_disruptions_cost() -> None:
     assert goodput.describe(costs) == (
         "goodput 93.3%: 300.0s productive, 21.5s lost to 2 disruptions (7 steps redone)"
     )
+
+
+def test_gang_scheduling_without_a_reachable_cluster_is_one_line_and_exit_1(
+    capsys, tmp_path
+) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:9', "
+        "insecure-skip-tls-verify: true}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
+    )
+    code = cli.main(["--kubeconfig", str(kubeconfig), "run", "--gang-scheduling"])
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1, err
+    assert err.startswith("kerasjob: --gang-scheduling: cannot ask the API server"), err
