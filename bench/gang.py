@@ -9,9 +9,10 @@ mode, one fresh operator process on its own namespace (``--gang-scheduling`` on,
 all jobs created at once, and each job finished (every Pod exits 0, as a kubelet writes it)
 as soon as it runs (`kerasjob_dev.gangs.run_competing`). Recorded per mode: seconds until
 every job Succeeded (or how many did within ``--timeout``), job created -> all its Pods
-bound (median, 90th percentile, max), the largest spread of one job's binds, the jobs left
-with part of their Pods bound, the operator's API requests (by kind) and CPU seconds.
-Prints a line per mode, writes bench/results/gang.json.
+bound (median, 90th percentile, max), places freed -> the next gang bound (polled, ~1 s),
+the largest spread of one job's binds, the jobs left with part of their Pods bound, the
+operator's API requests (by kind) and CPU seconds. Prints a line per mode, writes
+bench/results/gang.json.
 
 Without gangs the scheduler binds Pods one by one: jobs end up holding part of the room each,
 waiting for the rest (the deadlock the gang prevents); the "off" run shows how many.
@@ -92,7 +93,9 @@ def main() -> int:
                 f"{len(res['partly_bound_jobs'])} jobs holding part of their Pods' places")
             bound = (f"created -> all Pods bound median {res['bound_median_seconds']:.1f} s, "
                      f"p90 {res['bound_p90_seconds']:.1f} s, max {res['bound_max_seconds']:.1f} s, "
-                     f"one job's binds within {res['bind_spread_max_seconds']:.0f} s"
+                     f"one job's binds within {res['bind_spread_max_seconds']:.0f} s, "
+                     f"places freed -> next gang bound median "
+                     f"{res['freed_to_next_bound_median_seconds']} s"
                      if res["bound_seconds"] else "no job had all its Pods bound")
             print(f"gang {m:3}: {args.jobs} jobs x {args.workers} workers, "
                   f"{args.slots * len(nodes)} places: {done}; {bound}; operator CPU "

@@ -113,8 +113,8 @@ def run_competing(
     soon as it runs, until all Succeeded or ``timeout`` passed. ``strict``: fail (assert) on
     a gang partly bound for over PARTIAL_SECONDS; else count such jobs (the gang is off).
     Returns the figures: seconds to all Succeeded (None: not within the timeout), per job
-    created -> all its Pods bound, one gang's bind spread, the most Pods bound at once, the
-    jobs left partly bound at the end."""
+    created -> all its Pods bound, places freed -> the next gang bound, one gang's bind
+    spread, the most Pods bound at once, the jobs left partly bound at the end."""
     names = [f"g{i:03d}" for i in range(jobs)]
     start = time.monotonic()
     with ThreadPoolExecutor(8) as pool:
@@ -123,9 +123,15 @@ def run_competing(
     done: set[str] = set()
     check = NoPartialGang(lambda _: workers)
     most_bound, partial = 0, {}
+    finished_at: dict[str, float] = {}  # when its Pods were made to exit (places freed)
+    bound_seen: dict[str, float] = {}  # when a look first saw all its Pods bound
     deadline = start + timeout
     while len(done) < jobs and time.monotonic() < deadline:
         counts = bound(kube, ns)
+        seen_at = time.monotonic()
+        for n, c in counts.items():
+            if c == workers:
+                bound_seen.setdefault(n, seen_at)
         if strict:
             check.look(counts, done)
         else:
@@ -136,6 +142,7 @@ def run_competing(
         for n, phase in phases.items():
             if phase == "Running" and n not in done:
                 finish(kube, ns, n)
+                finished_at.setdefault(n, time.monotonic())
         done |= {n for n, phase in phases.items() if phase == "Succeeded"}
         time.sleep(0.5)
     total = time.monotonic() - start if len(done) == jobs else None
@@ -147,8 +154,18 @@ def run_competing(
         if len(times) == workers and made is not None:
             waits.append((max(times) - made).total_seconds())
             spreads.append((max(times) - min(times)).total_seconds())
+    # Places freed -> the next gang bound: for each job seen bound after some job finished,
+    # the time since the last finish before it (polled: ~1 s granularity).
+    reactions = []
+    for n, t in bound_seen.items():
+        before = [f for m, f in finished_at.items() if f <= t and m != n]
+        if before:
+            reactions.append(t - max(before))
     now = time.monotonic()
     return {
+        "freed_to_next_bound_seconds": sorted(round(r, 2) for r in reactions),
+        "freed_to_next_bound_median_seconds": (
+            round(statistics.median(reactions), 2) if reactions else None),
         "jobs": jobs, "workers": workers, "succeeded": len(done), "total_seconds": total,
         "bound_seconds": sorted(waits),
         "bound_median_seconds": statistics.median(waits) if waits else None,

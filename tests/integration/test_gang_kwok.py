@@ -221,7 +221,8 @@ def test_fifty_competing_eight_worker_jobs_all_finish(
     print(f"\n{JOBS} jobs x {WORKERS} workers, places for {SLOTS_PER_NODE * 4 // WORKERS} "
           f"at a time: all Succeeded in {got['total_seconds']:.1f} s; created -> all Pods "
           f"bound: median {got['bound_median_seconds']:.1f} s, max "
-          f"{got['bound_max_seconds']:.1f} s; one gang's binds spread over max "
+          f"{got['bound_max_seconds']:.1f} s; places freed -> next gang bound: median "
+          f"{got['freed_to_next_bound_median_seconds']} s; one gang's binds spread over max "
           f"{got['bind_spread_max_seconds']:.0f} s (1 s resolution); at most "
           f"{got['most_pods_bound']} Pods bound at once")
 
