@@ -43,7 +43,9 @@ RESULTS = ROOT / "bench" / "results" / "gang.json"
 def p90(values: list[float]) -> float | None:
     if not values:
         return None
-    return statistics.quantiles(values, n=10)[-1] if len(values) > 1 else values[0]
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=10, method="inclusive")[-1]
 
 
 def mode(cluster: Any, kube: Any, gang: bool, args: argparse.Namespace) -> dict[str, Any]:
