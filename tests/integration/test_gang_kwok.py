@@ -351,6 +351,9 @@ def test_with_kueue_a_queued_job_has_no_gang_until_admitted_then_runs_in_one(
                     {"name": "trainer", "resources": {"requests": {"cpu": "1"}}}]
                 body["metadata"]["labels"] = {QUEUE_LABEL: queue}
                 create_job(kube, ns, body)
+                if name == "first":  # admitted first (created together, either could be)
+                    wait_for(lambda: wl_true(workload_of(kube, ns, "first"), "Admitted"),
+                             timeout=90, what="first admitted")
             wait_phase(kube, ns, "first", "Running", timeout=90)
             wait_phase(kube, ns, "second", "Queued", timeout=30)
             assert not pods(kube, ns, "second")
