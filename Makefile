@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 IMAGE_VARIANTS ?= cpu gpu
 
 .PHONY: help venv lint fmt test test-unit test-trainer test-integration test-e2e \
-        binaries cluster-up cluster-down cluster-env crds demo bench bench-scale images \
+        binaries cluster-up cluster-down cluster-env crds demo bench bench-scale bench-gang images \
         helm-lint kind-e2e clean
 
 help: ## List the targets
@@ -80,6 +80,9 @@ bench: venv binaries ## Benchmarks: print figures, write JSON to bench/results/
 
 bench-scale: venv binaries ## 10, 100, 1000 KerasJobs x 8 workers on KWOK: create, disrupt, finish, delete (JSON + SVG plot)
 	$(BIN)/python bench/scale.py
+
+bench-gang: venv binaries ## 50 KerasJobs x 8 workers competing on KWOK for room for 3: gang scheduling on vs off (JSON)
+	$(BIN)/python bench/gang.py
 
 # `make images` runs hack/images/build.sh (see hack/images/README.md): with no reachable
 # Docker daemon it starts a private one (root, Debian's docker.io); when the official Python

@@ -372,17 +372,10 @@ def now_rfc3339() -> str:
     return format_time(utcnow())
 
 
-def set_container_exit(
-    cluster: Cluster,
-    namespace: str,
-    pod: str,
-    exit_code: int,
-    *,
-    in_place: bool,
-    restart_count: int = 1,
-    reason: str | None = None,
-) -> None:
-    """Write the Pod status a kubelet would after the trainer exited with ``exit_code``.
+def container_exit_status(
+    exit_code: int, *, in_place: bool, restart_count: int = 1, reason: str | None = None
+) -> dict[str, Any]:
+    """The Pod status a kubelet writes after the trainer exited with ``exit_code``.
 
     ``in_place``: the kubelet restarted the container (Pod restartPolicy OnFailure):
     restartCount goes up, lastState.terminated holds the exit, the Pod stays Running.
@@ -406,29 +399,45 @@ def set_container_exit(
             "state": {"running": {"startedAt": now}},
             "lastState": {"terminated": terminated},
         }
-        status = {"containerStatuses": [container]}
-    else:
-        container = {
-            "name": "trainer",
-            "image": "kerasjob/trainer:test",
-            "imageID": "",
-            "ready": False,
-            "restartCount": 0,
-            "started": False,
-            "state": {"terminated": terminated},
-        }
-        status = {
-            "phase": "Succeeded" if exit_code == 0 else "Failed",
-            "containerStatuses": [container],
-            "conditions": [
-                {
-                    "type": "Ready",
-                    "status": "False",
-                    "lastTransitionTime": now,
-                    "reason": "PodCompleted" if exit_code == 0 else "PodFailed",
-                }
-            ],
-        }
+        return {"containerStatuses": [container]}
+    container = {
+        "name": "trainer",
+        "image": "kerasjob/trainer:test",
+        "imageID": "",
+        "ready": False,
+        "restartCount": 0,
+        "started": False,
+        "state": {"terminated": terminated},
+    }
+    return {
+        "phase": "Succeeded" if exit_code == 0 else "Failed",
+        "containerStatuses": [container],
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "False",
+                "lastTransitionTime": now,
+                "reason": "PodCompleted" if exit_code == 0 else "PodFailed",
+            }
+        ],
+    }
+
+
+def set_container_exit(
+    cluster: Cluster,
+    namespace: str,
+    pod: str,
+    exit_code: int,
+    *,
+    in_place: bool,
+    restart_count: int = 1,
+    reason: str | None = None,
+) -> None:
+    """Write the Pod status a kubelet would after the trainer exited with ``exit_code``
+    (`container_exit_status`), with kubectl."""
+    status = container_exit_status(
+        exit_code, in_place=in_place, restart_count=restart_count, reason=reason
+    )
     cluster.kubectl(
         "patch",
         "pod",
@@ -440,6 +449,13 @@ def set_container_exit(
         "-p",
         json.dumps({"status": status}),
     )
+
+
+def exit_pod(kube: Any, namespace: str, pod: str, exit_code: int = 0) -> None:
+    """The Pod's trainer exited with ``exit_code`` and the Pod ended, as a kubelet writes it
+    (`container_exit_status`), through the API client (no kubectl process: for many Pods)."""
+    status = container_exit_status(exit_code, in_place=False)
+    core(kube).patch_namespaced_pod_status(pod, namespace, {"status": status})
 
 
 def events_for(kube: Any, namespace: str, name: str) -> list[Any]:

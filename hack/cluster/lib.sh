@@ -8,6 +8,9 @@
 #   KWOK_NODES       number of fake KWOK nodes    (default 4)
 #   APISERVER_BIND_ADDRESS / APISERVER_ADVERTISE_ADDRESS   (default 127.0.0.1)
 #   CLUSTER_READY_TIMEOUT  seconds up.sh waits for readiness (default 90)
+#   KUBE_FEATURE_GATES     --feature-gates of the API server, controller manager and scheduler
+#                          (default: native gang scheduling on; empty: none)
+#   KUBE_RUNTIME_CONFIG    --runtime-config of the API server (default: scheduling.k8s.io/v1alpha2)
 
 CLUSTER_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(cd "$CLUSTER_DIR/../.." && pwd)"
@@ -45,6 +48,18 @@ COREDNS_HEALTH_PORT="${COREDNS_HEALTH_PORT:-20280}"
 COREDNS_READY_PORT="${COREDNS_READY_PORT:-20281}"
 CNI_BIN_DIR="${CNI_BIN_DIR:-/usr/lib/cni}"
 PAUSE_IMAGE="kerasjob.local/pause:dev"
+
+# Kubernetes 1.36's native gang scheduling is alpha: the Workload and PodGroup API
+# (scheduling.k8s.io/v1alpha2, off unless the API server serves it) and the GenericWorkload +
+# GangScheduling gates on the API server (Pod spec.schedulingGroup, the PodGroup admission),
+# the controller manager (the PodGroup protection controller) and the scheduler (the
+# GangScheduling plugin). On by default: Pods without spec.schedulingGroup are scheduled as
+# before. Set either variable to "" for a cluster without them (a `-` default, not `:-`).
+KUBE_FEATURE_GATES="${KUBE_FEATURE_GATES-GenericWorkload=true,GangScheduling=true}"
+KUBE_RUNTIME_CONFIG="${KUBE_RUNTIME_CONFIG-scheduling.k8s.io/v1alpha2=true}"
+# What a running cluster was started with ($STATE_DIR/settings): up.sh restarts one started
+# with other gates instead of reusing it.
+cluster_settings() { printf 'feature-gates=%s\nruntime-config=%s\n' "$KUBE_FEATURE_GATES" "$KUBE_RUNTIME_CONFIG"; }
 
 # The API server listens on APISERVER_BIND_ADDRESS and advertises APISERVER_ADVERTISE_ADDRESS
 # as the `kubernetes` Service endpoint. With the real node both are the node's bridge address,

@@ -29,6 +29,7 @@ healthy() {
   local c
   for c in "${COMPONENTS[@]}"; do alive "$c" || return 1; done
   [ "$(api /readyz 2>/dev/null)" = ok ] || return 1
+  [ "$(cat "$STATE_DIR/settings" 2>/dev/null)" = "$(cluster_settings)" ] || return 1
   local want="$KWOK_NODES" ready
   ready="$(kctl get nodes -l type=kwok -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' 2>/dev/null | grep -c True || true)"
   [ "$ready" -ge "$want" ] || return 1
@@ -137,6 +138,11 @@ chmod 600 "$KUBECONFIG_FILE"
 
 # --- processes (launch: lib.sh) --------------------------------------------------------
 
+# Feature gates and runtime config (lib.sh: KUBE_FEATURE_GATES, KUBE_RUNTIME_CONFIG).
+gates=(); [ -z "$KUBE_FEATURE_GATES" ] || gates=(--feature-gates="$KUBE_FEATURE_GATES")
+runtime=(); [ -z "$KUBE_RUNTIME_CONFIG" ] || runtime=(--runtime-config="$KUBE_RUNTIME_CONFIG")
+cluster_settings > "$STATE_DIR/settings"
+
 # shellcheck disable=SC2086  # *_EXTRA_ARGS are word-split on purpose
 # etcd reads ETCD_* variables as flags: drop ours from its environment.
 launch etcd env -u ETCD_PORT -u ETCD_PEER_PORT -u ETCD_EXTRA_ARGS "$BIN/etcd" \
@@ -165,7 +171,7 @@ launch kube-apiserver "$BIN/kube-apiserver" \
   --endpoint-reconciler-type="$endpoint_reconciler" \
   --kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt" --kubelet-client-key="$PKI/apiserver-kubelet-client.key" \
   --kubelet-preferred-address-types=InternalIP,Hostname \
-  --profiling=false \
+  --profiling=false "${gates[@]}" "${runtime[@]}" \
   --v=1 ${APISERVER_EXTRA_ARGS:-}
 
 # shellcheck disable=SC2086
@@ -178,14 +184,14 @@ launch kube-controller-manager "$BIN/kube-controller-manager" \
   --service-account-private-key-file="$PKI/sa.key" --root-ca-file="$PKI/ca.crt" \
   --cluster-signing-cert-file="$PKI/ca.crt" --cluster-signing-key-file="$PKI/ca.key" \
   --service-cluster-ip-range=10.96.0.0/16 \
-  --profiling=false \
+  --profiling=false "${gates[@]}" \
   --v=1 ${KCM_EXTRA_ARGS:-}
 
 # shellcheck disable=SC2086
 launch kube-scheduler "$BIN/kube-scheduler" \
   --kubeconfig="$KUBECONFIG_FILE" \
   --bind-address=127.0.0.1 --secure-port="$SCHEDULER_PORT" \
-  --leader-elect=false --profiling=false \
+  --leader-elect=false --profiling=false "${gates[@]}" \
   --v=1 ${SCHEDULER_EXTRA_ARGS:-}
 
 # KWOK manages only nodes annotated kwok.x-k8s.io/node=fake, so a real node agent's Node and

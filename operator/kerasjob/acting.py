@@ -8,9 +8,10 @@ import asyncio
 import logging
 from typing import Any, Protocol
 
-from kerasjob import children, kueue, rejection
+from kerasjob import children, gang, kueue, rejection
 from kerasjob import reconcile as rc
 from kerasjob.config import OperatorConfig
+from kerasjob.gang_sync import GangSync
 from kerasjob.kube import ApiError, KubeApi, gather_limited
 from kerasjob.kueue_sync import KueueSync
 from kerasjob.observed import SERVICE, Expectations, Observed
@@ -40,6 +41,7 @@ class Acting(Protocol):
     expectations: Expectations
     rejections: dict[Key, Rejection]
     kueue: KueueSync | None
+    gang: GangSync | None
     probe_class: str | None
     """The probes' PriorityClass once known to exist ('' until checked; None: none)."""
 
@@ -84,6 +86,12 @@ ctx: Acting, key: Key, seen: Observed, plan: rc.Plan, actions: list[rc.Action]
     probes: set[str] = set()  # probe Pods: a refusal is logged, never the job's
     # What a Kueue admission adds to the Pods (its flavors' node labels and tolerations).
     updates = await ctx.kueue.pod_updates(seen, actions) if ctx.kueue else {}
+    # Native gang scheduling: the job's PodGroup (and its Workload) before any of its Pods.
+    in_gang = plan.gang if ctx.gang is not None else None
+    if ctx.gang is not None and in_gang is not None and any(
+        isinstance(a, rc.CreatePod) for a in actions
+    ):
+        await ctx.gang.ensure(seen.body, job, in_gang)
     for action in actions:
         if isinstance(action, rc.CreateService) and model is not None:
             # The job's shared children: its Service and, unless switched off, the
@@ -110,6 +118,7 @@ ctx: Acting, key: Key, seen: Observed, plan: rc.Plan, actions: list[rc.Action]
                 node_lost_toleration=ctx.config.node_lost_toleration_seconds,
             )
             kueue.apply_update(manifest, updates.get(action.task.role))
+            gang.apply(manifest, in_gang)
             create = ctx.api.create(pod_path(ns), manifest, "pods", strict=True)
             calls.append((action.task.name, create))
         elif isinstance(action, CreateProbe) and model is not None:

@@ -34,6 +34,22 @@ from kerasjob import bounded
 from kerasjob.config import OperatorConfig
 
 
+async def _gang_api_problem(config: OperatorConfig) -> str | None:
+    from kerasjob.gang_sync import check_api
+    from kerasjob.kube import KubeApi
+
+    try:
+        api = KubeApi(config.kubeconfig, config.context)
+    except Exception as e:  # no usable credentials: one line, as every CLI error
+        return f"no usable kubeconfig: {e}"
+    try:
+        return await check_api(api)
+    except Exception as e:  # unreachable, TLS...: one line; the Deployment restarts us
+        return f"cannot ask the API server: {type(e).__name__}: {str(e).splitlines()[0]}"
+    finally:
+        await api.close()
+
+
 def _run(args: argparse.Namespace) -> int:
     import kopf
 
@@ -57,6 +73,7 @@ def _run(args: argparse.Namespace) -> int:
                 "metrics_port": args.metrics_port,
                 "network_policy": False if args.no_network_policy else None,
                 "kueue": args.kueue or None,
+                "gang_scheduling": args.gang_scheduling or None,
             }.items()
             if v is not None
         },
@@ -67,6 +84,12 @@ def _run(args: argparse.Namespace) -> int:
             config, node_lost_toleration_seconds=seconds if seconds >= 0 else None)
     if config.kueue:
         kerasjob.handlers.register_kueue()
+    if config.gang_scheduling:
+        problem = asyncio.run(_gang_api_problem(config))
+        if problem is not None:
+            print(f"kerasjob: --gang-scheduling: {problem}", file=sys.stderr)
+            return 1
+        kerasjob.handlers.register_gang()
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
@@ -154,6 +177,12 @@ def parser() -> argparse.ArgumentParser:
         "--kueue",
         action="store_true",
         help="integrate with Kueue: jobs of a LocalQueue wait for admission ($KERASJOB_KUEUE=1)",
+    )
+    run.add_argument(
+        "--gang-scheduling",
+        action="store_true",
+        help="native gang scheduling (Kubernetes 1.36 alpha Workload/PodGroup): a job's Pods "
+        "are bound all together or none ($KERASJOB_GANG_SCHEDULING=1)",
     )
     run.add_argument("-v", "--verbose", action="store_true")
     run.set_defaults(func=_run)

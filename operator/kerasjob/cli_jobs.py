@@ -271,8 +271,10 @@ def status(args: argparse.Namespace) -> int:
 
 def summary_dict(obj: dict[str, Any]) -> dict[str, Any]:
     s = summarize(obj)
-    # Why a held job waits: Kueue's verdict (queued where, evicted by whom), or suspend.
-    waiting = s.message if s.phase in (Phase.QUEUED.value, Phase.SUSPENDED.value) else ""
+    # Why a job waits: Kueue's verdict (queued where, evicted by whom), suspend, or why its
+    # Pods do not run yet (e.g. a gang that cannot be placed).
+    held = (Phase.QUEUED.value, Phase.SUSPENDED.value, Phase.PENDING.value)
+    waiting = s.message if s.phase in held else ""
     row = {"name": s.name, "phase": s.phase, "disruptions": s.disruptions,
            "failures": s.failures, "progress": s.progress, "waiting": waiting}
     costs = ((obj.get("status") or {}).get("progress") or {}).get("goodput")

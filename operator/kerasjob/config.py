@@ -88,6 +88,12 @@ class OperatorConfig:
     kueue: bool = field(default_factory=lambda: _env("KERASJOB_KUEUE", "") in ("1", "true"))
     """Integrate with Kueue (needs its CRDs): jobs labelled kueue.x-k8s.io/queue-name wait
     for their Workload's admission (see `kueue`)."""
+    gang_scheduling: bool = field(
+        default_factory=lambda: _env("KERASJOB_GANG_SCHEDULING", "") in ("1", "true")
+    )
+    """Native gang scheduling (Kubernetes 1.36 alpha, `gang`): each job's Pods in one
+    PodGroup, bound all together or not at all. Needs scheduling.k8s.io/v1alpha2 served and
+    the GenericWorkload and GangScheduling gates (checked at start-up)."""
     probe_priority_class: str = field(
         default_factory=lambda: _env("KERASJOB_PROBE_PRIORITY_CLASS", "kerasjob-elastic-probe")
     )

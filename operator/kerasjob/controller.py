@@ -31,6 +31,7 @@ from kerasjob import acting, elastic, goodput, progress
 from kerasjob import reconcile as rc
 from kerasjob.config import OperatorConfig
 from kerasjob.events import EventRecorder, build_event
+from kerasjob.gang_sync import GangSync
 from kerasjob.jobview import ParsedJob
 from kerasjob.kube import ApiError, KubeApi, gather_limited
 from kerasjob.kueue_sync import KueueSync
@@ -75,6 +76,9 @@ class Controller:
         jobs: Mapping[Key, Iterable[Mapping[str, Any]]],
         pods: Mapping[Key, Iterable[PodView]],
         workloads: Mapping[Key, Iterable[Mapping[str, Any]]] | None = None,
+        gang_objects: tuple[
+            Mapping[Key, Iterable[Mapping[str, Any]]], Mapping[Key, Iterable[Mapping[str, Any]]]
+        ] | None = None,
     ) -> None:
         self.config = config
         self.api = api
@@ -82,6 +86,8 @@ class Controller:
         self.pods = pods
         # Kueue integration (`kueue`), when the operator runs with it.
         self.kueue = None if workloads is None else KueueSync(api, jobs, workloads, config)
+        # Native gang scheduling (`gang`): the indexed PodGroups and scheduling Workloads.
+        self.gang = None if gang_objects is None else GangSync(api, *gang_objects)
         self.queue = WorkQueue()
         self.ready = asyncio.Event()
         self.events = EventRecorder(api)
@@ -228,6 +234,8 @@ class Controller:
             job = dataclasses.replace(job, others_waiting=bool(waiting - {key}))
         if self.kueue is not None:
             job, workload = self.kueue.view(key, body, job)
+        if self.gang is not None:
+            job = self.gang.view(key, job)
         return Observed(
             body=body,
             parsed=parsed,
@@ -279,6 +287,8 @@ class Controller:
             self.expectations.forget(key)
             self.rejections.pop(key, None)
             return None
+        if seen.job.managed_by is not None:
+            return await self._managed_elsewhere(seen)
         if await index_behind(self.api, key[0], seen.status, seen.pods):
             log.debug("%s/%s: Pod index behind the status; waiting", *key)
             return 0.5
@@ -312,6 +322,8 @@ class Controller:
             events += await self.kueue.sync(
                 seen.body, seen.parsed.model, seen.workload, plan, len(seen.pods), now
             )
+        if self.gang is not None:
+            events += await self.gang.sync(job, plan)
         for type_, reason, message in events:
             self.events.post(build_event(
                 namespace=job.namespace, name=job.name, uid=job.uid, type_=type_,
@@ -331,6 +343,24 @@ class Controller:
         )
         log.debug("%s/%s: reconciled at %s; again in %s s", *key, seen.resource_version, delay)
         return delay
+
+    async def _managed_elsewhere(self, seen: Observed) -> None:
+        """A job whose spec.managedBy names another controller (MultiKueue): no Pod, no
+        status write. Only, for a job of a Kueue LocalQueue, its Kueue Workload: the part of
+        Kueue's job framework this operator plays for KerasJobs, which MultiKueue needs on
+        the manager cluster to dispatch the job to a worker cluster."""
+        if self.kueue is None or seen.job.kueue is None or seen.workload is not None:
+            return None
+        plan = rc.plan(seen.job, seen.status, [], utcnow())  # the status, unchanged
+        for type_, reason, message in await self.kueue.sync(
+            seen.body, seen.parsed.model, None, plan, 0, utcnow()
+        ):
+            job = seen.job
+            self.events.post(build_event(
+                namespace=job.namespace, name=job.name, uid=job.uid, type_=type_,
+                reason=reason, message=message, now=utcnow(), instance=self.config.instance,
+            ))
+        return None
 
     async def _namespace_terminating(self, seen: Observed, now: datetime) -> bool:
         """Whether the job's namespace is being deleted: asked only before a restart is

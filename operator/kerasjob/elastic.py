@@ -188,7 +188,9 @@ class Elastic:
                 stuck.append(pod)
             else:
                 self.requeue((due - self.now).total_seconds())
-        to = max(policy.min_workers, self.size - len(stuck))
+        # In a gang (`gang`) every Pod waits when one does not fit: shrink one at a time.
+        lost = 1 if stuck and self.job.gang is not None else len(stuck)
+        to = max(policy.min_workers, self.size - lost)
         if not stuck or to == self.size:
             return  # nothing lost, or already at minWorkers: wait (the status says why)
         why = stuck[0].waiting.partition(":")[2].strip() or "no node fits"

@@ -31,6 +31,8 @@ log = logging.getLogger("kerasjob.handlers")
 
 _JOB_FIELDS = ("apiVersion", "kind", "metadata", "spec", "status")
 WORKLOADS_INDEX = "kerasjob_workloads"
+POD_GROUPS_INDEX = "kerasjob_pod_groups"
+GANG_WORKLOADS_INDEX = "kerasjob_gang_workloads"
 
 
 class NoDiffBase(kopf.DiffBaseStorage):
@@ -96,6 +98,35 @@ def register_kueue() -> None:
             memo.controller.notify((namespace or "", job))
 
 
+def register_gang() -> None:
+    """With native gang scheduling (``--gang-scheduling``): index the PodGroups and
+    scheduling Workloads the operator creates (labelled with their job's name); a change of a
+    PodGroup (the scheduler's PodGroupScheduled verdict) wakes its job."""
+    from kerasjob import gang
+
+    labels = {lbl.JOB_NAME: kopf.PRESENT}
+    fields = ("apiVersion", "kind", "metadata", "spec", "status")
+
+    def _job(body: kopf.Body) -> Any:
+        return (body.get("metadata", {}).get("labels") or {}).get(lbl.JOB_NAME)
+
+    @kopf.index(gang.GROUP, gang.VERSION, gang.PODGROUPS, labels=labels, id=POD_GROUPS_INDEX)
+    async def kerasjob_pod_groups(namespace: str | None, body: kopf.Body, **_: Any) -> Any:
+        return {(namespace, _job(body)): {k: plain(body.get(k)) for k in fields if k in body}}
+
+    @kopf.index(
+        gang.GROUP, gang.VERSION, gang.WORKLOADS, labels=labels, id=GANG_WORKLOADS_INDEX
+    )
+    async def kerasjob_gang_workloads(namespace: str | None, body: kopf.Body, **_: Any) -> Any:
+        return {(namespace, _job(body)): {"metadata": plain(body.get("metadata"))}}
+
+    @kopf.on.event(gang.GROUP, gang.VERSION, gang.PODGROUPS, labels=labels)
+    async def pod_group_event(namespace: str | None, body: kopf.Body, memo: Any, **_: Any) -> None:
+        job = _job(body)
+        if job:
+            memo.controller.notify((namespace or "", job))
+
+
 @kopf.on.login()
 def login(memo: Any, settings: kopf.OperatorSettings, **_: Any) -> kopf.ConnectionInfo:
     """kopf's watches use the same credentials as the controller's writes (`--kubeconfig`)."""
@@ -134,7 +165,12 @@ async def startup(settings: kopf.OperatorSettings, memo: Any, **kwargs: Any) -> 
     if config.namespaces and not any(set(ns) & set("*?[]!") for ns in config.namespaces):
         settings.scanning.disabled = True
     api = KubeApi(config.kubeconfig, config.context)
-    controller = Controller(config, api, bodies, children_pods, kwargs.get(WORKLOADS_INDEX))
+    gang_objects = None
+    if config.gang_scheduling:
+        gang_objects = (kwargs[POD_GROUPS_INDEX], kwargs[GANG_WORKLOADS_INDEX])
+    controller = Controller(
+        config, api, bodies, children_pods, kwargs.get(WORKLOADS_INDEX), gang_objects
+    )
     memo.controller = controller
     memo.controller_task = asyncio.create_task(controller.run(), name="kerasjob-controller")
     if config.metrics_port is not None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pydantic
 
-from kerasjob import reconcile, validation
+from kerasjob import CONTROLLER_NAME, reconcile, validation
 from kerasjob.api import KerasJob
 from kerasjob.planning import ElasticPolicy
 from kerasjob.tf_config import pod_name
@@ -75,7 +75,17 @@ class ParsedJob:
                 if m and m.elastic
                 else None
             ),
+            managed_by=managed_elsewhere(spec),
             deleting=bool(meta.get("deletionTimestamp")),
             invalid=self.problems,
             total_steps=self.total_steps,
         )
+
+
+def managed_elsewhere(spec: Mapping[str, Any]) -> str | None:
+    """spec.managedBy when it names another controller than this operator (read from the
+    body, so that even a job this operator finds invalid is left to its manager)."""
+    value = spec.get("managedBy") if isinstance(spec, Mapping) else None
+    if not value or value == CONTROLLER_NAME:
+        return None
+    return str(value)

@@ -69,3 +69,17 @@ def resource_flavor_path(name: str) -> str:
 
 def workload_priority_class_path(name: str) -> str:
     return f"{KUEUE_API}/workloadpriorityclasses/{quote(name)}"
+
+
+# Native gang scheduling (`gang`, `gang_sync`): Kubernetes' own Workload and PodGroup.
+SCHEDULING_API = "/apis/scheduling.k8s.io/v1alpha2"
+
+
+def scheduling_workload_path(namespace: str, name: str | None = None) -> str:
+    path = f"{SCHEDULING_API}/namespaces/{quote(namespace)}/workloads"
+    return f"{path}/{quote(name)}" if name else path
+
+
+def pod_group_path(namespace: str, name: str | None = None) -> str:
+    path = f"{SCHEDULING_API}/namespaces/{quote(namespace)}/podgroups"
+    return f"{path}/{quote(name)}" if name else path

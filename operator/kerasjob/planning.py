@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kerasjob.gang import Gang, GangView
 from kerasjob.kueue import Gate
 from kerasjob.podview import PodView
 
@@ -59,6 +60,10 @@ class JobView:
     """Another job has a Pod no node fits now (`elastic.waiting_jobs`): do not grow."""
     total_steps: int | None = None
     """epochs x stepsPerEpoch of spec.trainer (status.progress.totalSteps), when known."""
+    managed_by: str | None = None
+    """spec.managedBy when it names another controller: the job is not ours to run."""
+    gang: GangView | None = None
+    """With native gang scheduling: the job's PodGroups and Workloads (`gang.view`)."""
 
     @property
     def roles(self) -> list[str]:
@@ -120,6 +125,9 @@ class Plan:
     events: list[Event] = field(default_factory=list)
     requeue_after: float | None = None
     """Seconds until the job must be looked at again even if nothing changes."""
+    gang: Gang | None = None
+    """With native gang scheduling, for an active job: the PodGroup its Pods are created in
+    (made first if missing); the job's other PodGroups and Workloads go."""
 
     @property
     def restart_attempt(self) -> int:

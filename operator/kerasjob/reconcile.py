@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from kerasjob import gang as gangs
 from kerasjob import goodput, progress, restart_loop
 from kerasjob import restart_policy as rp
 from kerasjob import status as st
@@ -90,6 +91,7 @@ class _Planner(Accounting, Elastic):
         self.events: list[Event] = []
         self.requeues: list[float] = []
         self.fail_verdict: rp.Verdict | None = None
+        self.gang: gangs.Gang | None = None
         self.init_size()  # an elastic job's tasks are those of its current size
 
     # -- helpers ---------------------------------------------------------------------------
@@ -315,6 +317,12 @@ class _Planner(Accounting, Elastic):
         )
         self.grow_if_capacity_returned(all_ready)
         all_ready = all_ready and not self.resized_now  # its Pods go: restarting at a new size
+        if job.gang is not None and not succeeded:
+            # Every Pod of its current size, one gang (`gang`). Once a task has finished
+            # for good (an evaluator done early), the gang's minCount would never be met
+            # again: any further Pod is made outside it.
+            epoch = int((self.status.get("elastic") or {}).get("resizes") or 0)
+            self.gang = gangs.gang_for(job.name, job.uid, len(self.job.tasks), epoch)
         phase = st.active_phase(
             self.prev_phase,
             all_ready=all_ready,
@@ -376,23 +384,38 @@ class _Planner(Accounting, Elastic):
     def explain_waiting(self, wanted: list[Task]) -> None:
         """A Pod that cannot start (a checkpoint claim that does not exist, no node that
         fits, an image that cannot be pulled) shows in the job's own status and events:
-        condition Running False with the Pod's reason and message, one Warning per change."""
+        condition Running False with the Pod's reason and message, one Warning per change;
+        a gang that cannot be placed as a whole, with its PodGroup's verdict (`gang.explain`)."""
+        unschedulable = [
+            p.waiting.partition(":")[2].strip() for t in wanted
+            if (p := self.owned.get(t.name)) is not None and not p.deleting
+            and p.waiting.startswith("Unschedulable")
+        ]
+        found = gangs.explain(self.job.gang, self.gang, gangs.shortage(unschedulable))
+        if found is not None:
+            self.waiting_condition(*found)
+            return
         for task in wanted:
             pod = self.owned.get(task.name)
             if pod is None or not pod.waiting or pod.deleting or pod.finished:
                 continue
             reason, _, detail = pod.waiting.partition(":")
             message = f"Pod {task.name} cannot start: {reason}: {detail.strip()}"
-            # What the stored status shows (this plan may already have set another message).
-            shown = st.get_condition(list(self.old.get("conditions") or []), st.COND_RUNNING)
-            shown = shown or {}
-            if shown.get("message") != message:
-                self.event("Warning", f"Pod{reason}", message)
-            self.cond(st.COND_RUNNING, False, reason, message, add_false=True)
+            self.waiting_condition(reason, message, event_reason=f"Pod{reason}")
             return
 
+    def waiting_condition(self, reason: str, message: str, event_reason: str = "") -> None:
+        """Condition Running False saying why the job waits; a Warning when it changed."""
+        # What the stored status shows (this plan may already have set another message).
+        shown = st.get_condition(list(self.old.get("conditions") or []), st.COND_RUNNING)
+        if (shown or {}).get("message") != message:
+            self.event("Warning", event_reason or reason, message)
+        self.cond(st.COND_RUNNING, False, reason, message, add_false=True)
+
     def run(self) -> Plan:
-        if self.job.deleting:
+        if self.job.deleting or self.job.managed_by is not None:
+            # Going away; or run by another controller (spec.managedBy): its status is that
+            # controller's to write (MultiKueue copies it from the worker cluster's copy).
             return Plan(status=copy.deepcopy(dict(self.old)))
         self.housekeeping()
         if self.job.generation is not None:
@@ -425,6 +448,7 @@ class _Planner(Accounting, Elastic):
             actions=self.actions,
             events=self.events,
             requeue_after=min(self.requeues) if self.requeues else None,
+            gang=self.gang,
         )
 
     def chief_exit_progress(self) -> None:

@@ -224,6 +224,30 @@ def test_env_sh_puts_our_binaries_first(cluster: Cluster) -> None:
     ]
 
 
+def test_gang_scheduling_api_is_served_and_a_cluster_with_other_gates_is_not_reused(
+    cluster: Cluster, kube: Any
+) -> None:
+    """up.sh turns Kubernetes 1.36's alpha gang scheduling on by default (KUBE_FEATURE_GATES,
+    KUBE_RUNTIME_CONFIG), and --check fails for a running cluster started with other values
+    (up.sh then restarts it instead of reusing it)."""
+    if not cluster.local:
+        pytest.skip("hack/cluster/up.sh manages the local cluster only")
+    found = client.ApisApi(kube).get_api_versions()
+    versions = {v.group_version for g in found.groups if g.name == "scheduling.k8s.io"
+                for v in g.versions}
+    if os.environ.get("KUBE_RUNTIME_CONFIG", None) == "":
+        assert "scheduling.k8s.io/v1alpha2" not in versions
+    else:
+        assert "scheduling.k8s.io/v1alpha2" in versions
+    check = [str(CLUSTER_SCRIPTS / "up.sh"), "--check"]
+    same = subprocess.run(check, capture_output=True, text=True, timeout=60)
+    assert same.returncode == 0, same.stderr
+    other = os.environ.get("KUBE_FEATURE_GATES", "GenericWorkload=true") + ",Other=true"
+    changed = subprocess.run(check, capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "KUBE_FEATURE_GATES": other})
+    assert changed.returncode == 1
+
+
 def test_up_sh_refuses_a_busy_port(cluster: Cluster, tmp_path: Path) -> None:
     if not cluster.local:
         pytest.skip("hack/cluster/up.sh manages the local cluster only")

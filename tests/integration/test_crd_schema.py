@@ -156,6 +156,8 @@ INVALID: dict[str, tuple[str, dict[str, Any], str]] = {
     "multi-worker-emptydir": ("job", {"workers": 2, "checkpoint": {"volume": {"emptyDir": {}}}},
                               "needs a shared checkpoint.volume"),
     "evaluator-no-volume": ("job", {"evaluator": {}}, "needs a shared checkpoint.volume"),
+    "managed-by-no-domain": ("job", {"managedBy": "multikueue"}, "spec.managedBy"),
+    "managed-by-too-long": ("job", {"managedBy": "example.com/" + "x" * 60}, "spec.managedBy"),
     "name-not-dns-1035": ("job.v1", {}, "must be a DNS-1035 label"),
     "name-too-long": ("j" * 55, {"workers": 1}, "metadata.name is too long"),
     "name-too-long-evaluator": ("j" * 52, {"evaluator": {}, "checkpoint": {"volume": PVC}},
@@ -245,6 +247,7 @@ IMMUTABLE: dict[str, tuple[dict[str, Any], str]] = {
     "chief-removed": ({"chief": None}, "chief cannot be added, removed or resized"),
     "chief-resized": ({"chief": {"replicas": 0}}, "chief cannot be added, removed or resized"),
     "evaluator-added": ({"evaluator": {}}, "evaluator cannot be added, removed or resized"),
+    "managed-by-added": ({"managedBy": "kueue.x-k8s.io/multikueue"}, "managedBy is immutable"),
 }
 
 
@@ -255,6 +258,20 @@ def test_immutable_fields(stored: Any, kube: Any, namespace: str, case: str) -> 
         patch(kube, namespace, change)
     assert err.value.status == 422
     assert expected in json.loads(err.value.body)["message"]
+
+
+def test_managed_by_cannot_change_or_be_removed(crd: Any, kube: Any, namespace: str) -> None:
+    create(kube, namespace, body("handed", {"managedBy": "kueue.x-k8s.io/multikueue"}))
+    api = client.CustomObjectsApi(kube)
+    for change in ({"managedBy": "kerasjob.dev/operator"}, {"managedBy": None}):
+        with pytest.raises(ApiException) as err:
+            api.patch_namespaced_custom_object(
+                API_GROUP, API_VERSION, namespace, PLURAL, "handed", {"spec": change})
+        assert err.value.status == 422
+        assert "managedBy is immutable" in json.loads(err.value.body)["message"]
+    got = api.patch_namespaced_custom_object(  # the rest stays mutable
+        API_GROUP, API_VERSION, namespace, PLURAL, "handed", {"spec": {"suspend": True}})
+    assert got["spec"]["managedBy"] == "kueue.x-k8s.io/multikueue"
 
 
 def test_mutable_fields(stored: Any, kube: Any, namespace: str) -> None:

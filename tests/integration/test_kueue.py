@@ -166,6 +166,28 @@ def test_second_job_waits_for_quota_and_starts_when_the_first_finishes(
         )
 
 
+def test_a_job_handed_to_multikueue_gets_its_workload_but_no_pod_and_no_status(
+    operator: OperatorProcess, cluster: Cluster, kube: Any, namespace: str
+) -> None:
+    """spec.managedBy: kueue.x-k8s.io/multikueue, as on a MultiKueue manager cluster: the
+    operator still plays Kueue's job framework (the Workload MultiKueue dispatches to a
+    worker cluster), but runs nothing and writes no status here, even once admitted."""
+    with cluster_queue(kube, namespace, cpu="3", node_labels={"type": "kwok"}) as queue:
+        body = queued_job("remote", queue)
+        body["spec"]["managedBy"] = "kueue.x-k8s.io/multikueue"
+        create_job(kube, namespace, body)
+        wait_for(lambda: wl_true(workload_of(kube, namespace, "remote"), "Admitted"),
+                 timeout=60, interval=POLL, what="the handed job's Workload admitted")
+        wl = workload_of(kube, namespace, "remote")
+        assert wl is not None
+        assert [(p["name"], p["count"]) for p in wl["spec"]["podSets"]] == [("worker", 3)]
+        time.sleep(3)
+        assert no_pods(kube, namespace, "remote")
+        assert job_status(kube, namespace, "remote") == {}
+        # The Workload is left to Kueue (MultiKueue copies the worker's): no PodsReady here.
+        assert wl_condition(workload_of(kube, namespace, "remote"), "PodsReady") is None
+
+
 def test_high_priority_job_preempts_and_the_victim_resumes_untouched(
     operator: OperatorProcess, cluster: Cluster, kube: Any, namespace: str
 ) -> None:

@@ -109,6 +109,34 @@ def test_three_workers_get_a_service_pods_tf_config_and_run(
     assert len(pods(kube, namespace, "mnist")) == 3
 
 
+def test_a_job_managed_by_another_controller_is_left_alone(
+    operator: OperatorProcess, kube: Any, namespace: str
+) -> None:
+    """spec.managedBy names MultiKueue: no Pod, no Service, no status from this operator
+    (the manager copies the worker cluster's status); a status written by that manager is
+    kept as written. A job created after it (and one naming this operator) runs, so the
+    operator did see them."""
+    handed = job_manifest("handed", workers=2, managedBy="kueue.x-k8s.io/multikueue")
+    create_job(kube, namespace, handed)
+    ours = job_manifest("ours", workers=1, managedBy="kerasjob.dev/operator")
+    create_job(kube, namespace, ours)
+    wait_phase(kube, namespace, "ours", "Running")
+    running_job(kube, namespace, "after", workers=1)
+    time.sleep(2)
+    assert not pods(kube, namespace, "handed")
+    assert [s.metadata.name for s in core(kube).list_namespaced_service(namespace).items
+            if s.metadata.name == "handed"] == []
+    assert get_job(kube, namespace, "handed").get("status") in (None, {})
+    # What the manager writes (here, by hand) stays, and still no Pod comes.
+    copied = {"phase": "Running", "restarts": {"disruptions": 0, "failures": 0}}
+    client.CustomObjectsApi(kube).patch_namespaced_custom_object_status(
+        "kerasjob.dev", "v1alpha1", namespace, "kerasjobs", "handed", {"status": copied})
+    time.sleep(2)
+    assert job_status(kube, namespace, "handed") == copied
+    assert not pods(kube, namespace, "handed")
+    assert not events_for(kube, namespace, "handed")
+
+
 def test_deleted_and_evicted_pods_come_back_as_disruptions(
     operator: OperatorProcess, kube: Any, namespace: str
 ) -> None:

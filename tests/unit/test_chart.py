@@ -264,6 +264,29 @@ def test_kueue_adds_workload_rbac_and_the_flag(namespaces: list[str]) -> None:
 
 
 @needs_helm
+@pytest.mark.parametrize("namespaces", [[], ["team-a"]], ids=["cluster-wide", "namespaced"])
+def test_gang_scheduling_adds_workload_and_pod_group_rbac_and_the_flag(
+    namespaces: list[str],
+) -> None:
+    values: dict[str, Any] = {"gangScheduling.enabled": True}
+    if namespaces:
+        values["watchNamespaces"] = namespaces
+    objects = render(**values)
+    for role in of_kind(objects, "ClusterRole" if not namespaces else "Role"):
+        assert_no_wildcards(role)
+        rules = rules_by_resource(role)
+        for resource in ("workloads", "podgroups"):
+            assert rules[f"scheduling.k8s.io/{resource}"] == {"list", "watch", "create", "delete"}
+    env = {e["name"]: e.get("value") for e in container(objects)["env"]}
+    assert env["KERASJOB_GANG_SCHEDULING"] == "1"
+    plain = render()
+    assert "KERASJOB_GANG_SCHEDULING" not in {e["name"] for e in container(plain)["env"]}
+    for role in of_kind(plain, "ClusterRole"):
+        assert not any(k.startswith("scheduling.k8s.io/w") or k.startswith("scheduling.k8s.io/p")
+                       for k in rules_by_resource(role))
+
+
+@needs_helm
 def test_rbac_create_false_renders_no_rbac() -> None:
     objects = render(
         **{

@@ -157,6 +157,7 @@ def test_cel_rules_have_messages_and_cover_the_cross_field_rules() -> None:
         ".spec:chief cannot be added",
         ".spec:evaluator cannot be added",
         ".spec:a job with more than one Pod needs a shared checkpoint.volume",
+        ".spec:managedBy is immutable",
         ".spec.trainer.dataset:dataset.path is required",
         ".spec.checkpoint:checkpoint.mountPath must be an absolute path",
         ".spec.checkpoint.volume:checkpoint.volume must have exactly one volume source key",

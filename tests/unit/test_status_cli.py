@@ -42,11 +42,32 @@ def test_status_says_why_a_queued_job_waits() -> None:
     assert cli._summary(obj)["waiting"] == ""
 
 
+def test_status_says_why_a_pending_job_waits_for_its_gang() -> None:
+    why = ("the gang of 9 Pods cannot be placed together (PodGroup big-gang-1: Unschedulable: "
+           "pod group is unschedulable); no Pod is bound until all fit: 0/4 nodes are available")
+    obj = {
+        "metadata": {"name": "big"},
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {"type": "Created", "status": "True", "reason": "Created", "message": "ok"},
+                {"type": "Running", "status": "False", "reason": "GangUnschedulable",
+                 "message": why},
+            ],
+        },
+    }
+    assert cli._summary(obj)["waiting"] == why
+    obj["status"]["conditions"][1]["status"] = "True"
+    assert cli._summary(obj)["waiting"] == ""
+
+
 def test_run_flags() -> None:
     args = cli.parser().parse_args(
         ["run", "-n", "a-*", "-n", "b", "--metrics-port", "9090", "--workers", "4"]
     )
     assert args.namespace == ["a-*", "b"] and args.metrics_port == 9090 and args.workers == 4
+    assert not args.gang_scheduling
+    assert cli.parser().parse_args(["run", "--gang-scheduling"]).gang_scheduling
 
 
 def test_status_errors_are_one_line_and_exit_1(capsys, tmp_path) -> None:
@@ -84,3 +105,20 @@ def test_status_shows_what_disruptions_cost() -> None:
     assert goodput.describe(costs) == (
         "goodput 93.3%: 300.0s productive, 21.5s lost to 2 disruptions (7 steps redone)"
     )
+
+
+def test_gang_scheduling_without_a_reachable_cluster_is_one_line_and_exit_1(
+    capsys, tmp_path
+) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:9', "
+        "insecure-skip-tls-verify: true}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
+    )
+    code = cli.main(["--kubeconfig", str(kubeconfig), "run", "--gang-scheduling"])
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1, err
+    assert err.startswith("kerasjob: --gang-scheduling: cannot ask the API server"), err

@@ -148,6 +148,10 @@ class Reason(str, enum.Enum):
     RESIZING = "Resizing"
     CAPACITY_LOST = "CapacityLost"
     CAPACITY_RETURNED = "CapacityReturned"
+    GANG_UNSCHEDULABLE = "GangUnschedulable"
+    """Native gang scheduling: the job's Pods cannot all be placed at once (none is bound)."""
+    GANG_REPLACED = "GangReplaced"
+    """An elastic job's new size got a new PodGroup; the old one was deleted."""
     REGROUPING = "Regrouping"
 
 

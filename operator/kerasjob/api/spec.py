@@ -144,6 +144,12 @@ class CheckpointSpec(_Model):
     )
 
 
+#: A domain-prefixed path, as Kubernetes' Job spec.managedBy (e.g. kueue.x-k8s.io/multikueue).
+MANAGED_BY_PATTERN = (
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[-._a-zA-Z0-9/]+$"
+)
+
+
 def _immutable(field: str) -> dict[str, str]:
     return _cel("self == oldSelf", f"{field} is immutable")
 
@@ -170,6 +176,11 @@ class KerasJobSpec(_Model):
                     "has(self.elastic) == has(oldSelf.elastic) && "
                     "(!has(self.elastic) || self.elastic == oldSelf.elastic)",
                     "elastic cannot be added, removed or changed after creation",
+                ),
+                _cel(
+                    "has(self.managedBy) == has(oldSelf.managedBy) && "
+                    "(!has(self.managedBy) || self.managedBy == oldSelf.managedBy)",
+                    "managedBy is immutable",
                 ),
                 _cel(
                     "!has(self.elastic) || self.elastic.minWorkers <= self.workers",
@@ -317,6 +328,20 @@ class KerasJobSpec(_Model):
             "Which Pods are deleted when the job finishes: Running (those still running, "
             "e.g. an evaluator; finished Pods stay for their logs), All, or None. "
             "Default: Running."
+        ),
+    )
+    managed_by: str | None = Field(
+        None,
+        max_length=63,
+        pattern=MANAGED_BY_PATTERN,
+        description=(
+            "The controller that runs this job. Unset or 'kerasjob.dev/operator': the "
+            "kerasjob operator. Any other domain-prefixed name hands the job to that "
+            "controller: the operator then creates no Pod, Service or gang for it and never "
+            "writes its status (Kueue's MultiKueue sets 'kueue.x-k8s.io/multikueue', runs a "
+            "copy of the job on a worker cluster and copies its status back; with Kueue the "
+            "operator still makes the job's Kueue Workload, which MultiKueue dispatches). "
+            "Immutable."
         ),
     )
     suspend: bool = Field(

@@ -108,6 +108,11 @@ def summarize(job: KerasJob | Mapping[str, Any]) -> JobSummary:
     # Kueue's reason, evicted by whom).
     why = condition(job, ConditionType.ADMITTED.value if phase == Phase.QUEUED.value else phase)
     why = why if phase else None
+    if phase == Phase.PENDING.value:
+        # Why its Pods do not run yet (a gang that cannot be placed, a Pod no node fits, an
+        # image that cannot be pulled): its Running condition, False.
+        running = condition(job, ConditionType.RUNNING.value)
+        why = running if running and running.status is ConditionStatus.FALSE else None
     elastic = status.elastic if status and status.elastic else None
     return JobSummary(
         name=job.name,
