@@ -78,7 +78,8 @@ def breakdown(kube: Kube, ckpt: Path, chief: str, signalled_at: float,
               resumed_at: int) -> dict[str, float]:
     """Seconds per phase of the disruption resumed at `resumed_at` (see the module
     docstring); {} until the ledger holds it and the chief's startup line is read."""
-    ledgers = sorted(ckpt.rglob("ledger.json"))
+    # This job's: the volume keeps earlier runs' directories (one per job UID).
+    ledgers = sorted(ckpt.rglob("ledger.json"), key=lambda p: p.stat().st_mtime)
     m = STARTUP.search(log(kube, chief))
     if not ledgers or not m:
         return {}
