@@ -116,9 +116,9 @@ class _Planner(Accounting, Elastic):
     def requeue(self, seconds: float) -> None:
         self.requeues.append(max(0.0, seconds))
 
-    def delete(self, pod: PodView, *, force: bool = False) -> None:
+    def delete(self, pod: PodView) -> None:
         if not pod.deleting:
-            self.actions.append(DeletePod(pod.name, pod.uid, force=force))
+            self.actions.append(DeletePod(pod.name, pod.uid))
 
     # -- steps ---------------------------------------------------------------------------
 
@@ -274,10 +274,7 @@ class _Planner(Accounting, Elastic):
             if pod is None:
                 creates.append(CreatePod(task, self.size))
             elif pod.finished:
-                # Counted above; re-created once it is gone. Its process has ended, so
-                # nothing is cut short by grace period 0, and the new Pod need not wait for
-                # the kubelet's housekeeping (every 2 s) to confirm the old one's removal.
-                self.delete(pod, force=True)
+                self.delete(pod)  # counted above; re-created once it is gone
         # Re-create a job's Pods together, once no old incarnation is left: a new worker
         # must not resolve a peer's name to the address of its terminating predecessor
         # (TensorFlow's gRPC then waits out its 30 s minimum between DNS re-resolutions;
