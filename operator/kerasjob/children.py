@@ -24,8 +24,6 @@ import yaml
 
 from kerasjob import labels
 from kerasjob.api import (
-    API_VERSION_FULL,
-    KIND,
     KerasJob,
     ReplicaRole,
     RestartPolicy,
@@ -87,14 +85,7 @@ def render(template: str, **context: Any) -> dict[str, Any]:
 def owner_reference(job: JobLike) -> dict[str, Any]:
     """The ownerReference every child carries: garbage-collected with the job."""
     j = _job(job)
-    return {
-        "apiVersion": API_VERSION_FULL,
-        "kind": KIND,
-        "name": j.name,
-        "uid": j.uid,
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
+    return labels.controller_reference(j.name, j.uid)
 
 
 def pod_restart_policy(policy: RestartPolicy) -> str:

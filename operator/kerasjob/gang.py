@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kerasjob import API_GROUP, API_VERSION, KIND
+from kerasjob import API_GROUP, KIND
 from kerasjob import labels as lbl
 from kerasjob.api import Reason
 
@@ -139,16 +139,7 @@ def _metadata(job: Mapping[str, Any], name: str) -> dict[str, Any]:
         "name": name,
         "namespace": meta["namespace"],
         "labels": {lbl.JOB_NAME: meta["name"], lbl.MANAGED_BY: lbl.MANAGED_BY_VALUE},
-        "ownerReferences": [
-            {
-                "apiVersion": f"{API_GROUP}/{API_VERSION}",
-                "kind": KIND,
-                "name": meta["name"],
-                "uid": meta["uid"],
-                "controller": True,
-                "blockOwnerDeletion": True,
-            }
-        ],
+        "ownerReferences": [lbl.controller_reference(meta["name"], meta["uid"])],
     }
 
 

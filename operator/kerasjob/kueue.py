@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from kerasjob import API_GROUP, API_VERSION, KIND
 from kerasjob import labels as lbl
 from kerasjob.status import set_condition
 
@@ -98,16 +97,7 @@ def build_workload(
             "name": workload_name(meta["name"], meta["uid"]),
             "namespace": meta["namespace"],
             "labels": {lbl.JOB_NAME: meta["name"], JOB_UID_LABEL: meta["uid"]},
-            "ownerReferences": [
-                {
-                    "apiVersion": f"{API_GROUP}/{API_VERSION}",
-                    "kind": KIND,
-                    "name": meta["name"],
-                    "uid": meta["uid"],
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
+            "ownerReferences": [lbl.controller_reference(meta["name"], meta["uid"])],
         },
         "spec": spec,
     }

@@ -6,7 +6,9 @@ annotations carry bookkeeping that must travel with a Pod but is never selected 
 
 from __future__ import annotations
 
-from kerasjob import API_GROUP
+from typing import Any
+
+from kerasjob import API_GROUP, API_VERSION, KIND
 
 _PREFIX = f"{API_GROUP}/"
 
@@ -56,3 +58,10 @@ def selector(job_name: str) -> dict[str, str]:
 def selector_string(job_name: str) -> str:
     """The same selector as a label-selector string, for list/watch calls."""
     return f"{JOB_NAME}={job_name}"
+
+
+def controller_reference(name: str, uid: str) -> dict[str, Any]:
+    """The ownerReference of everything a KerasJob owns (Pods, Service, NetworkPolicy, Kueue
+    and gang Workloads, PodGroups): garbage-collected with the job."""
+    return {"apiVersion": f"{API_GROUP}/{API_VERSION}", "kind": KIND, "name": name,
+            "uid": uid, "controller": True, "blockOwnerDeletion": True}
