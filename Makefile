@@ -5,7 +5,6 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-TF_KERAS_VERSION := 2.21.0
 # Built Kubernetes binaries and Go caches live outside git (see hack/cluster/README.md).
 export KERASJOB_CACHE ?= $(HOME)/.cache/kerasjob
 # Runtime state (certificates, etcd data, logs, kubeconfig) of the local cluster.
@@ -26,8 +25,8 @@ $(VENV)/.installed: contract/pyproject.toml operator/pyproject.toml trainer_imag
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e ./contract -e ./operator -e ./trainer_image -e ./dev
-	# tf-keras declares a dependency on the full `tensorflow` wheel; we use tensorflow-cpu.
-	$(BIN)/pip install -q --no-deps tf-keras==$(TF_KERAS_VERSION)
+	# tf-keras and mlxtend: --no-deps (why: [tool.kerasjob] in trainer_image/pyproject.toml).
+	$(BIN)/pip install -q --no-deps $$($(BIN)/python -c "import tomllib; print(' '.join(tomllib.load(open('trainer_image/pyproject.toml', 'rb'))['tool']['kerasjob']['no-deps']))")
 	touch $@
 
 lint: venv ## ruff

@@ -310,3 +310,27 @@ def test_sigterm_without_the_override_exits_43_and_keeps_the_backup(tmp_path: Pa
     assert t.wait(10) == ExitCode.PEER_LOST, t.tail()
     assert "without save-before-preemption" in t.text()
     assert list((tmp_path / "ckpt" / "backup" / "chief").glob("ckpt-*.index"))
+
+
+@pytest.mark.timeout(300)
+def test_a_long_fast_run_keeps_its_threads_bounded(tmp_path: Path) -> None:
+    """Fast steps, many of them: each worker's thread count stays flat. With TensorFlow's
+    collective timeout (a thread sleeping out the timeout per collective op) it grew by
+    hundreds a second and the workers crashed ("Resource temporarily unavailable") after
+    1,500-3,000 MNIST steps; see kerasjob_trainer.strategy."""
+    config = {"epochs": 1, "stepsPerEpoch": 2000, "saveFreq": 500, "logEverySteps": 100,
+              "batchSizePerReplica": 32}
+    with group(tmp_path, config) as g:
+        workers = g.start()
+        counts: dict[int, list[int]] = {}
+        for step in (300, 900):
+            for i, t in enumerate(workers):
+                t.wait_for_step(step, GEN_TIMEOUT)
+                threads = len(list(Path(f"/proc/{t.proc.pid}/task").iterdir()))
+                counts.setdefault(i, []).append(threads)
+        assert g.wait_all(GEN_TIMEOUT) == [0, 0], g.logs()
+    # Between step 300 and 900 (600 steps, ~10 collectives each) a worker may start a few
+    # threads, not one per collective.
+    for i, (at_300, at_900) in counts.items():
+        assert at_900 - at_300 < 100, f"worker {i}: {at_300} threads at step 300, {at_900} at 900"
+    print(f"\nthreads at steps 300/900: {counts}")

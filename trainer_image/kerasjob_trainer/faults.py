@@ -109,6 +109,15 @@ class Watchdog:
                           f"exiting {int(ExitCode.PEER_LOST)}")
 
 
+def listening(host: str, port: int, timeout: float) -> bool:
+    """Whether a server accepts a TCP connection at host:port (the name resolved afresh)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:  # refused (not up, or gone), no such name, unreachable, timeout
+        return False
+
+
 class PeerMonitor:
     """Exit PEER_LOST as soon as a peer's TensorFlow server stops accepting connections.
 
@@ -142,11 +151,7 @@ class PeerMonitor:
         self._stopped = True
 
     def _reachable(self, host: str, port: int) -> bool:
-        try:
-            with socket.create_connection((host, port), timeout=self._timeout):
-                return True
-        except OSError:
-            return False
+        return listening(host, port, self._timeout)
 
     def _run(self) -> None:
         misses = dict.fromkeys(self._peers, 0)

@@ -41,7 +41,7 @@ from typing import Any, NoReturn
 import kerasjob_contract as contract
 from kerasjob_contract import ExitCode
 from kerasjob_contract.trainer_config import ConfigError, TrainerConfig
-from kerasjob_trainer import faults, goodput, preemption, startup
+from kerasjob_trainer import faults, goodput, leader, preemption, startup
 from kerasjob_trainer.audit import Audit
 from kerasjob_trainer.faults import hard_exit, say
 from kerasjob_trainer.metric_state import MetricState
@@ -94,7 +94,12 @@ class Session:
         self.ctx = ctx  # kerasjob_trainer.train.RunContext
         self.strategy = strategy
         self.reporter: ProgressReporter | None = _reporter(ctx) if self.is_chief else None
-        self.watchdog = faults.Watchdog(ctx.config.stall_timeout_seconds)
+        # A step stuck on a collective for collectiveTimeoutSeconds is a lost peer (not
+        # TensorFlow's per-op timeout: `strategy.build_strategy`); stallTimeoutSeconds caps it.
+        cfg = ctx.config
+        self.watchdog = faults.Watchdog(
+            min(cfg.collective_timeout_seconds, cfg.stall_timeout_seconds)
+        )
         self.peers = faults.PeerMonitor(_peer_addresses(ctx.cluster))
         self.steps = 0
         self.metric_state: MetricState | None = None  # made by callbacks()
@@ -307,8 +312,15 @@ def session_for(ctx: Any) -> Session:
 
     if ctx.config.deterministic:
         make_deterministic()
+    if ctx.cluster.multi_worker and not ctx.cluster.is_chief:
+        # The leader's server first: reaching it too early costs gRPC's 30 s (`leader.py`).
+        address = leader.leader_address(ctx.cluster.training_cluster)
+        up, waited = leader.wait_for_leader(address)
+        if not up:
+            say(f"warning: the leader {address} did not accept a connection in {waited}s; "
+                "forming the cluster anyway")
     try:
-        strategy = build_strategy(ctx.cluster, ctx.config.collective_timeout_seconds)
+        strategy = build_strategy(ctx.cluster)
     except Exception as e:  # e.g. a peer that died while the group was forming
         code = faults.classify(e) if ctx.cluster.num_workers > 1 else ExitCode.FAILURE
         hard_exit(code, f"{type(e).__name__}: {faults.summary(e)} -> exiting {int(code)}")

@@ -7,21 +7,25 @@ from typing import Any
 from kerasjob_trainer.cluster import ClusterInfo
 
 
-def build_strategy(cluster: ClusterInfo, collective_timeout: float) -> Any:
-    """MultiWorkerMirroredStrategy: NCCL on GPUs, RING on CPU, with a collective timeout.
-
+def build_strategy(cluster: ClusterInfo) -> Any:
+    """MultiWorkerMirroredStrategy: NCCL on GPUs, RING on CPU.
     Single-process runs get a 1-worker MWMS in local mode too, so SIGTERM handling and
     BackupAndRestore behave the same with one worker as with many. Must run before any
     other TensorFlow op: it configures the eager context.
+
+    No ``timeout_seconds``: TensorFlow (2.21) enforces it with a thread per collective op
+    that sleeps for the whole timeout, so a job holds collectives/s x timeout threads. A
+    2-worker MNIST MLP (about 50 steps/s, several collectives a step) reached ~16,000 threads
+    and crashed ("Resource temporarily unavailable") after 1,500-3,000 steps with the
+    default 60 s. The trainer's watchdog enforces ``collectiveTimeoutSeconds`` instead
+    (`session.Session`): a step whose collectives make no progress that long never ends.
     """
     import tensorflow as tf
 
     impl = (tf.distribute.experimental.CommunicationImplementation.NCCL
             if tf.config.list_physical_devices("GPU")
             else tf.distribute.experimental.CommunicationImplementation.RING)
-    options = tf.distribute.experimental.CommunicationOptions(
-        implementation=impl, timeout_seconds=collective_timeout
-    )
+    options = tf.distribute.experimental.CommunicationOptions(implementation=impl)
     if not cluster.multi_worker:
         # An empty resolver, so a stray TF_CONFIG cannot turn this into multi-worker.
         resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
