@@ -54,6 +54,9 @@ def _run(args: argparse.Namespace) -> int:
     import kopf
 
     import kerasjob.handlers
+    from kerasjob import kopf_fixes
+
+    kopf_fixes.install()
 
     config = OperatorConfig(
         namespaces=tuple(args.namespace or ()),
