@@ -20,8 +20,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from kerasjob_dev.cluster import REPO_ROOT, Cluster
-from kerasjob_dev.harness import OperatorProcess, custom, install_crds
+from kerasjob_dev.cluster import (
+    REPO_ROOT,
+    Cluster,
+    create_namespace,
+    delete_namespace,
+    wait_for,
+)
+from kerasjob_dev.harness import OperatorProcess, custom, install_crds, job_status
 
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 QUEUE_LABEL = f"{GROUP}/queue-name"
@@ -34,23 +40,44 @@ _operator: list[OperatorProcess] = []
 PODS_READY_TIMEOUT = "20s"
 
 
-#: The waitForPodsReady setting of the Kueue this process started ([] before any).
-_kueue_setting: list[str] = []
+#: The waitForPodsReady and feature gate settings of the Kueue this process started ([]
+#: before any).
+_kueue_setting: list[tuple[str, str]] = []
 
 
-def ensure_kueue(cluster: Cluster, *, pods_ready_timeout: str | None = PODS_READY_TIMEOUT) -> None:
-    """Kueue on the local cluster with this waitForPodsReady setting: started once, and
-    restarted when a caller asks for another setting than the running one (the e2e test
-    wants none, the integration tests 20 s; whichever ran first used to win)."""
+def ensure_kueue(
+    cluster: Cluster,
+    *,
+    pods_ready_timeout: str | None = PODS_READY_TIMEOUT,
+    feature_gates: str | None = None,
+) -> None:
+    """Kueue on the local cluster with this waitForPodsReady setting and these feature
+    gates (None: kueue.sh's, with ElasticJobsViaWorkloadSlices): started once, and
+    restarted when a caller asks for other settings than the running one's (the e2e test
+    wants no waitForPodsReady, the integration tests 20 s; whichever ran first used to
+    win)."""
     if cluster.local:
         env = cluster.env()
         env["KUEUE_PODS_READY_TIMEOUT"] = pods_ready_timeout or ""
+        if feature_gates is not None:
+            env["KUEUE_FEATURE_GATES"] = feature_gates
+        setting = (pods_ready_timeout or "", feature_gates or "")
         script = str(REPO_ROOT / "hack" / "cluster" / "kueue.sh")
-        if _kueue_setting and _kueue_setting[0] != (pods_ready_timeout or ""):
+        if _kueue_setting and _kueue_setting[0] != setting:
             subprocess.run([script, "down"], check=True, env=env, cwd=REPO_ROOT)
         subprocess.run([script, "up"], check=True, env=env, cwd=REPO_ROOT)
-        _kueue_setting[:] = [pods_ready_timeout or ""]
+        _kueue_setting[:] = [setting]
     cluster.kubectl("get", "crd", f"workloads.{GROUP}")
+
+
+def kueue_namespace(kube: Any) -> Iterator[str]:
+    """A namespace of the session's Kueue operator (``<KUEUE_PREFIX>-*``) for one test,
+    deleted afterwards: ``yield from kueue_namespace(kube)`` in a fixture."""
+    name = create_namespace(kube, prefix=KUEUE_PREFIX)
+    try:
+        yield name
+    finally:
+        delete_namespace(kube, name)
 
 
 def kueue_operator(cluster: Cluster) -> OperatorProcess:
@@ -92,15 +119,18 @@ def cluster_queue(
     memory: str | None = None,
     node_labels: dict[str, str] | None = None,
     priorities: dict[str, int] | None = None,
+    extra_quota: dict[str, str] | None = None,
 ) -> Iterator[str]:
     """A ResourceFlavor, a ClusterQueue with ``cpu`` (and ``memory``: Pods that request
     memory need it covered) of quota, preempting lower priorities within itself, and the
     LocalQueue ``<namespace's queue>``; yields the LocalQueue's name. ``priorities``:
-    WorkloadPriorityClasses to create (name -> value)."""
+    WorkloadPriorityClasses to create (name -> value); ``extra_quota``: other resources the
+    Pods request (Kueue admits no Workload with a resource its ClusterQueue does not cover)."""
     suffix = uuid.uuid4().hex[:6]
     flavor, cq, lq = f"kj-flavor-{suffix}", f"kj-cq-{suffix}", "team-queue"
     made: list[tuple[str, str]] = []
     quota = [("cpu", cpu)] + ([("memory", memory)] if memory else [])
+    quota += list((extra_quota or {}).items())
     try:
         _create_cluster_scoped(kube, "resourceflavors", {
             "apiVersion": f"{GROUP}/{VERSION}", "kind": "ResourceFlavor",
@@ -158,3 +188,54 @@ def wl_condition(workload: dict[str, Any] | None, type_: str) -> dict[str, Any] 
 def wl_true(workload: dict[str, Any] | None, type_: str) -> bool:
     c = wl_condition(workload, type_)
     return c is not None and c.get("status") == "True"
+
+
+def wait_admitted(
+    cluster: Cluster,
+    kube: Any,
+    namespace: str,
+    job: str,
+    *,
+    timeout: float,
+    interval: float = 0.1,
+    operator: OperatorProcess | None = None,
+) -> dict[str, Any]:
+    """Wait until KerasJob ``job``'s Workload is Admitted and return it. On a timeout the
+    error says where it stuck: the job's status, every Workload of the namespace with its
+    conditions, the operator's log tail and Kueue's lines about the namespace."""
+    try:
+        return wait_for(
+            lambda: (wl := workload_of(kube, namespace, job)) and wl_true(wl, "Admitted") and wl,
+            timeout=timeout, interval=interval, what=f"{job}'s Workload admitted",
+        )
+    except TimeoutError as e:
+        raise TimeoutError(f"{e}\n{_explain(cluster, kube, namespace, job, operator)}") from None
+
+
+def _explain(
+    cluster: Cluster, kube: Any, namespace: str, job: str, operator: OperatorProcess | None
+) -> str:
+    out: list[str] = []
+    try:
+        out.append(f"job {job} status: {job_status(kube, namespace, job)}")
+        items = custom(kube).list_namespaced_custom_object(
+            GROUP, VERSION, namespace, "workloads"
+        )["items"]
+        for wl in items:
+            conditions = [
+                (c.get("type"), c.get("status"), c.get("reason"), c.get("message"))
+                for c in (wl.get("status") or {}).get("conditions") or []
+            ]
+            out.append(f"Workload {wl['metadata']['name']}: {conditions}")
+        if not items:
+            out.append(f"no Workload in {namespace}")
+    except Exception as e:  # a diagnosis must not hide the timeout it explains
+        out.append(f"(reading the job and its Workloads failed: {e.__class__.__name__}: {e})")
+    if operator is not None:
+        out.append(f"operator log:\n{operator.log_tail(40)}")
+    kueue_log = cluster.kubeconfig.parent / "logs" / "kueue.log"
+    if cluster.local and kueue_log.exists():
+        mine = [line for line in kueue_log.read_text(errors="replace").splitlines()
+                if namespace in line]
+        out.append(f"Kueue's log about {namespace}:\n" + "\n".join(mine[-30:]))
+    return "\n".join(out)

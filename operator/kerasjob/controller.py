@@ -228,12 +228,12 @@ class Controller:
         if body is None:
             return None
         parsed = self._parse(body)
-        job, workload = parsed.view(body), None
+        job, workload, slices = parsed.view(body), None, None
         if job.elastic is not None:  # only elastic jobs look at the others' Pods
             waiting = self.waiting.get(self.pods, asyncio.get_running_loop().time())
             job = dataclasses.replace(job, others_waiting=bool(waiting - {key}))
         if self.kueue is not None:
-            job, workload = self.kueue.view(key, body, job)
+            job, workload, slices = self.kueue.view(key, body, job)
         if self.gang is not None:
             job = self.gang.view(key, job)
         return Observed(
@@ -243,6 +243,7 @@ class Controller:
             status=dict(body.get("status") or {}),
             pods=list(self.pods.get(key, ())),
             workload=workload,
+            slices=slices,
         )
 
     def _parse(self, body: Mapping[str, Any]) -> ParsedJob:
@@ -320,7 +321,8 @@ class Controller:
         events = [(e.type, e.reason, e.message) for e in plan.events]
         if self.kueue is not None and job.kueue is not None:
             events += await self.kueue.sync(
-                seen.body, seen.parsed.model, seen.workload, plan, len(seen.pods), now
+                seen.body, seen.parsed.model, seen.workload, plan, len(seen.pods), now,
+                slices=seen.slices,
             )
         if self.gang is not None:
             events += await self.gang.sync(job, plan)

@@ -17,6 +17,10 @@ first resize): the planner's tasks and every Pod's TF_CONFIG have that many work
   ``resizeCooldownSeconds`` since the last resize the job grows by the bound probes. The
   grow deletes every Pod with its grace period: SIGTERM makes the group save at one step and
   exit 42, so nothing is redone (a safe point).
+- **Kueue** (a job of a LocalQueue): the job never runs more workers than Kueue admitted
+  (``Gate.workers``). A grow first asks Kueue for a Workload slice of the bigger size
+  (``Plan.grow_to``; `kueue_sync` makes it) and happens once Kueue admitted it; a shrink
+  is followed by the Workload's count (Kueue then charges the smaller size).
 - A resize deletes every Pod of the job and marks them counted (like a suspension: neither a
   failure nor a disruption), records itself in ``status.elastic`` (workers, resizes, the last
   10 resizes), posts a ``Resized`` Event, and the Pods come back together at the new size.
@@ -120,12 +124,20 @@ class Elastic:
         self.size: int | None = None
         #: A resize was decided in this plan: its Pods are going, none counts as ready.
         self.resized_now = False
+        #: With Kueue: a grow waiting for Kueue to admit this many workers (Plan.grow_to).
+        self.grow_to: int | None = None
         if policy is None:
             return
         recorded = (self.status.get("elastic") or {}).get("workers")
         size = recorded if isinstance(recorded, int) else policy.preferred
         self.size = min(max(size, policy.min_workers), policy.preferred)
         self.job = dataclasses.replace(self.job, tasks=tasks_at(self.job.tasks, self.size))
+
+    def kueue_workers(self) -> int | None:
+        """The workers Kueue admitted for this elastic job (None: not under Kueue, or not
+        admitted)."""
+        gate = self.job.kueue
+        return None if gate is None or not gate.admitted else gate.workers
 
     def last_resize(self) -> dict[str, Any] | None:
         history = (self.status.get("elastic") or {}).get("history") or []
@@ -175,6 +187,14 @@ class Elastic:
         for pod in self.owned.values():
             if pod.role == WORKER and pod.index >= self.size:
                 self.delete(pod)
+        admitted = self.kueue_workers()
+        if admitted is not None and admitted < self.size:
+            to = max(admitted, policy.min_workers)
+            if to < self.size:
+                self.resize(to, Reason.CAPACITY_LOST,
+                            f"Shrinking from {self.size} to {to} workers: Kueue admitted "
+                            f"{admitted}")
+                return
         after = timedelta(seconds=policy.shrink_after_seconds)
         stuck: list[PodView] = []
         for task in self.job.tasks:
@@ -249,10 +269,15 @@ class Elastic:
                 self.requeue((due - self.now).total_seconds())
                 return False
         to = self.size + len(bound)
-        self.resize(
-            to,
-            Reason.CAPACITY_RETURNED,
-            f"Growing from {self.size} to {to} workers: probe Pod {bound[0].name} was "
-            f"scheduled on node {bound[0].node_name}",
-        )
+        why = f"probe Pod {bound[0].name} was scheduled on node {bound[0].node_name}"
+        gate = self.job.kueue
+        if gate is not None and gate.workers is not None:
+            if gate.workers < to:
+                self.grow_to = to  # Kueue's admission of that many first (its events wake us)
+                if gate.workers <= self.size:
+                    return False
+                to = gate.workers  # admitted already: as far as that
+            why += f"; Kueue admitted {to} workers"
+        self.resize(to, Reason.CAPACITY_RETURNED,
+                    f"Growing from {self.size} to {to} workers: {why}")
         return True

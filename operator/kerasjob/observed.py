@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kerasjob import kueue
 from kerasjob import reconcile as rc
 from kerasjob.jobview import ParsedJob
 from kerasjob.kube import KubeApi
@@ -54,6 +55,9 @@ class Observed:
     pods: list[PodView]
     workload: Mapping[str, Any] | None = None
     """The job's Kueue Workload, for a job of a Kueue LocalQueue (when it exists)."""
+    slices: kueue.Slices | None = None
+    """An elastic job's Kueue Workload slices (``workload`` is the current one): the
+    Workload writes are decided on the same snapshot as the plan."""
 
     @property
     def resource_version(self) -> str:

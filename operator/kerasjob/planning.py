@@ -128,6 +128,9 @@ class Plan:
     gang: Gang | None = None
     """With native gang scheduling, for an active job: the PodGroup its Pods are created in
     (made first if missing); the job's other PodGroups and Workloads go."""
+    grow_to: int | None = None
+    """An elastic job of a Kueue LocalQueue that would grow but Kueue has not admitted that
+    many workers yet: the size of the Workload slice to ask Kueue for (`kueue_sync`)."""
 
     @property
     def restart_attempt(self) -> int:

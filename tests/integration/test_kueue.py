@@ -31,12 +31,13 @@ from kerasjob_dev.harness import (
     wait_phase,
 )
 from kerasjob_dev.kueue import (
-    KUEUE_PREFIX,
     PRIORITY_LABEL,
     QUEUE_LABEL,
     cluster_queue,
     ensure_kueue,
+    kueue_namespace,
     kueue_operator,
+    wait_admitted,
     wl_condition,
     wl_true,
     workload_of,
@@ -54,11 +55,7 @@ def operator(cluster: Cluster, kwok_placement: dict[str, Any]) -> OperatorProces
 
 @pytest.fixture
 def namespace(kube: Any) -> Iterator[str]:
-    name = create_namespace(kube, prefix=KUEUE_PREFIX)
-    try:
-        yield name
-    finally:
-        delete_namespace(kube, name)
+    yield from kueue_namespace(kube)
 
 
 def queued_job(name: str, queue: str, *, priority: str | None = None) -> dict[str, Any]:
@@ -100,8 +97,8 @@ def test_second_job_waits_for_quota_and_starts_when_the_first_finishes(
     with cluster_queue(kube, namespace, cpu="3", node_labels={"type": "kwok"}) as queue:
         t0 = time.monotonic()
         create_job(kube, namespace, queued_job("first", queue))
-        wait_for(lambda: wl_true(workload_of(kube, namespace, "first"), "Admitted"),
-                 timeout=60, interval=POLL, what="first admitted")
+        wait_admitted(cluster, kube, namespace, "first", timeout=60, interval=POLL,
+                      operator=operator)
         t_admitted = time.monotonic()
         wait_for(lambda: all_pods(kube, namespace, "first"), timeout=60, interval=POLL,
                  what="first's 3 Pods")
@@ -176,8 +173,8 @@ def test_a_job_handed_to_multikueue_gets_its_workload_but_no_pod_and_no_status(
         body = queued_job("remote", queue)
         body["spec"]["managedBy"] = "kueue.x-k8s.io/multikueue"
         create_job(kube, namespace, body)
-        wait_for(lambda: wl_true(workload_of(kube, namespace, "remote"), "Admitted"),
-                 timeout=60, interval=POLL, what="the handed job's Workload admitted")
+        wait_admitted(cluster, kube, namespace, "remote", timeout=60, interval=POLL,
+                      operator=operator)
         wl = workload_of(kube, namespace, "remote")
         assert wl is not None
         assert [(p["name"], p["count"]) for p in wl["spec"]["podSets"]] == [("worker", 3)]
@@ -283,6 +280,7 @@ def test_the_charts_rbac_is_all_the_kueue_integration_needs(
     from test_helm import (
         NEVER_SCHEDULE,
         api_requests,
+        forbidden,
         granted,
         helm_install,
         operator_process,
@@ -326,13 +324,8 @@ def test_the_charts_rbac_is_all_the_kueue_integration_needs(
             verb, resource = call.split(" ", 1)
             resource = resource.removesuffix(" (dry run)")  # the namespace probe's Event
             assert verb in allowed.get(resource, set()), f"{call!r} not granted by the chart"
-        forbidden = [
-            line for line in log_path.read_text().splitlines()
-            if ("403" in line or "orbidden" in line) and "namespaces" not in line
-            and "customresourcedefinitions" not in line
-            and "Not enough permissions to watch for resources" not in line
-        ]
-        assert not forbidden, "\n".join(forbidden)
+        refused = forbidden(log_path)
+        assert not refused, "\n".join(refused)
     finally:
         cluster.helm("uninstall", name, "--namespace", op_ns, check=False)
         delete_namespace(kube, ns)

@@ -256,7 +256,8 @@ def test_kueue_adds_workload_rbac_and_the_flag(namespaces: list[str]) -> None:
             if not r["metadata"]["name"].endswith("-kueue")]
     for role in main:
         rules = rules_by_resource(role)
-        assert rules["kueue.x-k8s.io/workloads"] == {"list", "watch", "create", "delete"}
+        assert rules["kueue.x-k8s.io/workloads"] == {"list", "watch", "create", "delete",
+                                                      "patch"}
         assert rules["kueue.x-k8s.io/workloads/status"] == {"patch"}
     env = {e["name"]: e.get("value") for e in container(objects)["env"]}
     assert env["KERASJOB_KUEUE"] == "1"

@@ -136,9 +136,10 @@ class TrainerSpec(_Model):
         None,
         gt=0,
         description=(
-            "A collective operation that makes no progress for this long fails and the "
-            "worker exits so the group restarts (a disruption). When unset the trainer's "
-            f"default ({TRAINER_DEFAULTS.collective_timeout_seconds:g}s)."
+            "A training step whose collective operations make no progress for this long "
+            "(a peer gone or cut off) fails and the worker exits so the group restarts (a "
+            "disruption); checked by the trainer's watchdog once training runs. When unset "
+            f"the trainer's default ({TRAINER_DEFAULTS.collective_timeout_seconds:g}s)."
         ),
     )
     stall_timeout_seconds: float | None = Field(
