@@ -15,20 +15,6 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-find_go() {
-  local cand
-  for cand in "${GO:-}" "$(command -v go 2>/dev/null || true)" /usr/local/go/bin/go; do
-    [ -n "$cand" ] && [ -x "$cand" ] || continue
-    local v
-    v="$("$cand" env GOVERSION 2>/dev/null)" || continue     # e.g. go1.26.8
-    local minor="${v#go1.}"; minor="${minor%%.*}"; minor="${minor%%[!0-9]*}"
-    if [[ "$v" == go1.* ]] && [ -n "$minor" ] && [ "$minor" -ge 26 ]; then
-      echo "$cand"; return 0
-    fi
-  done
-  return 1
-}
-
 go_env() {
   export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false"
   export GOPROXY="${GOPROXY:-https://proxy.golang.org,direct}"
@@ -37,7 +23,7 @@ go_env() {
 pin_kube() {
   local v="$1" minor="${1#v1.}"
   [[ "$v" =~ ^v1\.[0-9]+\.[0-9]+$ ]] || die "--pin-kube wants a release like v1.36.3, got '$v'"
-  local gobin; gobin="$(find_go)" || die "Go >= 1.26 not found: install it (https://go.dev/dl) or set GO=/path/to/go"
+  local gobin; gobin="$(find_go)" || die "$NO_GO"
   go_env; export GOFLAGS="-mod=mod -buildvcs=false"
   local mod; mod="$(mktemp)"
   curl -fsSL "${GOPROXY%%,*}/k8s.io/kubernetes/@v/$v.mod" -o "$mod" \

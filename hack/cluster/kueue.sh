@@ -24,6 +24,9 @@
 # kueue.x-k8s.io resources (the manager serves only the integrations it enables), and the
 # CRDs are config/components/crd/bases, both read at run time.
 #
+# Feature gates: ElasticJobsViaWorkloadSlices on (elastic KerasJobs' Workloads follow their
+# size; alpha, off in Kueue by default), VisibilityOnDemand off.
+#
 # Env: KUEUE_WEBHOOK_PORT (20290), KUEUE_HEALTH_PORT (20291), KUEUE_FEATURE_GATES,
 # KUEUE_READY_TIMEOUT (60 s), KUEUE_PODS_READY_TIMEOUT (e.g. 20s: Kueue's waitForPodsReady,
 # evicting a workload whose Pods are not all ready in time; requeued after 5-10 s; default
@@ -37,7 +40,7 @@ KUEUE_WEBHOOK_PORT="${KUEUE_WEBHOOK_PORT:-20290}"
 KUEUE_HEALTH_PORT="${KUEUE_HEALTH_PORT:-20291}"
 KUEUE_READY_TIMEOUT="${KUEUE_READY_TIMEOUT:-60}"
 # The on-demand visibility API is an aggregated API server of its own: not needed here.
-KUEUE_FEATURE_GATES="${KUEUE_FEATURE_GATES:-VisibilityOnDemand=false}"
+KUEUE_FEATURE_GATES="${KUEUE_FEATURE_GATES:-VisibilityOnDemand=false,ElasticJobsViaWorkloadSlices=true}"
 KUEUE_DIR="$STATE_DIR/kueue"
 KUBECONFIG_FILE="$STATE_DIR/kubeconfig"
 # Names Kueue's cert management derives its objects' names from (kueue-<type>-webhook-configuration).
@@ -56,11 +59,6 @@ BIN_KUEUE="$(kueue_bin)"
 
 build() {
   [ -x "$BIN_KUEUE" ] && return 0
-  local gobin=""
-  for cand in "${GO:-}" "$(command -v go 2>/dev/null || true)" /usr/local/go/bin/go; do
-    [ -n "$cand" ] && [ -x "$cand" ] && { gobin="$cand"; break; }
-  done
-  [ -n "$gobin" ] || die "Go not found: install it (https://go.dev/dl) or set GO=/path/to/go"
   mkdir -p "$KERASJOB_CACHE/bin"
   exec 7>"$KERASJOB_CACHE/bin/.build-kueue.lock"
   flock -w 3600 7 || die "timed out waiting for $KERASJOB_CACHE/bin/.build-kueue.lock"
@@ -68,21 +66,16 @@ build() {
   log "building Kueue $KUEUE_VERSION into $(dirname "$BIN_KUEUE") (cold: a few minutes on 2 cores)"
   local t0=$SECONDS tmp; tmp="$(dirname "$BIN_KUEUE")/.tmp"
   mkdir -p "$tmp"
-  (cd "$KUEUE_GOMOD" && GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false" \
-    GOPROXY="${GOPROXY:-https://proxy.golang.org,direct}" \
-    "$gobin" build -trimpath -o "$tmp/kueue" \
+  go_build "$KUEUE_GOMOD" "$tmp/kueue" sigs.k8s.io/kueue/cmd/kueue \
     -ldflags "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION" \
-    sigs.k8s.io/kueue/cmd/kueue) || { rm -rf "$tmp"; die "go build of Kueue $KUEUE_VERSION failed (see above)"; }
+    || { rm -rf "$tmp"; die "go build of Kueue $KUEUE_VERSION failed (see above)"; }
   mv -f "$tmp/kueue" "$BIN_KUEUE"; rmdir "$tmp"
   log "built Kueue in $((SECONDS - t0)) s"
 }
 
 kctl() { "$(bin_dir)/kubectl" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
 
-module_dir() {  # the Kueue module's source in the module cache (downloaded if missing)
-  (cd "$KUEUE_GOMOD" && GOTOOLCHAIN=local GOFLAGS=-mod=readonly go mod download -json sigs.k8s.io/kueue) \
-    | awk -F'"' '$2 == "Dir" {print $4}'
-}
+module_dir() { go_module_dir "$KUEUE_GOMOD" sigs.k8s.io/kueue; }
 
 certs() {  # the webhook CA and serving certificate, in the Secret Kueue's cert management reads
   local d="$KUEUE_DIR/pki"
@@ -174,8 +167,14 @@ up() {
   [ -f "$KUBECONFIG_FILE" ] || die "no cluster at $STATE_DIR: start it first (hack/cluster/up.sh)"
   command -v jq >/dev/null || die "jq not found: apt-get install jq"
   build
+  # What the manager runs with: one already running with other settings is restarted.
+  local settings="gates=$KUEUE_FEATURE_GATES podsReady=${KUEUE_PODS_READY_TIMEOUT:-}"
   if alive kueue && curl -fsS --max-time 2 "http://127.0.0.1:$KUEUE_HEALTH_PORT/readyz" >/dev/null 2>&1; then
-    log "Kueue already running (pid $(cat "$PIDS/kueue.pid"))"; return 0
+    if [ "$(cat "$KUEUE_DIR/settings" 2>/dev/null)" = "$settings" ]; then
+      log "Kueue already running (pid $(cat "$PIDS/kueue.pid"))"; return 0
+    fi
+    log "Kueue running with other settings than $settings: restarting it"
+    down
   fi
   local t0; t0="$(date +%s.%N)"
   local src; src="$(module_dir)"
@@ -191,6 +190,7 @@ up() {
   webhooks "$src"
   KUBECONFIG="$KUBECONFIG_FILE" launch kueue "$BIN_KUEUE" --config="$KUEUE_DIR/config.yaml" \
     --kubeconfig="$KUBECONFIG_FILE" --feature-gates="$KUEUE_FEATURE_GATES" --zap-log-level=2
+  echo "$settings" > "$KUEUE_DIR/settings"
   local i
   for ((i = 0; i < KUEUE_READY_TIMEOUT * 4; i++)); do
     alive kueue || { tail -30 "$LOGS/kueue.log" >&2; die "the Kueue manager exited"; }
@@ -211,13 +211,7 @@ down() {
     kctl delete mutatingwebhookconfiguration kueue-mutating-webhook-configuration --ignore-not-found >/dev/null 2>&1 || true
     kctl delete validatingwebhookconfiguration kueue-validating-webhook-configuration --ignore-not-found >/dev/null 2>&1 || true
   fi
-  local pid; pid="$(cat "$PIDS/kueue.pid" 2>/dev/null || true)"
-  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
-    for ((i = 0; i < 100; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL -- "-$pid" 2>/dev/null || true
-  fi
-  rm -f "$PIDS/kueue.pid"
+  stop_proc kueue 10
 }
 
 case "${1:-}" in

@@ -130,6 +130,18 @@ launch() {
 # alive NAME: 0 while the component started by launch runs.
 alive() { local p; p="$(cat "$PIDS/$1.pid" 2>/dev/null)" && [ -n "$p" ] && kill -0 "$p" 2>/dev/null; }
 
+# stop_proc NAME [GRACE]: TERM the process group launch started as NAME, KILL it after GRACE
+# seconds (default 5); forget its pid file.
+stop_proc() {
+  local pid i
+  pid="$(cat "$PIDS/$1.pid" 2>/dev/null)" || return 0
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || { rm -f "$PIDS/$1.pid"; return 0; }
+  kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+  for ((i = 0; i < ${2:-5} * 10; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL -- "-$pid" 2>/dev/null || true
+  rm -f "$PIDS/$1.pid"
+}
+
 # 0 when something listens on 127.0.0.1:$1 (TCP).
 port_in_use() {
   if command -v ss >/dev/null 2>&1; then
@@ -151,6 +163,63 @@ cluster_lock() {
     flock -w 300 8 || die "another up.sh/down.sh on $STATE_DIR held its lock for 5 min; is one stuck?"
   fi
   export KERASJOB_CLUSTER_LOCKED=1
+}
+
+# find_go: the Go toolchain to build with -- $GO, go on PATH, /usr/local/go/bin/go: the first
+# that is Go >= 1.26 (our pinned modules' floor). Prints its path; returns 1 if none is.
+find_go() {
+  local cand v minor
+  for cand in "${GO:-}" "$(command -v go 2>/dev/null || true)" /usr/local/go/bin/go; do
+    [ -n "$cand" ] && [ -x "$cand" ] || continue
+    v="$("$cand" env GOVERSION 2>/dev/null)" || continue     # e.g. go1.26.8
+    minor="${v#go1.}"; minor="${minor%%.*}"; minor="${minor%%[!0-9]*}"
+    if [[ "$v" == go1.* ]] && [ -n "$minor" ] && [ "$minor" -ge 26 ]; then
+      echo "$cand"; return 0
+    fi
+  done
+  return 1
+}
+NO_GO="Go >= 1.26 not found: install it (https://go.dev/dl) or set GO=/path/to/go"
+
+# go_build GOMOD_DIR OUT PACKAGE [GO BUILD FLAGS...]: build PACKAGE of the module pinned in
+# GOMOD_DIR (its go.mod/go.sum, read-only) into the file OUT, statically (CGO_ENABLED=0).
+go_build() {
+  local dir="$1" out="$2" pkg="$3" gobin
+  shift 3
+  gobin="$(find_go)" || die "$NO_GO"
+  (cd "$dir" && GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false" \
+    GOPROXY="${GOPROXY:-https://proxy.golang.org,direct}" \
+    "$gobin" build -trimpath -o "$out" "$@" "$pkg")
+}
+
+# go_module_dir GOMOD_DIR MODULE: MODULE's source in the Go module cache, as GOMOD_DIR pins it
+# (downloaded if missing).
+go_module_dir() {
+  local gobin
+  gobin="$(find_go)" || die "$NO_GO"
+  (cd "$1" && GOTOOLCHAIN=local GOFLAGS=-mod=readonly "$gobin" mod download -json "$2") \
+    | awk -F'"' '$2 == "Dir" {print $4}'
+}
+
+# remove_chains PREFIX: every iptables/ip6tables chain named PREFIX* in every table -- the jumps
+# into them from the built-in chains first, then their rules, then the chains.
+remove_chains() {
+  local ipt table chain rule rules
+  for ipt in iptables ip6tables; do
+    command -v "$ipt" >/dev/null || continue
+    for table in filter nat mangle raw; do
+      rules="$("$ipt-save" -t "$table" 2>/dev/null)" || continue
+      while read -r rule; do
+        [ -n "$rule" ] && eval "$ipt -w -t $table ${rule/#-A /-D }" 2>/dev/null || true
+      done < <(grep -E "^-A (INPUT|OUTPUT|FORWARD|PREROUTING|POSTROUTING) .*-j $1" <<<"$rules" || true)
+      for chain in $(grep -oE "^:$1[^ ]+" <<<"$rules" | tr -d ':'); do
+        "$ipt" -w -t "$table" -F "$chain" 2>/dev/null || true
+      done
+      for chain in $(grep -oE "^:$1[^ ]+" <<<"$rules" | tr -d ':'); do
+        "$ipt" -w -t "$table" -X "$chain" 2>/dev/null || true
+      done
+    done
+  done
 }
 
 other_node() {  # a kubelet or kube-proxy of another state directory (any other real node)

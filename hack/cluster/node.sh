@@ -112,7 +112,7 @@ EOF
 }
 
 configure() {
-  mkdir -p "$NODE_DIR"/{pki,run,containerd/root,containerd/state,cni/net.d,kubelet,pod-logs,volume-plugins}
+  mkdir -p "$NODE_DIR"/{pki,run,containerd/root,containerd/state,cni/net.d,cni/bin,kubelet,pod-logs,volume-plugins}
   chmod 700 "$NODE_DIR/pki"
   sign kubelet "/O=system:nodes/CN=system:node:$NODE_NAME" "extendedKeyUsage=clientAuth"
   sign kubelet-serving "/O=system:nodes/CN=system:node:$NODE_NAME" \
@@ -148,7 +148,7 @@ state = "$NODE_DIR/containerd/state"
         BinaryName = "$(command -v runc)"
         SystemdCgroup = false
   [plugins."io.containerd.cri.v1.runtime".cni]
-    bin_dirs = ["$CNI_BIN_DIR"]
+    bin_dirs = ["$CNI_BIN_DIR", "$NODE_DIR/cni/bin"]
     conf_dir = "$NODE_DIR/cni/net.d"
 [plugins."io.containerd.grpc.v1.cri"]
   disable_tcp_service = true
@@ -419,16 +419,6 @@ pids_in_cgroups() {  # every process in a cgroup under our root
   done | sort -u
 }
 
-stop_proc() {  # stop_proc NAME: TERM its process group, KILL after 5 s
-  local pid i
-  pid="$(cat "$PIDS/$1.pid" 2>/dev/null)" || return 0
-  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || { rm -f "$PIDS/$1.pid"; return 0; }
-  kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
-  for ((i = 0; i < 50; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  kill -KILL -- "-$pid" 2>/dev/null || true
-  rm -f "$PIDS/$1.pid"
-}
-
 our_shims() {  # containerd-shim-runc-v2 processes of our containerd
   local d args=()
   for d in /proc/[0-9]*; do
@@ -440,6 +430,8 @@ our_shims() {  # containerd-shim-runc-v2 processes of our containerd
 }
 
 down() {
+  # 0. The NetworkPolicy enforcer, if one was started on this node (cilium.sh up).
+  if [ -e "$NODE_DIR/cni/bin/cilium-cni" ]; then "$CLUSTER_DIR/cilium.sh" down; fi
   # 1. Nothing may restart a container: the kubelet goes first.
   stop_proc kubelet
   stop_proc kube-proxy
@@ -481,23 +473,7 @@ down() {
   # Whatever KUBE-* chains are left -- the kubelet's own (kube-proxy --cleanup leaves them),
   # and kube-proxy's when its cleanup raced with its last sync (seen once after a long e2e
   # session under load): only one real node runs on a machine (check), so these are ours.
-  # Jumps into them first, then their rules, then the chains.
-  local ipt table chain rule rules
-  for ipt in iptables ip6tables; do
-    command -v "$ipt" >/dev/null || continue
-    for table in filter nat mangle raw; do
-      rules="$("$ipt-save" -t "$table" 2>/dev/null)" || continue
-      while read -r rule; do
-        [ -n "$rule" ] && eval "$ipt -w -t $table ${rule/#-A /-D }" 2>/dev/null || true
-      done < <(grep -E '^-A (INPUT|OUTPUT|FORWARD|PREROUTING|POSTROUTING) .*-j KUBE-' <<<"$rules" || true)
-      for chain in $(grep -oE '^:KUBE-[^ ]+' <<<"$rules" | tr -d ':'); do
-        "$ipt" -w -t "$table" -F "$chain" 2>/dev/null || true
-      done
-      for chain in $(grep -oE '^:KUBE-[^ ]+' <<<"$rules" | tr -d ':'); do
-        "$ipt" -w -t "$table" -X "$chain" 2>/dev/null || true
-      done
-    done
-  done
+  remove_chains KUBE-
   if [ -d /var/log/containers ]; then
     find /var/log/containers -maxdepth 1 -type l -lname "$NODE_DIR/*" -delete 2>/dev/null || true
     rmdir /var/log/containers 2>/dev/null || true
@@ -543,6 +519,7 @@ leftovers() {
     [ ! -e "$NODE_DIR" ] || found+=("directory $NODE_DIR")
   fi
   ip -o link show master "$NODE_BRIDGE" 2>/dev/null | grep -q . && found+=("veths on $NODE_BRIDGE: $(ip -o link show master "$NODE_BRIDGE" | wc -l)")
+  while read -r m; do [ -n "$m" ] && found+=("cilium: $m"); done < <("$CLUSTER_DIR/cilium.sh" leftovers 2>/dev/null || true)
   [ ${#found[@]} -eq 0 ] && return 0
   printf '%s\n' "${found[@]}"
   return 1
