@@ -16,7 +16,17 @@ seconds (in all and per job), its API requests (in all and per job, by kind). Pr
 per level, writes bench/results/scale.json and a plot, bench/results/scale.svg.
 
 Fake nodes: KWOK marks Pods Running at once; extra KWOK nodes (1000 Pods each) are added
-for the level and removed afterwards. The control plane shares this machine's cores with
+for the level and removed afterwards.
+
+Witness: a watch on the level's Pods and on the Nodes counts, per job, the Pods that went
+away during the disrupt phase (the bench deletes one; more means someone else deleted
+replacements: at 1000 jobs, 88 jobs once lost 3-4, cause not found) and every Node Ready
+change (a KWOK node whose lease lapses under load goes NotReady, and its Pods are evicted
+once their not-ready/unreachable toleration runs out). Both are in the JSON, and printed
+when a phase does not converge. Who deleted: start the cluster with an audit log, e.g.
+APISERVER_EXTRA_ARGS="--audit-policy-file=$PWD/bench/audit-pod-deletes.yaml
+--audit-log-path=$PWD/.run/audit.log" (the policy records Pod deletions and evictions
+only, with their user). The control plane shares this machine's cores with
 the operator: the times include the API server's, etcd's, the scheduler's and KWOK's work.
 """
 
@@ -27,13 +37,14 @@ import json
 import os
 import platform
 import sys
+import threading
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client
+from kubernetes import client, watch
 
 from kerasjob_dev import cluster as support
 from kerasjob_dev.harness import (
@@ -106,6 +117,63 @@ def parallel(fn: Any, items: list[Any]) -> None:
         list(pool.map(fn, items))
 
 
+class Witness:
+    """Pods of one namespace that go away (per job, per phase) and Node Ready changes."""
+
+    def __init__(self, kube: Any, ns: str) -> None:
+        self.kube, self.ns = kube, ns
+        self.phase = "create"
+        self.gone: dict[str, Counter[str]] = defaultdict(Counter)  # phase -> job -> Pods
+        self.nodes: list[dict[str, Any]] = []  # Ready changes, with seconds since start
+        self.start = time.monotonic()
+        self.stopping = threading.Event()
+        for fn in (self._pods, self._nodes):
+            threading.Thread(target=self._forever, args=(fn,), daemon=True).start()
+
+    def _forever(self, fn: Any) -> None:
+        while not self.stopping.is_set():
+            try:
+                fn()
+            except Exception:  # a watch that broke is started again
+                time.sleep(1)
+
+    def _pods(self) -> None:
+        w = watch.Watch()
+        for ev in w.stream(core(self.kube).list_namespaced_pod, self.ns, timeout_seconds=3600):
+            if ev["type"] == "DELETED":
+                job = ev["object"].metadata.name.rsplit("-", 2)[0]
+                self.gone[self.phase][job] += 1
+            if self.stopping.is_set():
+                return
+
+    def _nodes(self) -> None:
+        ready: dict[str, str] = {}
+        w = watch.Watch()
+        for ev in w.stream(core(self.kube).list_node, timeout_seconds=3600):
+            node = ev["object"]
+            status = next((c.status for c in node.status.conditions or []
+                           if c.type == "Ready"), "Unknown")
+            if ready.get(node.metadata.name, status) != status:
+                self.nodes.append({"node": node.metadata.name, "ready": status,
+                                   "at_s": round(time.monotonic() - self.start, 1)})
+            ready[node.metadata.name] = status
+            if self.stopping.is_set():
+                return
+
+    def summary(self) -> dict[str, Any]:
+        """Per phase: how many jobs lost how many Pods ({pods gone: jobs}); Node changes."""
+        return {
+            "pods_gone_per_job": {
+                phase: dict(sorted(Counter(per_job.values()).items()))
+                for phase, per_job in self.gone.items()
+            },
+            "node_ready_changes": self.nodes,
+        }
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+
 def level(cluster: Any, kube: Any, n: int, run_id: str) -> dict[str, Any]:
     ns = support.create_namespace(kube, prefix=run_id)
     extra = [f"kwok-scale-{run_id}-{i}" for i in range(-(-n * WORKERS // PODS_PER_NODE))]
@@ -118,6 +186,7 @@ def level(cluster: Any, kube: Any, n: int, run_id: str) -> dict[str, Any]:
     timeout = 120 + 2.0 * n
     phases: dict[str, float] = {}
     cpu0 = cpu_seconds(pid)
+    witness = Witness(kube, ns)
     try:
         # 1. create
         parallel(
@@ -147,6 +216,7 @@ def level(cluster: Any, kube: Any, n: int, run_id: str) -> dict[str, Any]:
                 ),
             )
 
+        witness.phase = "disrupt"
         parallel(disrupt, names)
         phases["disrupt_to_all_running_s"] = wait(
             "all Running again, one disruption",
@@ -186,6 +256,7 @@ def level(cluster: Any, kube: Any, n: int, run_id: str) -> dict[str, Any]:
                 },
             )
 
+        witness.phase = "finish"
         parallel(finish, names)
         phases["finish_to_all_succeeded_s"] = wait(
             "all Succeeded",
@@ -194,6 +265,7 @@ def level(cluster: Any, kube: Any, n: int, run_id: str) -> dict[str, Any]:
         )
 
         # 4. delete
+        witness.phase = "delete"
         parallel(
             lambda name: custom(kube).delete_namespaced_custom_object(
                 GROUP, VERSION, ns, PLURAL, name, propagation_policy="Background"
@@ -207,7 +279,11 @@ def level(cluster: Any, kube: Any, n: int, run_id: str) -> dict[str, Any]:
         cpu = cpu_seconds(pid) - cpu0
         rss = peak_rss_mib(pid)
         restarts_seen = op.starts
+    except TimeoutError:
+        print(f"{n} jobs: {json.dumps(witness.summary())}", file=sys.stderr, flush=True)
+        raise
     finally:
+        witness.stop()
         op.stop()
         for node in extra:
             core(kube).delete_node(node)
@@ -224,6 +300,7 @@ def level(cluster: Any, kube: Any, n: int, run_id: str) -> dict[str, Any]:
         "api_requests_per_job": round(total / n, 2),
         "api_requests_per_job_by_kind": {k: round(v / n, 2) for k, v in sorted(requests.items())},
         "operator_starts": restarts_seen,
+        **witness.summary(),
     }
 
 

@@ -1,11 +1,11 @@
 """Kueue preemption of real training: the Helm-installed operator with kueue.enabled, Kueue's
 real manager (hack/cluster/kueue.sh), the trainer image on the real node.
 
-examples/mnist.yaml (2 workers, 300 steps, a backup every 50) runs at low priority in a
+examples/mnist.yaml (2 workers, 600 steps, a backup every 50) runs at low priority in a
 ClusterQueue of 1 cpu (2 x 500m; memory is plentiful); past step 100 a high-priority
 2-worker job arrives. Kueue preempts the low one: its trainers save on SIGTERM (exit 42)
 and stop, no restart counted; the high one runs to the end; the low one is admitted again
-and resumes from the step it saved, ending with exactly 300 steps. Figures printed:
+and resumes from the step it saved, ending with exactly 600 steps. Figures printed:
 preemption -> victim saved and stopped, re-admission -> first resumed step.
 """
 
@@ -60,6 +60,9 @@ def kueue_deployment(cluster: Any, images: Any) -> Iterator[tuple[Kube, str]]:
                 kube.request("DELETE", f"/api/v1/namespaces/{ns}")
 
 
+LOW_STEPS = 600  # ~15 s of training: room for the preemption to land mid-run
+
+
 def job(name: str, claim: str, queue: str, priority: str, steps: int) -> dict[str, Any]:
     from test_training import mnist_job
 
@@ -110,7 +113,7 @@ def test_preempted_training_saves_stops_and_resumes_exactly(
             cluster.api_client(), ns, cpu="1", memory="64Gi", priorities=prio
         ) as queue:
             kube.request("POST", JOBS.format(ns=ns),
-                         body=job("low", "low-ckpt", queue, f"low-{ns}", 300))
+                         body=job("low", "low-ckpt", queue, f"low-{ns}", LOW_STEPS))
             workers = ["low-worker-0", "low-worker-1"]
             follow = LogFollower(kube, ns, workers)
             follow.start()
@@ -157,11 +160,15 @@ def test_preempted_training_saves_stops_and_resumes_exactly(
                 f"resumed step {sorted(set(resumed))} {t_resumed - t_high_done:.1f}s after "
                 f"high finished; final {final}; restarts {status.get('restarts')}"
             )
-            assert int(final[-1][1]) == 300, final
+            assert int(final[-1][1]) == LOW_STEPS, final
             assert status["restarts"] == {"disruptions": 0, "failures": 0}, status
-            assert resumed and all(0 < s <= step_at + 50 for s in resumed), (resumed, step_at)
-            if saved:  # the state saved at SIGTERM is where it resumed
+            # It resumed mid-run from a state newer than the step seen when high arrived (the
+            # preemption came after it), not from the start nor the end. How many steps it
+            # ran in between depends on the machine's speed (~40 steps/s here), not checked.
+            assert resumed and all(step_at < s < LOW_STEPS for s in resumed), (resumed, step_at)
+            if saved:  # the state saved at SIGTERM is where it resumed, saved promptly
                 assert set(resumed) == set(saved), (saved, resumed)
+                assert follow.saved_at is not None and follow.saved_at - t0 < 30, follow.saved_at
     finally:
         for r in ("low", "high"):
             with contextlib.suppress(ApiError):

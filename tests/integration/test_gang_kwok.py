@@ -281,6 +281,7 @@ def test_the_charts_rbac_is_all_gang_scheduling_needs(
     from test_helm import (
         NEVER_SCHEDULE,
         api_requests,
+        forbidden,
         granted,
         helm_install,
         operator_process,
@@ -316,13 +317,8 @@ def test_the_charts_rbac_is_all_gang_scheduling_needs(
             verb, resource = call.split(" ", 1)
             resource = resource.removesuffix(" (dry run)")
             assert verb in allowed.get(resource, set()), f"{call!r} not granted by the chart"
-        forbidden = [
-            line for line in log_path.read_text().splitlines()
-            if ("403" in line or "orbidden" in line) and "namespaces" not in line
-            and "customresourcedefinitions" not in line
-            and "Not enough permissions to watch for resources" not in line
-        ]
-        assert not forbidden, "\n".join(forbidden)
+        refused = forbidden(log_path)
+        assert not refused, "\n".join(refused)
     finally:
         set_slots(kube, nodes, None)
         cluster.helm("uninstall", name, "--namespace", op_ns, check=False)
@@ -335,7 +331,7 @@ def test_with_kueue_a_queued_job_has_no_gang_until_admitted_then_runs_in_one(
 ) -> None:
     """Both on (``--kueue --gang-scheduling``): Kueue decides when, the gang how. A job
     waiting for quota has neither Pods nor a PodGroup; admitted, its Pods are made in one."""
-    from kerasjob_dev.kueue import QUEUE_LABEL, cluster_queue, ensure_kueue, wl_true, workload_of
+    from kerasjob_dev.kueue import QUEUE_LABEL, cluster_queue, ensure_kueue, wait_admitted
 
     install_crds(cluster)
     ensure_kueue(cluster)
@@ -352,8 +348,7 @@ def test_with_kueue_a_queued_job_has_no_gang_until_admitted_then_runs_in_one(
                 body["metadata"]["labels"] = {QUEUE_LABEL: queue}
                 create_job(kube, ns, body)
                 if name == "first":  # admitted first (created together, either could be)
-                    wait_for(lambda: wl_true(workload_of(kube, ns, "first"), "Admitted"),
-                             timeout=90, what="first admitted")
+                    wait_admitted(cluster, kube, ns, "first", timeout=90, operator=op)
             wait_phase(kube, ns, "first", "Running", timeout=90)
             wait_phase(kube, ns, "second", "Queued", timeout=30)
             assert not pods(kube, ns, "second")
@@ -361,8 +356,7 @@ def test_with_kueue_a_queued_job_has_no_gang_until_admitted_then_runs_in_one(
             assert group["metadata"]["labels"]["kerasjob.dev/job-name"] == "first"
             finish(kube, ns, "first")
             wait_phase(kube, ns, "first", "Succeeded", timeout=60)
-            wait_for(lambda: wl_true(workload_of(kube, ns, "second"), "Admitted"),
-                     timeout=90, what="second admitted")
+            wait_admitted(cluster, kube, ns, "second", timeout=90, operator=op)
             wait_phase(kube, ns, "second", "Running", timeout=90)
             second = [g for g in pod_groups(kube, ns)
                       if g["metadata"]["labels"]["kerasjob.dev/job-name"] == "second"]
