@@ -26,8 +26,10 @@ once their not-ready/unreachable toleration runs out). Both are in the JSON, and
 when a phase does not converge. Who deleted: start the cluster with an audit log, e.g.
 APISERVER_EXTRA_ARGS="--audit-policy-file=$PWD/bench/audit-pod-deletes.yaml
 --audit-log-path=$PWD/.run/audit.log" (the policy records Pod deletions and evictions
-only, with their user). The control plane shares this machine's cores with
-the operator: the times include the API server's, etcd's, the scheduler's and KWOK's work.
+only, with their user) and pass --audit-log .run/audit.log (bench/audit_summary.py prints
+the level's deletions by user when a phase times out). The control plane shares this
+machine's cores with the operator: the times include the API server's, etcd's, the
+scheduler's and KWOK's work.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from typing import Any
 
 from kubernetes import client, watch
 
+import audit_summary
 from kerasjob_dev import cluster as support
 from kerasjob_dev.harness import (
     GROUP,
@@ -174,7 +177,9 @@ class Witness:
         self.stopping.set()
 
 
-def level(cluster: Any, kube: Any, n: int, run_id: str) -> dict[str, Any]:
+def level(
+    cluster: Any, kube: Any, n: int, run_id: str, audit_log: Path | None = None
+) -> dict[str, Any]:
     ns = support.create_namespace(kube, prefix=run_id)
     extra = [f"kwok-scale-{run_id}-{i}" for i in range(-(-n * WORKERS // PODS_PER_NODE))]
     kwok_nodes(kube, extra)
@@ -281,6 +286,10 @@ def level(cluster: Any, kube: Any, n: int, run_id: str) -> dict[str, Any]:
         restarts_seen = op.starts
     except TimeoutError:
         print(f"{n} jobs: {json.dumps(witness.summary())}", file=sys.stderr, flush=True)
+        if audit_log is not None and audit_log.exists():
+            with audit_log.open() as f:
+                for row in audit_summary.summarize(f, ns):
+                    print(f"{n} jobs, audit: {json.dumps(row)}", file=sys.stderr, flush=True)
         raise
     finally:
         witness.stop()
@@ -354,6 +363,9 @@ def plot(levels: list[dict[str, Any]], path: Path) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, nargs="+", default=[10, 100, 1000])
+    parser.add_argument("--audit-log", type=Path,
+                        help="the API server's audit log: who deleted Pods, printed when a "
+                        "phase does not converge")
     args = parser.parse_args()
     cluster = (
         support.current_cluster() if support.wants_current_cluster() else support.acquire_local()
@@ -365,7 +377,7 @@ def main() -> int:
     levels = []
     try:
         for n in args.jobs:
-            res = level(cluster, kube, n, run_id)
+            res = level(cluster, kube, n, run_id, args.audit_log)
             levels.append(res)
             print(
                 f"{n:5d} jobs x {WORKERS}: create->Running {res['create_to_all_running_s']} s, "
