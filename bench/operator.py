@@ -10,6 +10,8 @@ The operator runs as a real subprocess (`python -m kerasjob run`), as in the tes
   also apply -> phase Running (KWOK marks Pods Ready);
 - disruption -> replacement: delete a worker Pod, time until the watch sees the new Pod of
   the same name (median, p99 over several deletions);
+- per Pod, created -> bound to a node -> Running, and the burst's Pods created and bound per
+  second: where a Pod's wait between the operator and the node goes;
 - API requests per job: counted by the operator's own client (its probe endpoint), by verb
   and resource; kopf's watch streams are per resource kind, not per job, and not counted;
 - operator peak RSS (VmHWM) at the end.
@@ -67,12 +69,15 @@ def summary(values: list[float]) -> dict[str, float]:
 
 
 class PodWatch:
-    """Records when each Pod (namespace, name, uid) and each job phase was first seen."""
+    """Records when each Pod (name, uid) was first seen, first seen bound to a node and first
+    seen Running, and when each job phase was first seen."""
 
     def __init__(self, kube: Any, namespace: str) -> None:
         self.kube = kube
         self.namespace = namespace
         self.pod_added: dict[tuple[str, str], float] = {}
+        self.pod_bound: dict[tuple[str, str], float] = {}
+        self.pod_running: dict[tuple[str, str], float] = {}
         self.job_phase: dict[tuple[str, str], float] = {}
         self._stop = threading.Event()
         self._threads = [
@@ -100,8 +105,13 @@ class PodWatch:
                 ):
                     pod = ev["object"]
                     key = (pod.metadata.name, pod.metadata.uid)
+                    now = time.monotonic()
                     with self.cond:
-                        self.pod_added.setdefault(key, time.monotonic())
+                        self.pod_added.setdefault(key, now)
+                        if pod.spec.node_name:
+                            self.pod_bound.setdefault(key, now)
+                        if pod.status and pod.status.phase == "Running":
+                            self.pod_running.setdefault(key, now)
                         self.cond.notify_all()
                     if self._stop.is_set():
                         break
@@ -155,6 +165,27 @@ def pods_of(watch: PodWatch, job: str) -> dict[str, float]:
     return out
 
 
+def pod_lifecycle(watch: PodWatch, jobs: set[str]) -> dict[str, Any]:
+    """Where a Pod's time from created to Running goes: created -> bound to a node (the
+    scheduler's queue and its binding calls) and bound -> Running (KWOK's status write), and
+    the rates at which the burst's Pods were created and bound (Pods/s, first to last)."""
+    keys = [k for k in watch.pod_added if k[0].rsplit("-", 2)[0] in jobs]
+    bound = [k for k in keys if k in watch.pod_bound]
+    running = [k for k in bound if k in watch.pod_running]
+
+    def rate(times: list[float]) -> float:
+        span = max(times) - min(times) if len(times) > 1 else 0.0
+        return round(len(times) / span, 1) if span > 0 else float("nan")
+
+    return {
+        "pod_created_to_bound": summary([watch.pod_bound[k] - watch.pod_added[k] for k in bound]),
+        "pod_bound_to_running": summary(
+            [watch.pod_running[k] - watch.pod_bound[k] for k in running]),
+        "pods_created_per_s": rate([watch.pod_added[k] for k in keys]),
+        "pods_bound_per_s": rate([watch.pod_bound[k] for k in bound]),
+    }
+
+
 def burst(kube: Any, op: OperatorProcess, namespace: str, n: int, tag: str) -> dict[str, Any]:
     """Create n jobs at once; time apply -> all Pods created, apply -> Running."""
     watch = PodWatch(kube, namespace).start()
@@ -197,6 +228,7 @@ def burst(kube: Any, op: OperatorProcess, namespace: str, n: int, tag: str) -> d
         if (j, "Running") in watch.job_phase
     ]
     time.sleep(1.0)  # let the status writes of the Running transition land
+    lifecycle = pod_lifecycle(watch, set(applied))
     after = Counter(op.api_requests())
     cpu = cpu_seconds(op.proc.pid if op.proc else None) - cpu_before
     watch.stop()
@@ -208,6 +240,7 @@ def burst(kube: Any, op: OperatorProcess, namespace: str, n: int, tag: str) -> d
         "complete": ok and ok_running,
         "apply_to_pods_created": summary(created),
         "apply_to_running": summary(running),
+        **lifecycle,
         "api_requests_per_job": round(sum(delta.values()) / n, 2),
         "api_requests_by_kind_per_job": {k: round(v / n, 2) for k, v in sorted(delta.items())},
     }
@@ -310,6 +343,13 @@ def main() -> int:
                     f"{res['api_requests_per_job']} API requests/job | "
                     f"operator CPU {1000 * res['operator_cpu_seconds_per_job']:.0f} ms/job "
                     f"(load {res['loadavg_1m_before']:.1f})",
+                    flush=True,
+                )
+                b, rn = res["pod_created_to_bound"], res["pod_bound_to_running"]
+                print(
+                    f"{'':4s} per Pod: created->bound median {b['median_s']:.3f}s p99 "
+                    f"{b['p99_s']:.3f}s | bound->Running median {rn['median_s']:.3f}s | Pods "
+                    f"created {res['pods_created_per_s']}/s, bound {res['pods_bound_per_s']}/s",
                     flush=True,
                 )
                 if n == 1:
