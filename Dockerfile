@@ -27,7 +27,7 @@ COPY operator/ operator/
 RUN /opt/kerasjob/bin/pip install --no-deps ./contract ./operator \
  && /opt/kerasjob/bin/pip check \
  && /opt/kerasjob/bin/python -c "import kerasjob, kerasjob_contract, kopf" \
- && for m in tensorflow kerasjob_trainer kerasjob_dev; do \
+ && for m in tensorflow kerasjob_trainer kerasjob_dev kubernetes; do \
       ! /opt/kerasjob/bin/python -c "import $m" 2>/dev/null || { echo "$m in the operator image" >&2; exit 1; }; \
     done \
  && /opt/kerasjob/bin/python -m pip uninstall -q -y pip setuptools

@@ -19,12 +19,12 @@ from typing import Any
 
 import kopf
 
-from kerasjob import API_GROUP, API_VERSION, PLURAL, bounded, metrics
+from kerasjob import API_GROUP, API_VERSION, PLURAL, bounded, credentials, metrics
 from kerasjob import labels as lbl
 from kerasjob.api import plain
 from kerasjob.config import OperatorConfig
 from kerasjob.controller import Controller
-from kerasjob.kube import KubeApi, client_configuration
+from kerasjob.kube import KubeApi
 from kerasjob.podview import pod_view
 
 log = logging.getLogger("kerasjob.handlers")
@@ -131,19 +131,15 @@ def register_gang() -> None:
 def login(memo: Any, settings: kopf.OperatorSettings, **_: Any) -> kopf.ConnectionInfo:
     """kopf's watches use the same credentials as the controller's writes (`--kubeconfig`)."""
     config: OperatorConfig = memo.get("config") or OperatorConfig()
-    cfg = client_configuration(config.kubeconfig, config.context)
-    header = cfg.get_api_key_with_prefix("BearerToken") or cfg.get_api_key_with_prefix(
-        "authorization"
-    )
-    scheme, _, token = (header or "").rpartition(" ")
+    cred = credentials.load(config.kubeconfig, config.context)
     return kopf.ConnectionInfo(
-        server=cfg.host,
-        ca_path=cfg.ssl_ca_cert,
-        insecure=not cfg.verify_ssl,
-        scheme=scheme or None,
-        token=token or None,
-        certificate_path=cfg.cert_file,
-        private_key_path=cfg.key_file,
+        server=cred.server,
+        ca_path=cred.ca_file,
+        insecure=not cred.verify,
+        scheme="Bearer" if cred.token else None,
+        token=cred.token,
+        certificate_path=cred.cert_file,
+        private_key_path=cred.key_file,
         trust_env=settings.networking.trust_env,
     )
 

@@ -2,7 +2,7 @@
 
 kopf watches and indexes; this client makes the few calls the controller needs (create,
 delete, patch status, post events) on one aiohttp session. Credentials come from
-`kerasjob.credentials.client_configuration` (kubeconfig or in-cluster), as for the SDK and CLI.
+`kerasjob.credentials.load` (kubeconfig or in-cluster), as for the SDK and CLI.
 Every request is counted by verb and resource, for the liveness/metrics probe and benches.
 """
 
@@ -19,11 +19,9 @@ from typing import Any
 
 import aiohttp
 
-from kerasjob.credentials import client_configuration
+from kerasjob import bounded, credentials
 
-__all__ = ["ApiError", "KubeApi", "client_configuration"]
-
-from kerasjob import bounded
+__all__ = ["ApiError", "KubeApi"]
 
 log = logging.getLogger(__name__)
 
@@ -48,24 +46,21 @@ class _Auth:
 
 
 def _load_auth(kubeconfig: str | None, context: str | None) -> _Auth:
-    cfg = client_configuration(kubeconfig, context)
+    cred = credentials.load(kubeconfig, context)
     ctx: ssl.SSLContext | bool = (
-        ssl.create_default_context(cafile=cfg.ssl_ca_cert) if cfg.verify_ssl else False
+        ssl.create_default_context(cafile=cred.ca_file) if cred.verify else False
     )
-    if cfg.cert_file and isinstance(ctx, ssl.SSLContext):
-        ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
-    elif cfg.cert_file:
+    if cred.cert_file and isinstance(ctx, ssl.SSLContext):
+        ctx.load_cert_chain(cred.cert_file, cred.key_file)
+    elif cred.cert_file:
         ctx = ssl.create_default_context()
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
-        ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
+        ctx.load_cert_chain(cred.cert_file, cred.key_file)
     headers = {"Accept": "application/json", "User-Agent": "kerasjob-operator"}
-    token = cfg.get_api_key_with_prefix("authorization") or cfg.get_api_key_with_prefix(
-        "BearerToken"
-    )
-    if token:
-        headers["Authorization"] = token if " " in token else f"Bearer {token}"
-    return _Auth(host=cfg.host.rstrip("/"), ssl_context=ctx, headers=headers)
+    if cred.authorization:
+        headers["Authorization"] = cred.authorization
+    return _Auth(host=cred.server, ssl_context=ctx, headers=headers)
 
 
 class KubeApi:

@@ -71,7 +71,8 @@ def test_run_flags() -> None:
 
 
 def test_status_errors_are_one_line_and_exit_1(capsys, tmp_path) -> None:
-    from kubernetes.client.rest import ApiException
+    from kerasjob.credentials import CredentialsError
+    from kerasjob.sdk.errors import from_response
 
     missing = tmp_path / "no-such-kubeconfig"
     assert cli.main(["--kubeconfig", str(missing), "status", "x"]) == 1
@@ -79,18 +80,20 @@ def test_status_errors_are_one_line_and_exit_1(capsys, tmp_path) -> None:
     assert err.startswith("kerasjob: no usable kubeconfig") and err.count("\n") == 1
 
     args = cli.parser().parse_args(["status", "mnist", "-n", "ml"])
-    gone = ApiException(status=404)
-    gone.body = '{"kind": "Status", "reason": "NotFound", "details": {"name": "mnist"}}'
+    gone = from_response(404, '{"kind": "Status", "reason": "NotFound", '
+                              '"details": {"name": "mnist"}}', namespace="ml")
     assert cli._explain(gone, args) == "KerasJob 'mnist' not found in namespace 'ml'"
-    no_crd = ApiException(status=404)
-    no_crd.body = "404 page not found"
+    no_crd = from_response(404, "404 page not found")
     assert "no kerasjobs.kerasjob.dev CRD" in (cli._explain(no_crd, args) or "")
-    forbidden = ApiException(status=403)
-    forbidden.body = '{"message": "kerasjobs is forbidden: User \\"u\\" cannot list"}'
+    forbidden = from_response(
+        403, '{"message": "kerasjobs is forbidden: User \\"u\\" cannot list"}'
+    )
     listing = cli.parser().parse_args(["status", "-n", "ml"])
     assert cli._explain(forbidden, listing) == (
         'the API server refused: kerasjobs is forbidden: User "u" cannot list (HTTP 403)'
     )
+    broken = CredentialsError("kubeconfig has no context named 'x'")
+    assert cli._explain(broken, args) == "no usable kubeconfig: kubeconfig has no context named 'x'"
     assert cli._explain(ValueError("a bug"), args) is None  # not ours to hide
 
 

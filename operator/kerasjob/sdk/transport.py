@@ -1,7 +1,7 @@
 """A small synchronous Kubernetes API client on plain dicts (urllib3).
 
 The SDK, the CLI and the dev tools (demo, e2e tests, benches) speak JSON to the API server
-through this one class. Credentials come from `kerasjob.credentials.client_configuration`,
+through this one class. Credentials come from `kerasjob.credentials.load`,
 as for the operator; errors are the typed ones of `kerasjob.sdk.errors`.
 """
 
@@ -15,8 +15,7 @@ from urllib.parse import urlencode
 
 import urllib3
 
-from kerasjob import PLURAL
-from kerasjob.credentials import client_configuration
+from kerasjob import PLURAL, credentials
 from kerasjob.sdk.errors import (
     ConfigurationError,
     NotFoundError,
@@ -64,26 +63,21 @@ class Transport:
         self._load()
 
     def _load(self) -> None:
-        from kubernetes.config import ConfigException
-
         try:
-            cfg = client_configuration(self.kubeconfig, self.context)
-        except (ConfigException, FileNotFoundError, TypeError) as e:
+            cred = credentials.load(self.kubeconfig, self.context)
+        except credentials.CredentialsError as e:
             raise ConfigurationError(f"no usable kubeconfig: {e}") from None
-        self.base = cfg.host.rstrip("/")
+        self.base = cred.server
         self.headers = {"Accept": JSON, "User-Agent": self.user_agent}
-        token = cfg.get_api_key_with_prefix("authorization") or cfg.get_api_key_with_prefix(
-            "BearerToken"
-        )
-        if token:
-            self.headers["Authorization"] = token if " " in token else f"Bearer {token}"
+        if cred.authorization:
+            self.headers["Authorization"] = cred.authorization
         self.pool = urllib3.PoolManager(
             num_pools=2,
             maxsize=16,
-            cert_reqs="CERT_REQUIRED" if cfg.verify_ssl else "CERT_NONE",
-            ca_certs=cfg.ssl_ca_cert,
-            cert_file=cfg.cert_file,
-            key_file=cfg.key_file,
+            cert_reqs="CERT_REQUIRED" if cred.verify else "CERT_NONE",
+            ca_certs=cred.ca_file,
+            cert_file=cred.cert_file,
+            key_file=cred.key_file,
             retries=False,
         )
 
