@@ -159,6 +159,17 @@ def _lose_capacity(kube: Any, ns: str, node: str) -> None:
             core(kube).delete_namespaced_pod(name, ns)
 
 
+def _start_both_and_shrink(kube: Any, ns: str, queue: str, node: str) -> tuple[str, float]:
+    """`_start_both`, then ``node``'s capacity lost: the elastic job shrunk to 2 workers.
+    Its first Workload's name, and when the capacity went (time.monotonic())."""
+    first_name = _start_both(kube, ns, queue)
+    lost_at = time.monotonic()
+    _lose_capacity(kube, ns, node)
+    wait_for(lambda: _size(kube, ns, "el") == 2, timeout=60, interval=POLL,
+             what="el shrunk to 2")
+    return first_name, lost_at
+
+
 @pytest.fixture
 def slot_nodes(kube: Any) -> Iterator[tuple[str, str]]:
     """Two KWOK nodes with 2 and 1 slots (the others none); every slot removed after."""
@@ -180,11 +191,7 @@ def test_kueue_charges_the_current_size_and_admits_the_grow(
     try:
         with cluster_queue(kube, ns, cpu="3", node_labels={"type": "kwok"},
                            extra_quota={SLOT: "100"}) as queue:
-            first_name = _start_both(kube, ns, queue)
-            t0 = time.monotonic()
-            _lose_capacity(kube, ns, small)
-            wait_for(lambda: _size(kube, ns, "el") == 2, timeout=60, interval=POLL,
-                     what="el shrunk to 2")
+            first_name, t0 = _start_both_and_shrink(kube, ns, queue, small)
             t_shrunk = time.monotonic() - t0
             wait_for(lambda: [_workers(w) for w in _live(kube, ns, "el")] == [2], timeout=30,
                      interval=POLL, what="el's Workload counts 2 workers")
@@ -278,11 +285,7 @@ def test_without_kueues_gate_a_shrink_gives_the_quota_back_as_reclaimable_pods(
     try:
         with cluster_queue(kube, ns, cpu="3", node_labels={"type": "kwok"},
                            extra_quota={SLOT: "100"}) as queue:
-            first_name = _start_both(kube, ns, queue)
-            t0 = time.monotonic()
-            _lose_capacity(kube, ns, small)
-            wait_for(lambda: _size(kube, ns, "el") == 2, timeout=60, interval=POLL,
-                     what="el shrunk to 2")
+            first_name, t0 = _start_both_and_shrink(kube, ns, queue, small)
             wait_for(lambda: wl_true(_live(kube, ns, "other")[0], "Admitted"), timeout=30,
                      interval=POLL, what="other admitted with the reclaimed quota")
             t_other = time.monotonic() - t0
