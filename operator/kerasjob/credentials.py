@@ -21,6 +21,7 @@ import base64
 import hashlib
 import json
 import os
+import stat
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -193,15 +194,25 @@ def _file(base: Path, section: dict[str, Any], field: str) -> str | None:
 
 
 def _data_file(raw: bytes, suffix: str) -> str:
-    """Inline PEM as a file (ssl needs paths), named by its content: loading the same
-    credentials again (after a 401, in another client) reuses it instead of adding files."""
+    """Inline PEM as a private file (ssl needs paths), named by its content: loading the same
+    credentials again (after a 401, in another client) reuses it instead of adding files.
+    A file of that name is reused only if it is ours, regular and holds exactly ``raw``
+    (the temp directory is shared: anyone could have made the name first)."""
     digest = hashlib.sha256(raw).hexdigest()[:24]
     path = Path(tempfile.gettempdir()) / f"kerasjob-{os.getuid()}-{digest}.{suffix}"
-    if not path.exists():
-        fd, tmp = tempfile.mkstemp(dir=path.parent)  # mode 0600
-        with os.fdopen(fd, "wb") as f:
-            f.write(raw)
+    try:
+        st = path.lstat()
+        if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() and path.read_bytes() == raw:
+            return str(path)
+    except OSError:
+        pass
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix="kerasjob-", suffix=f".{suffix}")
+    with os.fdopen(fd, "wb") as f:  # mode 0600
+        f.write(raw)
+    try:
         os.replace(tmp, path)
+    except OSError:  # the name is someone else's: this load keeps its own file
+        return tmp
     return str(path)
 
 

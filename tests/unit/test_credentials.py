@@ -170,3 +170,16 @@ def test_the_operator_runs_without_the_kubernetes_package() -> None:
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == "['kubernetes'] None"
+
+
+def test_an_inline_data_file_is_reused_only_with_the_same_content(tmp_path: Path) -> None:
+    """The temp directory is shared: a file already there under the content's name is used
+    only if it holds exactly that content."""
+    cfg = _kubeconfig(tmp_path / "config", {"a": {"token": "t"}},
+                      cluster={"server": "https://h:1", "certificate-authority-data":
+                               _b64(f"CA {tmp_path}")})
+    ca = Path(credentials.load(cfg).ca_file or "")
+    ca.write_text("planted")
+    again = Path(credentials.load(cfg).ca_file or "")
+    assert again.read_text() == f"CA {tmp_path}"
+    ca.unlink(missing_ok=True)
