@@ -54,8 +54,8 @@ class NoDiffBase(kopf.DiffBaseStorage):
 async def kerasjob_bodies(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> Any:
     # At most bounded.BODY_DEPTH levels: a job nested deeper is failed by validation, and
     # nothing downstream ever walks more than that.
-    bounded_body = bounded.prune(body)
-    return {(namespace, name): {k: plain(bounded_body.get(k)) for k in _JOB_FIELDS if k in body}}
+    copy = bounded.plain_copy(body)
+    return {(namespace, name): {k: copy[k] for k in _JOB_FIELDS if k in copy}}
 
 
 @kopf.index("pods", labels={lbl.JOB_NAME: kopf.PRESENT})

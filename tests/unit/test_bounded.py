@@ -105,3 +105,23 @@ def test_validation_of_a_parsed_model_checks_the_bounds_too() -> None:
     assert validate_job(model) == [
         "spec.template is nested more than 32 levels deep (a Pod template needs about 12)"
     ]
+
+
+def test_plain_copy_is_plain_of_prune_in_one_walk() -> None:
+    """What the KerasJob index stores: a plain copy, deep parts cut exactly as `prune` cuts
+    them, whatever the depth (at, just over and far over the bound)."""
+    from types import MappingProxyType
+
+    from kerasjob.api import plain
+
+    def nested(levels: int) -> object:
+        value: object = {"leaf": 1}
+        for i in range(levels - 1):
+            value = {"k": value, "xs": [i, (i,)]} if i % 2 else [value]
+        return value
+
+    for levels in (1, 5, bounded.BODY_DEPTH, bounded.BODY_DEPTH + 1, bounded.BODY_DEPTH + 40):
+        body = MappingProxyType({"spec": nested(levels), "status": {"phase": "Running"}})
+        copy = bounded.plain_copy(body)
+        assert copy == plain(bounded.prune(body))
+        assert type(copy) is dict and copy["status"] is not body["status"]
