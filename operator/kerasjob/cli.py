@@ -50,8 +50,8 @@ async def _gang_api_problem(config: OperatorConfig) -> str | None:
         await api.close()
 
 
-def _operator_modules() -> None:
-    """Import what the operator runs on, without the `kubernetes` package.
+def _without_kubernetes_package() -> None:
+    """Keep the `kubernetes` package out of the operator process (call before importing kopf).
 
     The operator never uses it (`kerasjob.credentials` reads kubeconfigs itself), and its
     image does not install it; but where it is installed (a dev venv: the tests and tools
@@ -60,13 +60,10 @@ def _operator_modules() -> None:
     same in a venv as in its image.
     """
     sys.modules.setdefault("kubernetes", None)  # type: ignore[arg-type]
-    import kopf  # noqa: F401
-
-    import kerasjob.handlers  # noqa: F401
 
 
 def _run(args: argparse.Namespace) -> int:
-    _operator_modules()
+    _without_kubernetes_package()
     import kopf
 
     import kerasjob.handlers

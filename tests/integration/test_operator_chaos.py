@@ -309,12 +309,8 @@ def test_a_forced_delete_is_one_disruption_and_its_replacement_lives(
     chaos_operator: OperatorProcess, kube: Any, chaos_ns: str
 ) -> None:
     """A Pod deleted at once (grace 0, no UID precondition: `kubectl delete --force`) is one
-    disruption, and its replacement of the same name stays. With KWOK v0.8.0's own
-    pod-delete stage it did not here: a grace-0 delete shows the Pod once with a
-    deletionTimestamp, KWOK then DELETEd it by name after the operator had created the
-    replacement, and killed that (a second disruption in 5 of 10 jobs of bench/scale.py's
-    disrupt phase, KWOK's deletes in the audit log). hack/cluster/kwok-stages.yaml now leaves
-    grace-0 deletions to the API server."""
+    disruption, and its replacement of the same name stays: with KWOK v0.8.0's own
+    pod-delete stage it did not (why: the "Ours" selector in hack/cluster/kwok-stages.yaml)."""
     jobs = [f"forced{i}" for i in range(10)]
     for name in jobs:
         create_job(kube, chaos_ns, job_manifest(name, workers=2, backoffLimit=10))

@@ -162,8 +162,8 @@ def test_the_operator_runs_without_the_kubernetes_package() -> None:
     import subprocess
 
     probe = (
-        "import sys; from kerasjob import cli; cli._operator_modules(); "
-        "import kerasjob.sdk, kerasjob.kube, kerasjob.credentials; "
+        "import sys; from kerasjob import cli; cli._without_kubernetes_package(); "
+        "import kopf, kerasjob.handlers, kerasjob.sdk, kerasjob.kube, kerasjob.credentials; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'kubernetes'), "
         "sys.modules['kubernetes'])"
     )
