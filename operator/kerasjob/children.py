@@ -13,14 +13,10 @@ controller always finds the trainer's status under that name.
 from __future__ import annotations
 
 import copy
-import functools
 import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
-
-import jinja2
-import yaml
 
 from kerasjob import labels
 from kerasjob.api import (
@@ -30,7 +26,8 @@ from kerasjob.api import (
     checkpoint_dir,
 )
 from kerasjob.elastic import PROBE_ROLE, probe_name
-from kerasjob.merge import deep_merge
+from kerasjob.merge import deep_merge, merge_into
+from kerasjob.templating import render
 from kerasjob.tf_config import build_tf_config, pod_name, tf_config_json
 from kerasjob_contract import DEFAULT_METRICS_PORT, TRAINER_CONTAINER, Env
 
@@ -56,27 +53,6 @@ JobLike = KerasJob | Mapping[str, Any]
 
 def _job(job: JobLike) -> KerasJob:
     return job if isinstance(job, KerasJob) else KerasJob.from_body(job)
-
-
-@functools.cache
-def _env() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.PackageLoader("kerasjob", "templates"),
-        undefined=jinja2.StrictUndefined,  # a missing variable is a bug, not an empty string
-        keep_trailing_newline=True,
-        autoescape=False,  # YAML, not HTML
-    )
-    # JSON is valid YAML: any value rendered through it is a correctly quoted scalar/flow.
-    env.filters["to_json"] = lambda v: json.dumps(v, separators=(",", ":"))
-    return env
-
-
-def render(template: str, **context: Any) -> dict[str, Any]:
-    """Render templates/<template> and parse it as YAML."""
-    # libyaml's C loader when present: ~10x faster than the pure-Python one, which made
-    # this parse most of the operator's CPU time per created Pod.
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return yaml.load(_env().get_template(template).render(**context), Loader=loader)
 
 
 # --- small pieces the controller may use too -----------------------------------------------
@@ -253,9 +229,10 @@ def build_pod(job: JobLike, role: ReplicaRole | str, index: int, *, default_imag
     )
 
     template = role_template(j, role)
-    pod = copy.deepcopy(base)
-    pod["metadata"] = deep_merge(base["metadata"], template.get("metadata") or {})
-    pod["spec"] = deep_merge(base["spec"], template.get("spec") or {})
+    owned_spec = {key: base["spec"][key] for key in OWNED_POD_SPEC_FIELDS}
+    pod = base  # freshly rendered, ours alone: the template is merged into it in place
+    merge_into(pod["metadata"], template.get("metadata") or {})
+    merge_into(pod["spec"], template.get("spec") or {})
 
     # The operator's fields win over anything a template said.
     meta = pod["metadata"]
@@ -264,8 +241,7 @@ def build_pod(job: JobLike, role: ReplicaRole | str, index: int, *, default_imag
     meta["annotations"] = {**(meta.get("annotations") or {}), **annotations}
     meta.pop("generateName", None)
     pod_spec = pod["spec"]
-    for key in OWNED_POD_SPEC_FIELDS:
-        pod_spec[key] = base["spec"][key]
+    pod_spec.update(owned_spec)
     trainer = _trainer_container(pod_spec)
     if trainer is not None:  # else a template removed it: the API server says what is wrong
         trainer["env"] = [

@@ -35,36 +35,62 @@ MERGE_KEYS: dict[str, str] = {
 }
 
 
+#: Leaves that are not JSON's (immutable) scalars: copied as they are.
+_MUTABLE_LEAVES = (set, bytearray)
+
+
 def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
     """A new dict: `override` merged over `base` (neither is modified)."""
-    out: dict[str, Any] = copy.deepcopy(dict(base))
-    for key, value in override.items():
-        if value is None:
-            out.pop(key, None)
-        elif isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            out[key] = deep_merge(out[key], value)
-        elif isinstance(value, list) and isinstance(out.get(key), list) and key in MERGE_KEYS:
-            out[key] = merge_list(out[key], value, MERGE_KEYS[key])
-        else:
-            out[key] = _without_none(value)
+    out: dict[str, Any] = _copy(base)
+    merge_into(out, override)
     return out
 
 
 def merge_list(base: list[Any], override: list[Any], key: str) -> list[Any]:
     """Merge two lists of mappings by `key`; elements without the key are appended as-is."""
-    out = copy.deepcopy(base)
+    out: list[Any] = _copy(base)
+    _merge_list_into(out, override, key)
+    return out
+
+
+def merge_into(out: dict[str, Any], override: Mapping[str, Any]) -> None:
+    """`deep_merge` in place: into `out`, a tree of plain dicts and lists that is its caller's
+    alone (`override` is not modified; nothing of it is shared with `out`)."""
+    for key, value in override.items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            merge_into(out[key], value)
+        elif isinstance(value, list) and isinstance(out.get(key), list) and key in MERGE_KEYS:
+            _merge_list_into(out[key], value, MERGE_KEYS[key])
+        else:
+            out[key] = _without_none(value)
+
+
+def _merge_list_into(out: list[Any], override: list[Any], key: str) -> None:
     index = {
         item[key]: i for i, item in enumerate(out) if isinstance(item, Mapping) and key in item
     }
     for item in override:
         if isinstance(item, Mapping) and key in item and item[key] in index:
-            i = index[item[key]]
-            out[i] = deep_merge(out[i], item)
+            target = out[index[item[key]]]
+            if isinstance(target, dict):
+                merge_into(target, item)
+            else:
+                out[index[item[key]]] = deep_merge(target, item)
         else:
             if isinstance(item, Mapping) and key in item:
                 index[item[key]] = len(out)
             out.append(_without_none(item))
-    return out
+
+
+def _copy(value: Any) -> Any:
+    """A deep copy as plain dicts and lists (a Mapping view becomes a dict)."""
+    if isinstance(value, Mapping):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_copy(v) for v in value]
+    return copy.deepcopy(value) if isinstance(value, _MUTABLE_LEAVES) else value
 
 
 def _without_none(value: Any) -> Any:
@@ -73,4 +99,4 @@ def _without_none(value: Any) -> Any:
         return {k: _without_none(v) for k, v in value.items() if v is not None}
     if isinstance(value, list):
         return [_without_none(v) for v in value]
-    return copy.deepcopy(value)
+    return copy.deepcopy(value) if isinstance(value, _MUTABLE_LEAVES) else value
