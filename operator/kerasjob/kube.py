@@ -47,16 +47,14 @@ class _Auth:
 
 def _load_auth(kubeconfig: str | None, context: str | None) -> _Auth:
     cred = credentials.load(kubeconfig, context)
-    ctx: ssl.SSLContext | bool = (
-        ssl.create_default_context(cafile=cred.ca_file) if cred.verify else False
-    )
-    if cred.cert_file and isinstance(ctx, ssl.SSLContext):
-        ctx.load_cert_chain(cred.cert_file, cred.key_file)
-    elif cred.cert_file:
-        ctx = ssl.create_default_context()
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
-        ctx.load_cert_chain(cred.cert_file, cred.key_file)
+    ctx: ssl.SSLContext | bool = False  # insecure, no client certificate: aiohttp's "no TLS check"
+    if cred.verify or cred.cert_file:
+        ctx = ssl.create_default_context(cafile=cred.ca_file if cred.verify else None)
+        if not cred.verify:  # insecure-skip-tls-verify, but a client certificate to present
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        if cred.cert_file:
+            ctx.load_cert_chain(cred.cert_file, cred.key_file)
     headers = {"Accept": "application/json", "User-Agent": "kerasjob-operator"}
     if cred.authorization:
         headers["Authorization"] = cred.authorization

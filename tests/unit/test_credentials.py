@@ -183,3 +183,32 @@ def test_an_inline_data_file_is_reused_only_with_the_same_content(tmp_path: Path
     again = Path(credentials.load(cfg).ca_file or "")
     assert again.read_text() == f"CA {tmp_path}"
     ca.unlink(missing_ok=True)
+
+
+def test_the_controllers_tls_context_follows_verify_and_the_client_certificate(
+    tmp_path: Path,
+) -> None:
+    import ssl
+    import subprocess
+
+    from kerasjob.kube import _load_auth
+
+    key, cert = tmp_path / "tls.key", tmp_path / "tls.crt"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:P-256", "-nodes", "-keyout", key, "-out", cert,
+                    "-subj", "/CN=kerasjob-test", "-days", "1"], check=True, capture_output=True)
+    client = {"client-certificate": str(cert), "client-key": str(key)}
+    verified = {"server": "https://10.0.0.1:6443", "certificate-authority": str(cert)}
+    insecure = {"server": "https://10.0.0.1:6443", "insecure-skip-tls-verify": True}
+
+    ctx = _load_auth(_kubeconfig(tmp_path / "a", {"a": client}, cluster=verified), None).ssl_context
+    assert isinstance(ctx, ssl.SSLContext)
+    assert ctx.verify_mode == ssl.CERT_REQUIRED and ctx.check_hostname
+    assert ctx.get_ca_certs()[0]["subject"] == ((("commonName", "kerasjob-test"),),)
+
+    ctx = _load_auth(_kubeconfig(tmp_path / "b", {"a": client}, cluster=insecure), None).ssl_context
+    assert isinstance(ctx, ssl.SSLContext)  # no check of the server, a certificate to show
+    assert ctx.verify_mode == ssl.CERT_NONE and not ctx.check_hostname
+
+    auth = _load_auth(_kubeconfig(tmp_path / "c", {"a": {"token": "t"}}, cluster=insecure), None)
+    assert auth.ssl_context is False and auth.headers["Authorization"] == "Bearer t"
