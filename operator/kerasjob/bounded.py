@@ -27,6 +27,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
+
 #: Levels a decoded document keeps when the C decoder cannot decode it whole.
 DECODE_DEPTH = 100
 #: Levels of a KerasJob body the controller ever looks at (more than any valid job has).
@@ -77,9 +79,22 @@ def prune_text(text: str, max_depth: int = DECODE_DEPTH) -> str:
 
 
 class BoundedDecoder(json.JSONDecoder):
-    """json.JSONDecoder that prunes, instead of failing on, documents nested too deep."""
+    """json.JSONDecoder that prunes, instead of failing on, documents nested too deep.
+
+    A plain ``decode(s)`` tries orjson first: decoding the watch streams' JSON was the
+    operator's largest single cost (13% of its CPU at 300 jobs, py-spy), and orjson does it
+    about 2x faster, to the same values. Whatever orjson refuses (nesting over 1,024 levels,
+    NaN, lone surrogates, malformed text) goes the standard library's way, as before. One
+    difference: orjson reads an integer over 64 bits as a float; the API server never sends
+    one (Go decodes an object's numbers as int64 or float64).
+    """
 
     def decode(self, s: str, *args: Any, **kwargs: Any) -> Any:
+        if not args and not kwargs:
+            try:
+                return orjson.loads(s)
+            except orjson.JSONDecodeError:
+                pass
         try:
             return super().decode(s, *args, **kwargs)
         except RecursionError:

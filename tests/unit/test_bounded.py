@@ -46,6 +46,21 @@ def test_installed_decoder_prunes_what_the_c_decoder_cannot_decode() -> None:
     assert json.loads('{"a": [1, 2.5, null, true]}') == {"a": [1, 2.5, None, True]}
 
 
+@pytest.mark.parametrize("text", [
+    '{"a": [1, 2.5, -0.0, 1e300, null, true, false], "b": {"c": "d\\u00e9\\n"}, "a": 2}',
+    nested(900),
+    '{"nan": NaN, "inf": -Infinity}',  # not JSON, but Python's json reads it
+    '{"lone": "\\ud800"}',  # a lone surrogate
+])
+def test_the_fast_path_decodes_as_the_standard_library_does(text: str) -> None:
+    assert bounded.BoundedDecoder().decode(text) == json.JSONDecoder().decode(text)
+
+
+def test_a_malformed_document_is_the_standard_librarys_error() -> None:
+    with pytest.raises(json.JSONDecodeError):
+        bounded.BoundedDecoder().decode('{"a": ')
+
+
 def test_depth_and_prune_do_not_recurse() -> None:
     deep: object = {}
     for _ in range(50_000):
