@@ -290,6 +290,7 @@ def level(
             "all Pods gone", lambda: pod_count(kube, ns) == 0, timeout, interval=2.0
         )
         requests = Counter(op.api_requests())
+        reconciles = op.metrics().get("kerasjob_operator_reconciles_total", float("nan"))
         cpu = cpu_seconds(pid) - cpu0
         rss = peak_rss_mib(pid)
         restarts_seen = op.starts
@@ -314,6 +315,7 @@ def level(
         "operator_peak_rss_mib": rss,
         "operator_cpu_seconds": round(cpu, 2),
         "operator_cpu_seconds_per_job": round(cpu / n, 4),
+        "reconciles_per_job": round(reconciles / n, 1),
         "api_requests": total,
         "api_requests_per_job": round(total / n, 2),
         "api_requests_per_job_by_kind": {k: round(v / n, 2) for k, v in sorted(requests.items())},
@@ -395,7 +397,8 @@ def main() -> int:
                 f"{res['delete_to_all_pods_gone_s']} s | operator peak RSS "
                 f"{res['operator_peak_rss_mib']} MiB, CPU "
                 f"{1000 * res['operator_cpu_seconds_per_job']:.0f} ms/job, "
-                f"{res['api_requests_per_job']} API requests/job",
+                f"{res['api_requests_per_job']} API requests/job, "
+                f"{res['reconciles_per_job']} reconciles/job",
                 flush=True,
             )
     finally:
