@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 IMAGE_VARIANTS ?= cpu gpu
 
 .PHONY: help venv lint fmt test test-unit test-trainer test-integration test-e2e \
-        binaries cluster-up cluster-down cluster-env crds demo bench bench-scale bench-gang images \
+        binaries cluster-up cluster-down cluster-env crds demo bench bench-scale bench-gang bench-tfjob images \
         helm-lint kind-e2e clean
 
 help: ## List the targets
@@ -82,6 +82,10 @@ bench-scale: venv binaries ## 10, 100, 1000 KerasJobs x 8 workers on KWOK: creat
 
 bench-gang: venv binaries ## 50 KerasJobs x 8 workers competing on KWOK for room for 3: gang scheduling on vs off (JSON)
 	$(BIN)/python bench/gang.py
+
+bench-tfjob: venv binaries ## 100 KerasJobs vs 100 TFJobs (Kubeflow training-operator v1.9.3) x 4 workers on KWOK (JSON)
+	hack/cluster/training-operator.sh build
+	$(BIN)/python bench/compare_tfjob.py
 
 # `make images` runs hack/images/build.sh (see hack/images/README.md): with no reachable
 # Docker daemon it starts a private one (root, Debian's docker.io); when the official Python

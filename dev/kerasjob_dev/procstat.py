@@ -16,9 +16,19 @@ def cpu_seconds(pid: int | None) -> float:
 
 
 def peak_rss_mib(pid: int) -> float | None:
+    """The process's peak resident memory so far (VmHWM), MiB."""
+    return _status_mib(pid, "VmHWM")
+
+
+def rss_mib(pid: int) -> float | None:
+    """The process's resident memory now (VmRSS), MiB."""
+    return _status_mib(pid, "VmRSS")
+
+
+def _status_mib(pid: int, field: str) -> float | None:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
+            if line.startswith(f"{field}:"):
                 return round(int(line.split()[1]) / 1024, 1)
     except OSError:
         return None

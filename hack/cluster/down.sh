@@ -81,6 +81,11 @@ stop_wave() {  # stop_wave COMPONENT...
     kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
   done
 }
+# The training-operator (bench/compare_tfjob.py) runs in a mount namespace of its own, where its
+# command line cannot name the state directory (is_ours): its script stops it by pid file.
+if [ -f "$STATE_DIR/pids/training-operator.pid" ]; then
+  "$CLUSTER_DIR/training-operator.sh" down
+fi
 if [ -d "$STATE_DIR/pids" ]; then
   wave=("${ADDON_COMPONENTS[@]}")
   for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do
