@@ -406,28 +406,10 @@ def run(
             result["all_writes_in_window_by_user_agent"] = dict(by_agent.most_common())
     finally:
         watcher.stopping.set()
-        delete_namespace(kube, ns)
+        support.delete_namespace_and_wait(kube, ns, timeout=300)
         if started:
             flavor.stop()
     return result
-
-
-def delete_namespace(kube: Any, ns: str, timeout: float = 300) -> None:
-    from kubernetes.client.rest import ApiException
-
-    support.delete_namespace(kube, ns)
-
-    def gone() -> bool:
-        try:
-            core(kube).read_namespace(ns)
-        except ApiException as e:
-            return e.status == 404
-        return False
-
-    try:
-        support.wait_for(gone, timeout=timeout, interval=1.0, what=f"namespace {ns} gone")
-    except TimeoutError as e:
-        print(f"warning: {e}", file=sys.stderr, flush=True)
 
 
 def git_state() -> dict[str, Any]:

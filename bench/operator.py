@@ -283,25 +283,6 @@ def disruptions(kube: Any, namespace: str, job: str, rounds: int) -> dict[str, A
     return {"rounds": rounds, "disruption_to_replacement_created": summary(times)}
 
 
-def delete_and_wait(kube: Any, namespace: str, timeout: float = 120) -> None:
-    """Delete the namespace and wait until it is gone, so bursts do not overlap."""
-    from kubernetes.client.rest import ApiException
-
-    support.delete_namespace(kube, namespace)
-
-    def gone() -> bool:
-        try:
-            core(kube).read_namespace(namespace)
-        except ApiException as e:
-            return e.status == 404
-        return False
-
-    try:
-        support.wait_for(gone, timeout=timeout, interval=0.5, what=f"namespace {namespace} gone")
-    except TimeoutError as e:
-        print(f"warning: {e}", flush=True)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1 and 10 jobs only")
@@ -362,7 +343,7 @@ def main() -> int:
                         flush=True,
                     )
             finally:
-                delete_and_wait(kube, ns)
+                support.delete_namespace_and_wait(kube, ns)
         assert op.proc is not None
         results["operator_peak_rss_mib"] = peak_rss_mib(op.proc.pid)
         results["operator_api_requests_total"] = op.api_requests()

@@ -30,6 +30,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -217,6 +218,27 @@ def delete_namespace(api_client: Any, name: str) -> None:
     except ApiException as exc:
         if exc.status != 404:
             raise
+
+
+def delete_namespace_and_wait(api_client: Any, name: str, timeout: float = 120) -> None:
+    """Delete a namespace and wait until it is gone, so that what comes next (a benchmark's
+    next burst) does not overlap its deletion; past `timeout`, a warning on stderr."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    delete_namespace(api_client, name)
+
+    def gone() -> bool:
+        try:
+            client.CoreV1Api(api_client).read_namespace(name)
+        except ApiException as e:
+            return e.status == 404
+        return False
+
+    try:
+        wait_for(gone, timeout=timeout, interval=0.5, what=f"namespace {name} gone")
+    except TimeoutError as e:
+        print(f"warning: {e}", file=sys.stderr, flush=True)
 
 
 # --- the local control plane's lifecycle across test sessions ----------------------------

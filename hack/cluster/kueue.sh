@@ -50,27 +50,11 @@ KUEUE_NS="kueue-system"
 # The kind the operator integrates (Kueue's externalFrameworks format: Kind.version.group).
 EXTERNAL_FRAMEWORK="KerasJob.v1alpha1.kerasjob.dev"
 
-kueue_bin() {
-  local h
-  h="$(cat "$KUEUE_GOMOD/go.mod" "$KUEUE_GOMOD/go.sum" | sha256sum | cut -c1-12)"
-  echo "$KERASJOB_CACHE/bin/kueue-$KUEUE_VERSION-$h/kueue"
-}
-BIN_KUEUE="$(kueue_bin)"
+BIN_KUEUE="$(addon_bin kueue "$KUEUE_GOMOD" "$KUEUE_VERSION")"
 
 build() {
-  [ -x "$BIN_KUEUE" ] && return 0
-  mkdir -p "$KERASJOB_CACHE/bin"
-  exec 7>"$KERASJOB_CACHE/bin/.build-kueue.lock"
-  flock -w 3600 7 || die "timed out waiting for $KERASJOB_CACHE/bin/.build-kueue.lock"
-  [ -x "$BIN_KUEUE" ] && return 0
-  log "building Kueue $KUEUE_VERSION into $(dirname "$BIN_KUEUE") (cold: a few minutes on 2 cores)"
-  local t0=$SECONDS tmp; tmp="$(dirname "$BIN_KUEUE")/.tmp"
-  mkdir -p "$tmp"
-  go_build "$KUEUE_GOMOD" "$tmp/kueue" sigs.k8s.io/kueue/cmd/kueue \
-    -ldflags "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION" \
-    || { rm -rf "$tmp"; die "go build of Kueue $KUEUE_VERSION failed (see above)"; }
-  mv -f "$tmp/kueue" "$BIN_KUEUE"; rmdir "$tmp"
-  log "built Kueue in $((SECONDS - t0)) s"
+  addon_build kueue "$KUEUE_GOMOD" "$BIN_KUEUE" sigs.k8s.io/kueue/cmd/kueue \
+    -ldflags "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION"
 }
 
 kctl() { "$(bin_dir)/kubectl" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
@@ -79,22 +63,9 @@ module_dir() { go_module_dir "$KUEUE_GOMOD" sigs.k8s.io/kueue; }
 
 certs() {  # the webhook CA and serving certificate, in the Secret Kueue's cert management reads
   local d="$KUEUE_DIR/pki"
+  webhook_certs "$d" kueue "$WEBHOOK_SERVICE.$KUEUE_NS.svc"
   rm -rf "$KUEUE_DIR/certs"
-  mkdir -p "$d" "$KUEUE_DIR/certs"
-  (
-    cd "$d"
-    # RSA/PKCS#1 as cert-controller writes them; the CA names itself kueue-ca in a SAN.
-    openssl genrsa -traditional -out ca.key 2048 2>/dev/null
-    openssl req -x509 -new -key ca.key -sha256 -days 3650 -subj "/O=kueue/CN=kueue-ca" \
-      -addext "subjectAltName=DNS:kueue-ca" -addext "basicConstraints=critical,CA:TRUE" \
-      -addext "keyUsage=critical,digitalSignature,keyEncipherment,keyCertSign" -out ca.crt 2>/dev/null
-    openssl genrsa -traditional -out tls.key 2048 2>/dev/null
-    openssl req -new -key tls.key -subj "/O=kueue/CN=$WEBHOOK_SERVICE.$KUEUE_NS.svc" -out tls.csr 2>/dev/null
-    printf 'subjectAltName=DNS:%s.%s.svc,IP:127.0.0.1\nextendedKeyUsage=serverAuth\nkeyUsage=digitalSignature,keyEncipherment\n' \
-      "$WEBHOOK_SERVICE" "$KUEUE_NS" > ext.cnf
-    openssl x509 -req -in tls.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 -sha256 \
-      -extfile ext.cnf -out tls.crt 2>/dev/null
-  ) || die "webhook certificate generation failed"
+  mkdir -p "$KUEUE_DIR/certs"
   # In a Pod the Secret is mounted at the cert dir; here the files are put there.
   cp "$d/tls.crt" "$d/tls.key" "$KUEUE_DIR/certs/"
   kctl -n "$KUEUE_NS" delete secret "$WEBHOOK_SECRET" --ignore-not-found >/dev/null

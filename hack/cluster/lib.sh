@@ -194,6 +194,56 @@ go_build() {
 
 # go_module_dir GOMOD_DIR MODULE: MODULE's source in the Go module cache, as GOMOD_DIR pins it
 # (downloaded if missing).
+# addon_bin NAME GOMOD VERSION: where an opt-in component built from its own wrapper module
+# (kueue.sh, training-operator.sh) is cached, keyed by that module's go.mod and go.sum.
+addon_bin() {
+  local h
+  h="$(cat "$2/go.mod" "$2/go.sum" | sha256sum | cut -c1-12)"
+  echo "$KERASJOB_CACHE/bin/$1-$3-$h/$1"
+}
+
+# addon_build NAME GOMOD BIN PACKAGE [go build flags...]: build PACKAGE of the wrapper module
+# GOMOD into BIN, once (under a lock: two scripts may ask at the same time).
+addon_build() {
+  local name="$1" gomod="$2" bin="$3" pkg="$4" t0=$SECONDS tmp
+  shift 4
+  [ -x "$bin" ] && return 0
+  mkdir -p "$KERASJOB_CACHE/bin"
+  exec 7>"$KERASJOB_CACHE/bin/.build-$name.lock"
+  flock -w 3600 7 || die "timed out waiting for $KERASJOB_CACHE/bin/.build-$name.lock"
+  [ -x "$bin" ] && return 0
+  log "building $name into $(dirname "$bin") (cold: a few minutes on 2 cores)"
+  tmp="$(dirname "$bin")/.tmp"
+  mkdir -p "$tmp"
+  go_build "$gomod" "$tmp/$name" "$pkg" "$@" \
+    || { rm -rf "$tmp"; die "go build of $name failed (see above)"; }
+  mv -f "$tmp/$name" "$bin"; rmdir "$tmp"
+  log "built $name in $((SECONDS - t0)) s"
+}
+
+# webhook_certs DIR NAME DNS: a self-signed CA (NAME-ca) and a serving certificate for DNS
+# and 127.0.0.1 in DIR (ca.key, ca.crt, tls.key, tls.crt), RSA/PKCS#1 as cert-controller
+# writes them, so that an addon's own certificate rotator (kueue.sh, training-operator.sh)
+# finds them valid and keeps them.
+webhook_certs() {
+  local d="$1" name="$2" dns="$3"
+  rm -rf "$d"
+  mkdir -p "$d"
+  (
+    cd "$d"
+    openssl genrsa -traditional -out ca.key 2048 2>/dev/null
+    openssl req -x509 -new -key ca.key -sha256 -days 3650 -subj "/O=$name/CN=$name-ca" \
+      -addext "subjectAltName=DNS:$name-ca" -addext "basicConstraints=critical,CA:TRUE" \
+      -addext "keyUsage=critical,digitalSignature,keyEncipherment,keyCertSign" -out ca.crt 2>/dev/null
+    openssl genrsa -traditional -out tls.key 2048 2>/dev/null
+    openssl req -new -key tls.key -subj "/O=$name/CN=$dns" -out tls.csr 2>/dev/null
+    printf 'subjectAltName=DNS:%s,IP:127.0.0.1\nextendedKeyUsage=serverAuth\nkeyUsage=digitalSignature,keyEncipherment\n' \
+      "$dns" > ext.cnf
+    openssl x509 -req -in tls.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 -sha256 \
+      -extfile ext.cnf -out tls.crt 2>/dev/null
+  ) || die "webhook certificate generation failed"
+}
+
 go_module_dir() {
   local gobin
   gobin="$(find_go)" || die "$NO_GO"

@@ -54,26 +54,11 @@ TO_NS="kubeflow"
 WEBHOOK_SERVICE="training-operator"
 WEBHOOK_SECRET="training-operator-webhook-cert"
 
-to_bin() {
-  local h
-  h="$(cat "$TO_GOMOD/go.mod" "$TO_GOMOD/go.sum" | sha256sum | cut -c1-12)"
-  echo "$KERASJOB_CACHE/bin/training-operator-$TO_VERSION-$h/training-operator"
-}
-BIN_TO="$(to_bin)"
+BIN_TO="$(addon_bin training-operator "$TO_GOMOD" "$TO_VERSION")"
 
 build() {
-  [ -x "$BIN_TO" ] && return 0
-  mkdir -p "$KERASJOB_CACHE/bin"
-  exec 7>"$KERASJOB_CACHE/bin/.build-training-operator.lock"
-  flock -w 3600 7 || die "timed out waiting for $KERASJOB_CACHE/bin/.build-training-operator.lock"
-  [ -x "$BIN_TO" ] && return 0
-  log "building training-operator $TO_VERSION into $(dirname "$BIN_TO") (cold: a few minutes on 2 cores)"
-  local t0=$SECONDS tmp; tmp="$(dirname "$BIN_TO")/.tmp"
-  mkdir -p "$tmp"
-  go_build "$TO_GOMOD" "$tmp/training-operator" "$TO_MODULE/cmd/training-operator.v1" -ldflags "-s -w" \
-    || { rm -rf "$tmp"; die "go build of training-operator $TO_VERSION failed (see above)"; }
-  mv -f "$tmp/training-operator" "$BIN_TO"; rmdir "$tmp"
-  log "built training-operator in $((SECONDS - t0)) s"
+  addon_build training-operator "$TO_GOMOD" "$BIN_TO" "$TO_MODULE/cmd/training-operator.v1" \
+    -ldflags "-s -w"
 }
 
 kctl() { "$(bin_dir)/kubectl" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
@@ -81,23 +66,10 @@ kctl() { "$(bin_dir)/kubectl" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
 module_dir() { go_module_dir "$TO_GOMOD" "$TO_MODULE"; }
 
 certs() {  # CA + serving certificate: files for the webhook server, the Secret for the rotator
-  local d="$TO_DIR/pki" dns="$WEBHOOK_SERVICE.$TO_NS.svc" certdir="$TO_DIR/tmp/k8s-webhook-server/serving-certs"
-  rm -rf "$d" "$certdir"
-  mkdir -p "$d" "$certdir"
-  (
-    cd "$d"
-    # RSA/PKCS#1 as cert-controller writes them, so it accepts and keeps them.
-    openssl genrsa -traditional -out ca.key 2048 2>/dev/null
-    openssl req -x509 -new -key ca.key -sha256 -days 3650 -subj "/O=training-operator/CN=training-operator-ca" \
-      -addext "subjectAltName=DNS:training-operator-ca" -addext "basicConstraints=critical,CA:TRUE" \
-      -addext "keyUsage=critical,digitalSignature,keyEncipherment,keyCertSign" -out ca.crt 2>/dev/null
-    openssl genrsa -traditional -out tls.key 2048 2>/dev/null
-    openssl req -new -key tls.key -subj "/O=training-operator/CN=$dns" -out tls.csr 2>/dev/null
-    printf 'subjectAltName=DNS:%s,IP:127.0.0.1\nextendedKeyUsage=serverAuth\nkeyUsage=digitalSignature,keyEncipherment\n' \
-      "$dns" > ext.cnf
-    openssl x509 -req -in tls.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 -sha256 \
-      -extfile ext.cnf -out tls.crt 2>/dev/null
-  ) || die "webhook certificate generation failed"
+  local d="$TO_DIR/pki" certdir="$TO_DIR/tmp/k8s-webhook-server/serving-certs"
+  webhook_certs "$d" training-operator "$WEBHOOK_SERVICE.$TO_NS.svc"
+  rm -rf "$certdir"
+  mkdir -p "$certdir"
   cp "$d/tls.crt" "$d/tls.key" "$certdir/"
   kctl -n "$TO_NS" delete secret "$WEBHOOK_SECRET" --ignore-not-found >/dev/null
   kctl -n "$TO_NS" create secret generic "$WEBHOOK_SECRET" --from-file="$d/ca.crt" \
