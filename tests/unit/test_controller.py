@@ -15,9 +15,7 @@ deletes with a UID precondition. `test_kwok_style_delete_by_name_*` reproduces i
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
-import dataclasses
 import random
 from collections.abc import Callable
 from typing import Any
@@ -522,37 +520,5 @@ def test_progress_scrape_writes_goodput_and_posts_what_a_disruption_cost() -> No
         posted = [e["message"] for e in cluster.events
                   if e["reason"] == goodput.REASON_DISRUPTION_COST]
         assert len(posted) == 2 and posted[1].startswith("disruption 2 cost 8.5s"), posted
-
-    run(scenario())
-
-
-def test_events_that_come_together_make_one_reconcile() -> None:
-    """Watch events of a job and its Pods within `batch_seconds` of the first are handled by
-    one reconcile (each Pod event used to make one of its own)."""
-
-    async def scenario() -> None:
-        cluster = FakeCluster()
-        cluster.add_job(workers=4)
-        config = dataclasses.replace(CONFIG, batch_seconds=0.2)
-        jobs, pods = FakeIndex(), FakeIndex()
-        controller = Controller(config, FakeApi(cluster), jobs, pods)  # type: ignore[arg-type]
-        sync_jobs(jobs, cluster)
-        task = asyncio.create_task(controller.run())
-        try:
-            controller.notify(KEY)
-            for i in range(4):
-                await asyncio.sleep(0.02)
-                controller.pod_changed(KEY, f"job-worker-{i}")
-            assert controller.reconciles == 0  # still within the window
-            await asyncio.sleep(0.3)
-            assert controller.reconciles == 1
-            controller.notify(KEY)  # a later event: a reconcile of its own
-            await asyncio.sleep(0.3)
-            assert controller.reconciles == 2
-        finally:
-            await controller.stop()
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
     run(scenario())
