@@ -34,12 +34,6 @@ class OperatorConfig:
         default_factory=lambda: float(_env("KERASJOB_RESYNC_SECONDS", "60"))
     )
     """Every job is reconciled at least this often, events or not."""
-    batch_seconds: float = field(
-        default_factory=lambda: float(_env("KERASJOB_BATCH_SECONDS", "0.1"))
-    )
-    """How long a job's reconcile waits after the first watch event that wakes it, so that
-    the events of its Pods that come together (created, bound, started, deleted at once)
-    are handled in one reconcile instead of one each. 0: at once."""
     force_delete_after: float = field(
         default_factory=lambda: float(_env("KERASJOB_FORCE_DELETE_AFTER", "30"))
     )

@@ -112,7 +112,7 @@ class Controller:
         """Something about job ``key`` (or one of its Pods) changed. Called by kopf handlers,
         which kopf runs only once its indices are fully populated: hence `ready`."""
         self.ready.set()
-        self.queue.add_after(key, self.config.batch_seconds)
+        self.queue.add(key)
 
     def pod_changed(self, key: Key, pod_name: str) -> None:
         """A watch event for a child Pod of job ``key``."""
