@@ -237,14 +237,7 @@ class Watcher:
                 return
 
     def wait(self, predicate: Any, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while not predicate():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self.cond.wait(min(left, 0.5))
-        return True
+        return support.wait_notified(self.cond, predicate, timeout)
 
     def pods_of(self, job: str) -> list[str]:
         # Both name their Pods <job>-worker-<index>.

@@ -31,6 +31,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -218,6 +219,19 @@ def delete_namespace(api_client: Any, name: str) -> None:
     except ApiException as exc:
         if exc.status != 404:
             raise
+
+
+def wait_notified(cond: threading.Condition, predicate: Callable[[], bool],
+                  timeout: float) -> bool:
+    """Wait on `cond` (notified by a watch thread) until `predicate()`; False at `timeout`."""
+    deadline = time.monotonic() + timeout
+    with cond:
+        while not predicate():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            cond.wait(min(left, 0.5))
+    return True
 
 
 def delete_namespace_and_wait(api_client: Any, name: str, timeout: float = 120) -> None:

@@ -13,9 +13,10 @@ Nothing here knows about KerasJob; `children.py` decides which container is the 
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from typing import Any
+
+from kerasjob.api import plain
 
 #: List field name -> the key its elements merge by. The same keys Kubernetes' strategic
 #: merge uses, so a template behaves as `kubectl patch` users expect (volumeMounts merge by
@@ -35,20 +36,16 @@ MERGE_KEYS: dict[str, str] = {
 }
 
 
-#: Leaves that are not JSON's (immutable) scalars: copied as they are.
-_MUTABLE_LEAVES = (set, bytearray)
-
-
 def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
     """A new dict: `override` merged over `base` (neither is modified)."""
-    out: dict[str, Any] = _copy(base)
+    out: dict[str, Any] = plain(base)
     merge_into(out, override)
     return out
 
 
 def merge_list(base: list[Any], override: list[Any], key: str) -> list[Any]:
     """Merge two lists of mappings by `key`; elements without the key are appended as-is."""
-    out: list[Any] = _copy(base)
+    out: list[Any] = plain(base)
     _merge_list_into(out, override, key)
     return out
 
@@ -84,19 +81,10 @@ def _merge_list_into(out: list[Any], override: list[Any], key: str) -> None:
             out.append(_without_none(item))
 
 
-def _copy(value: Any) -> Any:
-    """A deep copy as plain dicts and lists (a Mapping view becomes a dict)."""
-    if isinstance(value, Mapping):
-        return {k: _copy(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_copy(v) for v in value]
-    return copy.deepcopy(value) if isinstance(value, _MUTABLE_LEAVES) else value
-
-
 def _without_none(value: Any) -> Any:
     # A None means "delete"; where there is nothing to delete it must not reach the API.
     if isinstance(value, Mapping):
         return {k: _without_none(v) for k, v in value.items() if v is not None}
     if isinstance(value, list):
         return [_without_none(v) for v in value]
-    return copy.deepcopy(value) if isinstance(value, _MUTABLE_LEAVES) else value
+    return value  # a JSON scalar: immutable
