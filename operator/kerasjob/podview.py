@@ -82,6 +82,14 @@ class PodView:
     def running_ready(self) -> bool:
         return self.phase == "Running" and self.ready and not self.deleting
 
+    @property
+    def exited_ok(self) -> bool:
+        """Its trainer has exited 0 and the kubelet has not yet marked the Pod Succeeded
+        (its Ready condition turns False first; our Pods' restartPolicy is Never, so it
+        will): finishing, not restarting."""
+        return (self.phase == "Running" and not self.deleting
+                and self.termination is not None and self.termination.exit_code == 0)
+
 
 def _termination(state: Mapping[str, Any] | None) -> Termination | None:
     terminated = (state or {}).get("terminated")

@@ -129,6 +129,22 @@ def test_probes_go_when_the_job_is_not_running_or_finished() -> None:
     assert f.status["phase"] == "Succeeded" and "j-probe-0" in deletes(f)
 
 
+def test_a_worker_that_exited_0_is_finishing_not_restarting_and_the_job_does_not_grow() -> None:
+    # The kubelet reports the trainer terminated (exit 0) and Ready False a moment before
+    # the Pod is Succeeded: the job is neither restarting nor a job to grow.
+    j = ejob()
+    s = rc.plan(j, {"elastic": {"workers": 2, "resizes": 1}}, [pod(0), pod(1)], NOW).status
+    assert s["phase"] == "Running"
+    exiting = pod(1, ready=False, termination=Termination(0))
+    p = rc.plan(j, s, [pod(0), exiting, probe(0, node="n1", bound_for=600)], NOW)
+    assert p.status["phase"] == "Running" and not p.events
+    assert deletes(p) == ["j-probe-0"] and not probes(p)
+    assert p.status["elastic"]["workers"] == 2
+    # An exit that is not 0 is no finish: the job restarts.
+    failing = pod(1, ready=False, termination=Termination(1))
+    assert rc.plan(j, s, [pod(0), failing], NOW).status["phase"] == "Restarting"
+
+
 def test_workers_above_the_size_are_deleted() -> None:
     j = ejob()
     s = {"elastic": {"workers": 2, "resizes": 1}}
