@@ -157,6 +157,9 @@ ctx: Acting, key: Key, seen: Observed, plan: rc.Plan, actions: list[rc.Action]
             if ctx.probe_class and "PriorityClass" in str(result):
                 ctx.probe_class = None  # it does not exist: probes go without it
             continue
+        if name in probes and not isinstance(result, BaseException):
+            log.info("%s/%s: probe Pod %s created: looking for a place for one more worker",
+                     ns, job.name, name)
         if name is not None and not isinstance(result, BaseException):
             ctx.expectations.expect(key, name, now)
         elif isinstance(result, ApiError) and name is not None and refused is None:

@@ -36,10 +36,10 @@ class Deployment:
     release: str
     operator_namespace: str
 
-    def operator_logs(self) -> str:
+    def operator_logs(self, tail: int = 200) -> str:
         proc = self.cluster.kubectl(
             "logs", "-n", self.operator_namespace, f"deployment/{self.release}-kerasjob-operator",
-            "--tail=200", check=False,
+            f"--tail={tail}", check=False,
         )
         return proc.stdout + proc.stderr
 

@@ -9,6 +9,12 @@ instead of a third). Then the node has 3 slots again: the probe Pod is scheduled
 the cool-down the job grows back to 3 and finishes with exactly the configured steps and an
 accuracy in the band of an undisturbed run. Printed: capacity lost -> training at 2, and
 capacity back -> training at 3 (run with -s).
+
+4 x 500 steps: after capacity is back the job still trains ~60 s at 2 workers (~26 steps/s
+here), the window in which the grow must happen (it takes ~7 s: 5 s of probe settling, the
+rest scheduling). With 4 x 300 a CI run once ended training at 2 workers 38 s after
+capacity was back without a grow; on failure the test prints the Pods, the node's slots and
+when capacity changed, beside the operator's log.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import re
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +40,7 @@ NAME, CLAIM = "elastic", "elastic-ckpt"
 NODE = "kerasjob-node"
 SLOT = "kerasjob.dev/e2e-slot"
 JOBS = "/apis/kerasjob.dev/v1alpha1/namespaces/{ns}/kerasjobs"
-EPOCHS, STEPS_PER_EPOCH = 4, 300
+EPOCHS, STEPS_PER_EPOCH = 4, 500
 TOTAL = EPOCHS * STEPS_PER_EPOCH
 STEP = re.compile(contract.LOG_STEP_RE, re.M)
 RESUMED = re.compile(contract.LOG_RESUMED_RE, re.M)
@@ -44,6 +51,24 @@ def _slots(kj: Any, n: int | None) -> None:
     value = None if n is None else str(n)
     kj.request("PATCH", f"/api/v1/nodes/{NODE}/status", content_type=MERGE,
                body={"status": {"capacity": {SLOT: value}, "allocatable": {SLOT: value}}})
+
+
+def _pods_and_slots(kj: Any, ns: str) -> str:
+    """What a failure needs to be understood: each Pod's phase, node and scheduling
+    condition (probes included), and the node's slots."""
+    lines = []
+    for pod in kj.request("GET", f"/api/v1/namespaces/{ns}/pods")["items"]:
+        meta, st = pod["metadata"], pod.get("status") or {}
+        scheduled = next((c for c in st.get("conditions") or []
+                          if c.get("type") == "PodScheduled"), {})
+        lines.append(f"pod {meta['name']}: {st.get('phase')} node={pod['spec'].get('nodeName')}"
+                     f" deleting={bool(meta.get('deletionTimestamp'))} scheduled="
+                     f"{scheduled.get('status')}/{scheduled.get('reason')} at "
+                     f"{scheduled.get('lastTransitionTime')} {scheduled.get('message') or ''}")
+    node = (kj.get(f"/api/v1/nodes/{NODE}") or {}).get("status") or {}
+    lines.append(f"node {NODE}: capacity {(node.get('capacity') or {}).get(SLOT)} allocatable "
+                 f"{(node.get('allocatable') or {}).get(SLOT)}")
+    return "\n".join(lines)
 
 
 def _job() -> dict[str, Any]:
@@ -88,6 +113,12 @@ def test_elastic_job_shrinks_trains_on_and_grows_back(deployment: Any, tmp_path:
         return (bool(RESUMED.search(text)) and small == (size == 2)
                 and bool(steps) and steps[-1] > after)
 
+    marks: dict[str, str] = {}  # when (UTC) the test changed capacity: to read the logs by
+
+    def mark(what: str) -> float:
+        marks[what] = datetime.now(timezone.utc).strftime("%H:%M:%S.%f")[:-3]
+        return time.monotonic()
+
     pv = localdeploy.shared_claim(kj, ns, CLAIM, tmp_path / "ckpt")
     _slots(kj, 3)
     try:
@@ -101,7 +132,7 @@ def test_elastic_job_shrinks_trains_on_and_grows_back(deployment: Any, tmp_path:
         # Pending (Insufficient slots), the job shrinks to 2 and trains on.
         before = int(STEP.findall(log())[-1][0])
         _slots(kj, 2)
-        lost = time.monotonic()
+        lost = mark("capacity lost")
         victim = f"{NAME}-worker-2"
         kj.request("POST", pod_path(ns, victim, "eviction"), body={
             "apiVersion": "policy/v1", "kind": "Eviction",
@@ -117,7 +148,7 @@ def test_elastic_job_shrinks_trains_on_and_grows_back(deployment: Any, tmp_path:
 
         # Capacity back: the probe is scheduled; after the cool-down the job grows to 3.
         _slots(kj, 3)
-        back = time.monotonic()
+        back = mark("capacity back")
         wait_for(lambda: workers() == 3, timeout=180, interval=0.5, what="a grow to 3")
         grown = time.monotonic()
         wait_for(lambda: training_at(3, 0), timeout=240, interval=0.5,
@@ -128,7 +159,8 @@ def test_elastic_job_shrinks_trains_on_and_grows_back(deployment: Any, tmp_path:
                         timeout=600, interval=1, what="the job to finish")
         final_log = log()
     except BaseException:
-        print(status(), log()[-3000:], deployment.operator_logs(), sep="\n")
+        print(status(), marks, _pods_and_slots(kj, ns), log()[-3000:],
+              deployment.operator_logs(tail=600), sep="\n")
         raise
     finally:
         with contextlib.suppress(ApiError):
