@@ -243,7 +243,10 @@ class Elastic:
         if running and self.size < policy.preferred and not wanted:
             self.requeue(PROBE_SETTLE_SECONDS)  # look again: other jobs' Pods wake no one
         for index, pod in probes.items():
-            if index >= missing and not pod.deleting:
+            # A probe that ended was no place: the kubelet refused it (OutOf<resource>, its
+            # view of the node behind the scheduler's) or something stopped it. It goes,
+            # and a fresh one looks again.
+            if (index >= missing or pod.finished) and not pod.deleting:
                 self.actions.append(DeletePod(pod.name, pod.uid, force=True))
         if missing <= 0:
             return False
@@ -251,7 +254,7 @@ class Elastic:
             if index not in probes:
                 self.actions.append(CreateProbe(probe_name(self.job.name, index), index))
         bound = [p for i, p in sorted(probes.items())
-                 if i < missing and p.node_name and not p.deleting]
+                 if i < missing and p.node_name and not p.deleting and not p.finished]
         settle = timedelta(seconds=PROBE_SETTLE_SECONDS)
         unsettled = [p.scheduled_since + settle - self.now for p in bound
                      if p.scheduled_since is not None and p.scheduled_since + settle > self.now]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -116,6 +117,20 @@ def test_probe_while_short_grow_after_the_cool_down() -> None:
     fresh = rc.plan(j, g.status, [], later + timedelta(seconds=3))
     assert creates(fresh) == ["j-worker-0", "j-worker-1", "j-worker-2"]
     assert not probes(fresh)
+
+
+def test_a_probe_the_kubelet_refused_is_no_capacity_and_is_made_again() -> None:
+    # Bound by the scheduler, then refused by the kubelet (its view of the node behind):
+    # Failed with its node set. No grow on it; it goes, and a new one looks again.
+    j = ejob()
+    s = {"elastic": {"workers": 2, "resizes": 1}}
+    refused = replace(probe(0, node="n1", bound_for=600), phase="Failed",
+                      status_reason="OutOfexample.com/slot")
+    p = rc.plan(j, s, [pod(0), pod(1), refused], NOW)
+    assert deletes(p) == ["j-probe-0"] and p.status["elastic"]["workers"] == 2
+    assert not probes(p)  # the name is still taken: made again once it is gone
+    again = rc.plan(j, p.status, [pod(0), pod(1)], NOW)
+    assert probes(again) == ["j-probe-0"]
 
 
 def test_probes_go_when_the_job_is_not_running_or_finished() -> None:
