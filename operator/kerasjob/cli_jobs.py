@@ -179,6 +179,8 @@ def describe(args: argparse.Namespace) -> int:
         for r in (st.elastic.history if st and st.elastic else None) or []:
             out.append(f"  {format_time(r.time) if r.time else '-'} {r.from_workers} -> "
                        f"{r.to_workers} {r.reason}: {r.message}")
+        if st and st.elastic and st.elastic.growth:
+            out.append(f"  growing: {st.elastic.growth}")
     if st and st.last_restart and st.last_restart.reason:
         lr = st.last_restart
         out.append(f"Last restart: {lr.reason} of {lr.pod} (exit {lr.exit_code}) at {lr.time}")

@@ -232,10 +232,24 @@ class Elastic:
 
     def grow_if_capacity_returned(self, running: bool) -> bool:
         """Probe while running short; grow when probes are bound and the cool-down passed.
-        True when it resized."""
+        True when it resized. status.elastic.growth says where a grow stands."""
         policy = self.job.elastic
         if policy is None or self.size is None:
             return False
+        grew, growth = self._grow(policy, running)
+        elastic = dict(self.status.get("elastic") or {})
+        if elastic.get("growth") != growth:
+            if growth:
+                elastic["growth"] = growth
+            else:
+                elastic.pop("growth", None)
+            self.status["elastic"] = elastic
+        return grew
+
+    def _grow(self, policy: Any, running: bool) -> tuple[bool, str]:
+        """(resized, where a grow stands in words: '' at the preferred size or while the
+        job is not running)."""
+        assert self.size is not None
         probes = {p.index: p for p in self.owned.values() if p.role == PROBE_ROLE}
         # Short, running, and no other job waiting for a place: probe (see `waiting_jobs`).
         wanted = running and not self.job.others_waiting
@@ -249,38 +263,53 @@ class Elastic:
             if (index >= missing or pod.finished) and not pod.deleting:
                 self.actions.append(DeletePod(pod.name, pod.uid, force=True))
         if missing <= 0:
-            return False
+            if running and self.size < policy.preferred:
+                return False, ("Not probing: another job waits for a place, and capacity "
+                               "goes to it first")
+            return False, ""
         for index in range(missing):
             if index not in probes:
                 self.actions.append(CreateProbe(probe_name(self.job.name, index), index))
-        bound = [p for i, p in sorted(probes.items())
-                 if i < missing and p.node_name and not p.deleting and not p.finished]
         settle = timedelta(seconds=PROBE_SETTLE_SECONDS)
-        unsettled = [p.scheduled_since + settle - self.now for p in bound
-                     if p.scheduled_since is not None and p.scheduled_since + settle > self.now]
+        placed = [(p, since + settle) for i, p in sorted(probes.items())
+                  if i < missing and p.node_name and not p.deleting and not p.finished
+                  and (since := p.scheduled_since) is not None]
+        unsettled = [p for p, counts in placed if counts > self.now]
         if unsettled:
-            self.requeue(min(unsettled).total_seconds())
-        bound = [p for p in bound
-                 if p.scheduled_since is not None and p.scheduled_since + settle <= self.now]
-        if not bound:
-            return False
+            self.requeue((min(c for _, c in placed if c > self.now) - self.now).total_seconds())
+        settled = [p for p, counts in placed if counts <= self.now]
+        short = f"{missing} more worker{'s' if missing > 1 else ''}"
+        if not settled:
+            if unsettled:
+                first = unsettled[0]
+                return False, (f"Probe Pod {first.name} was scheduled on node "
+                               f"{first.node_name}: counted as a place once it has stayed "
+                               f"{PROBE_SETTLE_SECONDS:g}s")
+            pending = next((p for i, p in sorted(probes.items())
+                            if i < missing and not p.deleting and not p.finished), None)
+            if pending is not None and pending.waiting:
+                return False, f"Probe Pod {pending.name} waits for a place: {pending.waiting}"
+            return False, f"Probing for a place for {short}"
         last = self.last_resize()
         at = parse_time(last.get("time")) if last else None
+        where = f"probe Pod {settled[0].name} was scheduled on node {settled[0].node_name}"
         if at is not None:
             due = at + timedelta(seconds=policy.resize_cooldown_seconds)
             if self.now < due:
                 self.requeue((due - self.now).total_seconds())
-                return False
-        to = self.size + len(bound)
-        why = f"probe Pod {bound[0].name} was scheduled on node {bound[0].node_name}"
+                return False, (f"Capacity returned ({where}); growing after the cool-down "
+                               f"(resizeCooldownSeconds), at {format_time(due)}")
+        to = self.size + len(settled)
+        why = where
         gate = self.job.kueue
         if gate is not None and gate.workers is not None:
             if gate.workers < to:
                 self.grow_to = to  # Kueue's admission of that many first (its events wake us)
                 if gate.workers <= self.size:
-                    return False
+                    return False, (f"Capacity returned ({where}); waiting for Kueue to "
+                                   f"admit {to} workers")
                 to = gate.workers  # admitted already: as far as that
             why += f"; Kueue admitted {to} workers"
         self.resize(to, Reason.CAPACITY_RETURNED,
                     f"Growing from {self.size} to {to} workers: {why}")
-        return True
+        return True, ""

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from kerasjob import cli
 from kerasjob_contract.times import parse_time
 from kerasjob_dev.cluster import Cluster, wait_for
 from kerasjob_dev.harness import (
@@ -127,7 +128,8 @@ def _describe(kube: Any, ns: str) -> str:
 
 
 def test_twenty_elastic_jobs_follow_the_capacity(
-    kube: Any, cluster: Cluster, operator: OperatorProcess, namespace: str
+    kube: Any, cluster: Cluster, operator: OperatorProcess, namespace: str,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     ns = namespace
     nodes = _kwok_nodes(kube)
@@ -161,6 +163,20 @@ def test_twenty_elastic_jobs_follow_the_capacity(
             still = _converged(kube, ns, SLOTS // 2)
             assert still and {n: st["elastic"]["resizes"] for n, st in still.items()} == (
                 resizes), "resizes went on without a change of capacity"
+            # Each job below its preferred size says where its grow stands (a probe waiting
+            # for a place, or another job waiting for one).
+            growth = {n: st["elastic"].get("growth") for n, st in still.items()
+                      if st["elastic"]["workers"] < PREFERRED}
+            assert growth and all(growth.values()), growth
+            if cycle == 0:  # and `kerasjob describe` shows it
+                name = min(growth)
+                assert cli.main(["--kubeconfig", str(cluster.kubeconfig), "describe", name,
+                                 "-n", ns]) == 0
+                # (the scheduler's words in it may have changed since)
+                shown = [line for line in capsys.readouterr().out.splitlines()
+                         if line.startswith("  growing: ")]
+                assert len(shown) == 1 and shown[0].split()[1] == growth[name].split()[0], (
+                    shown, growth[name])
 
             _set_slots(kube, full)
             start = time.monotonic()

@@ -95,15 +95,24 @@ def test_probe_while_short_grow_after_the_cool_down() -> None:
     running = [pod(0), pod(1)]
     p = rc.plan(j, s, running, NOW)
     assert p.status["phase"] == "Running" and probes(p) == ["j-probe-0"]
-    # A pending probe: nothing to do; no new probe either.
-    p = rc.plan(j, p.status, [*running, probe(0)], NOW)
+    assert p.status["elastic"]["growth"] == "Probing for a place for 1 more worker"
+    # A pending probe: nothing to do; no new probe either. The status says why it waits.
+    p = rc.plan(j, p.status, [*running, replace(probe(0), waiting=UNSCHEDULABLE)], NOW)
     assert not probes(p) and not deletes(p)
+    assert p.status["elastic"]["growth"] == (
+        "Probe Pod j-probe-0 waits for a place: " + UNSCHEDULABLE)
     # Bound for a moment only (it may yet give way to a Pod of higher priority): wait.
     p = rc.plan(j, p.status, [*running, probe(0, node="n1", bound_for=1)], NOW)
     assert not deletes(p) and p.requeue_after == 4
+    assert p.status["elastic"]["growth"] == (
+        "Probe Pod j-probe-0 was scheduled on node n1: counted as a place once it has "
+        "stayed 5s")
     # Bound, but within the cool-down: wait for it.
     p = rc.plan(j, p.status, [*running, probe(0, node="n1")], NOW)
     assert not deletes(p) and p.requeue_after == 20
+    assert p.status["elastic"]["growth"] == (
+        "Capacity returned (probe Pod j-probe-0 was scheduled on node n1); growing after "
+        "the cool-down (resizeCooldownSeconds), at 2026-01-01T12:00:20Z")
     # After the cool-down: grow; every Pod and the probe go.
     later = NOW + timedelta(seconds=21)
     g = rc.plan(j, p.status, [*running, probe(0, node="n1")], later)
@@ -114,6 +123,7 @@ def test_probe_while_short_grow_after_the_cool_down() -> None:
     assert g.status["elastic"]["history"][-1]["reason"] == "CapacityReturned"
     assert "j-probe-0 was scheduled on node n1" in g.events[0].message
     assert g.status["phase"] == "Restarting"
+    assert "growth" not in g.status["elastic"]  # at the preferred size: nothing to say
     fresh = rc.plan(j, g.status, [], later + timedelta(seconds=3))
     assert creates(fresh) == ["j-worker-0", "j-worker-1", "j-worker-2"]
     assert not probes(fresh)
@@ -244,6 +254,7 @@ def test_while_another_job_waits_for_a_place_probes_give_theirs_back() -> None:
     p = rc.plan(j, s, [pod(0), pod(1), probe(0, node="n1"), probe(1)], NOW)
     assert sorted(deletes(p)) == ["j-probe-0", "j-probe-1"] and not probes(p)
     assert p.status["elastic"]["workers"] == 2  # no grow
+    assert p.status["elastic"]["growth"].startswith("Not probing: another job waits")
     # Which jobs wait: a Pod (not a probe, not going) that no node fits.
     index = {("ns", "a"): [pod(0), stuck(1, timedelta(0))], ("ns", "b"): [pod(0), probe(0)],
              ("ns", "c"): [replace(stuck(0, timedelta(0)), deletion_timestamp=NOW)],

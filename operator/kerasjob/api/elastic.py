@@ -89,3 +89,11 @@ class ElasticStatus(_StatusModel):
     history: list[Resize] | None = Field(
         None, description="The most recent resizes, oldest first (at most 10)."
     )
+    growth: str | None = Field(
+        None, max_length=2048,
+        description=(
+            "While the job runs below its preferred size: where a grow back stands, in "
+            "words (a probe Pod waiting for a place and the scheduler's reason, a probe "
+            "settling, the cool-down, another job waiting for a place, Kueue's admission)."
+        ),
+    )
