@@ -270,26 +270,26 @@ class Elastic:
         for index in range(missing):
             if index not in probes:
                 self.actions.append(CreateProbe(probe_name(self.job.name, index), index))
+        # The wanted probes that still stand; those bound to a node, and when each counts.
+        live = [p for i, p in sorted(probes.items())
+                if i < missing and not p.deleting and not p.finished]
         settle = timedelta(seconds=PROBE_SETTLE_SECONDS)
-        placed = [(p, since + settle) for i, p in sorted(probes.items())
-                  if i < missing and p.node_name and not p.deleting and not p.finished
-                  and (since := p.scheduled_since) is not None]
-        unsettled = [p for p, counts in placed if counts > self.now]
+        placed = [(p, since + settle) for p in live
+                  if p.node_name and (since := p.scheduled_since) is not None]
+        unsettled = [(p, counts) for p, counts in placed if counts > self.now]
         if unsettled:
-            self.requeue((min(c for _, c in placed if c > self.now) - self.now).total_seconds())
+            self.requeue((min(c for _, c in unsettled) - self.now).total_seconds())
         settled = [p for p, counts in placed if counts <= self.now]
-        short = f"{missing} more worker{'s' if missing > 1 else ''}"
         if not settled:
             if unsettled:
-                first = unsettled[0]
+                first = unsettled[0][0]
                 return False, (f"Probe Pod {first.name} was scheduled on node "
                                f"{first.node_name}: counted as a place once it has stayed "
                                f"{PROBE_SETTLE_SECONDS:g}s")
-            pending = next((p for i, p in sorted(probes.items())
-                            if i < missing and not p.deleting and not p.finished), None)
-            if pending is not None and pending.waiting:
-                return False, f"Probe Pod {pending.name} waits for a place: {pending.waiting}"
-            return False, f"Probing for a place for {short}"
+            if live and live[0].waiting:
+                return False, f"Probe Pod {live[0].name} waits for a place: {live[0].waiting}"
+            return False, (f"Probing for a place for {missing} more "
+                           f"worker{'s' if missing > 1 else ''}")
         last = self.last_resize()
         at = parse_time(last.get("time")) if last else None
         where = f"probe Pod {settled[0].name} was scheduled on node {settled[0].node_name}"

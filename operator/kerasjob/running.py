@@ -130,14 +130,13 @@ class Running:
             self.cond(st.COND_CREATED, True, Reason.CREATED.value, message)
 
         wanted = [t for t in job.tasks if t.name not in succeeded]
+        views = [self.owned.get(t.name) for t in wanted]
         # A Pod whose trainer exited 0 but is not yet Succeeded is finishing: the job is
         # not restarting (the kubelet reports Ready False a moment before Succeeded), but
         # it does not grow either.
-        finishing = any((p := self.owned.get(t.name)) is not None and p.exited_ok
-                        for t in wanted)
-        all_ready = bool(wanted) and all(
-            (p := self.owned.get(t.name)) is not None and (p.running_ready or p.exited_ok)
-            for t in wanted
+        finishing = any(p is not None and p.exited_ok for p in views)
+        all_ready = bool(views) and all(
+            p is not None and (p.running_ready or p.exited_ok) for p in views
         )
         self.grow_if_capacity_returned(all_ready and not finishing)
         all_ready = all_ready and not self.resized_now  # its Pods go: restarting at a new size
