@@ -13,12 +13,16 @@ PYTEST_ARGS ?=
 # Trainer image variants `make images` builds (kind-e2e builds only cpu).
 IMAGE_VARIANTS ?= cpu gpu
 
-.PHONY: help venv lint fmt test test-unit test-trainer test-integration test-e2e \
+.PHONY: help deps venv lint fmt test test-unit test-trainer test-integration test-e2e \
         binaries cluster-up cluster-down cluster-env crds demo bench bench-scale bench-gang bench-tfjob images \
         helm-lint kind-e2e clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+
+deps: ## Install the Debian packages the cluster and images need (root), check Go and Python >= 3.11
+	@PYTHON=$(PYTHON) hack/deps.sh
+	@[ -n "$$(ls -A $(KERASJOB_CACHE)/bin 2>/dev/null)" ] || echo "first run: builds etcd, Kubernetes, containerd, CoreDNS, Helm and KWOK from Go modules (~10 min on 2 cores) and the images (~3-5 min); later runs reuse $(KERASJOB_CACHE)"
 
 venv: $(VENV)/.installed ## Create the Python environment (operator, trainer, dev tools)
 $(VENV)/.installed: contract/pyproject.toml operator/pyproject.toml trainer_image/pyproject.toml dev/pyproject.toml
@@ -39,7 +43,7 @@ fmt: venv ## ruff format + autofix
 binaries: ## Build etcd, kube-*, kubectl, helm, kwok from the Go module proxy (cached)
 	hack/cluster/build.sh
 
-test: venv binaries lint ## Everything CI runs: lint, unit, trainer, integration and e2e tests
+test: deps venv binaries lint ## Everything CI runs: lint, unit, trainer, integration and e2e tests
 	$(BIN)/pytest $(PYTEST_ARGS) tests
 
 test-unit: venv ## Unit tests (no cluster, no TensorFlow processes)
@@ -69,7 +73,7 @@ crds: venv ## Regenerate crds/ from the pydantic models
 # tests/unit/test_chart.py fails if the two copies differ.
 	cp crds/kerasjob.dev_kerasjobs.yaml charts/kerasjob-operator/crds/
 
-demo: venv ## Train MNIST on 2 workers under the real operator, evict one, resume (CLUSTER=current to use KUBECONFIG)
+demo: $(if $(filter current,$(CLUSTER)),,deps) venv $(if $(filter current,$(CLUSTER)),,binaries) ## Train MNIST on 2 workers under the real operator, evict one, resume (CLUSTER=current to use KUBECONFIG)
 	$(BIN)/python -m kerasjob_dev.demo $(if $(filter current,$(CLUSTER)),--cluster current,)
 
 bench: venv binaries ## Benchmarks: print figures, write JSON to bench/results/

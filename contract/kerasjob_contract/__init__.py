@@ -80,6 +80,39 @@ class Env(str, enum.Enum):
     METRICS_PORT = "KERASJOB_METRICS_PORT"
     """Port on which the chief serves progress in Prometheus text format at /metrics."""
 
+    # The identity of a Keras 3 / JAX process (spec.trainer.backend: jax), instead of
+    # TF_CONFIG. Keras reads the KERAS_DISTRIBUTION_* ones in keras.distribution.initialize()
+    # and JAX the JAX_* ones in jax.distributed.initialize(); both say the same thing.
+    KERAS_BACKEND = "KERAS_BACKEND"
+    """"jax" for backend jax (Keras 3 picks its backend from it at import)."""
+
+    KERAS_JOB_ADDRESSES = "KERAS_DISTRIBUTION_JOB_ADDRESSES"
+    """host:port of the coordinator: process 0 (worker 0) through the headless Service, on
+    spec.port. Keras passes the first address to jax.distributed.initialize."""
+
+    KERAS_NUM_PROCESSES = "KERAS_DISTRIBUTION_NUM_PROCESSES"
+    """How many training processes (workers) the job has now."""
+
+    KERAS_PROCESS_ID = "KERAS_DISTRIBUTION_PROCESS_ID"
+    """This process's id, 0 .. num_processes - 1: the worker's index."""
+
+    JAX_COORDINATOR_ADDRESS = "JAX_COORDINATOR_ADDRESS"
+    JAX_NUM_PROCESSES = "JAX_NUM_PROCESSES"
+    JAX_PROCESS_ID = "JAX_PROCESS_ID"
+
+
+class Backend(str, enum.Enum):
+    """spec.trainer.backend (kerasjob_contract.trainer_config.BACKENDS)."""
+
+    TENSORFLOW = "tensorflow"
+    JAX = "jax"
+
+
+#: The identity variables of a backend-jax process (none of TF_CONFIG).
+JAX_IDENTITY_ENV: tuple[Env, ...] = (
+    Env.KERAS_BACKEND, Env.KERAS_JOB_ADDRESSES, Env.KERAS_NUM_PROCESSES, Env.KERAS_PROCESS_ID,
+    Env.JAX_COORDINATOR_ADDRESS, Env.JAX_NUM_PROCESSES, Env.JAX_PROCESS_ID,
+)
 
 #: The name of the trainer container in every trainer Pod (a template may add sidecars).
 TRAINER_CONTAINER = "trainer"

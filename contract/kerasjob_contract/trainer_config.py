@@ -15,6 +15,10 @@ import sys
 from typing import Any
 
 BUILTIN_MODELS = ("mnist-mlp", "mnist-cnn", "cifar10-cnn")
+#: spec.trainer.backend: which Keras the job runs. "tensorflow": tf-keras (Keras 2) under
+#: MultiWorkerMirroredStrategy, identity in TF_CONFIG. "jax": Keras 3 on JAX with
+#: keras.distribution (DataParallel), identity in KERAS_DISTRIBUTION_* / JAX_*.
+BACKENDS = ("tensorflow", "jax")
 #: Dataset sources as the API spells them: "path" reads `path` (a mounted volume) in `format`.
 API_DATASET_SOURCES = ("mnist-sample", "synthetic", "path")
 FILE_FORMATS = ("npz", "tfrecord")
@@ -74,6 +78,8 @@ class TrainerConfig:
     deterministic: bool = False
     #: Set for an elastic job (spec.elastic): the TF_CONFIG may hold fewer workers.
     elastic: ElasticConfig | None = None
+    #: Which Keras runs the job (BACKENDS).
+    backend: str = "tensorflow"
 
     @property
     def total_steps(self) -> int:
@@ -97,6 +103,7 @@ _SCALARS: dict[str, tuple[str, type]] = {
     "stallTimeoutSeconds": ("stall_timeout_seconds", float),
     "logEverySteps": ("log_every_steps", int),
     "deterministic": ("deterministic", bool),
+    "backend": ("backend", str),
 }
 _POSITIVE = ("epochs", "steps_per_epoch", "batch_size_per_replica", "save_freq",
              "learning_rate", "collective_timeout_seconds", "stall_timeout_seconds")
@@ -198,6 +205,9 @@ def parse_config(text: str | None) -> TrainerConfig:
             raise ConfigError(f"{camel} must be > 0, got {getattr(config, name)}")
     if config.log_every_steps < 0:
         raise ConfigError("logEverySteps must be >= 0")
+    if config.backend not in BACKENDS:
+        raise ConfigError(f"backend {config.backend!r} is unknown; expected one of "
+                          f"{', '.join(BACKENDS)}")
     validate_model_name(config.model)
     return config
 
