@@ -3,7 +3,9 @@
 Pure functions: a KerasJob in, plain manifests out, no API calls. Each manifest is a Jinja2
 template (templates/*.yaml.j2) rendered with the operator's defaults, then the user's
 spec.template (and the role's own template) merged over it (merge.py), then the fields the
-operator owns set again, so that no template can break TF_CONFIG, naming or restarts.
+operator owns set again, so that no template can break TF_CONFIG (or a JAX process's
+identity), naming or restarts. What differs per spec.trainer.backend (the identity
+variables, the ports the job's Pods reach each other on) comes from `runtimes`.
 
 The container named "trainer" is the trainer. If a user template has containers but none
 named "trainer", its first container is taken as the trainer and renamed "trainer", so the
@@ -27,8 +29,9 @@ from kerasjob.api import (
 )
 from kerasjob.elastic import PROBE_ROLE, probe_name
 from kerasjob.merge import deep_merge, merge_into
+from kerasjob.runtimes import IDENTITY_NAMES, runtime_for
 from kerasjob.templating import render
-from kerasjob.tf_config import build_tf_config, pod_name, tf_config_json
+from kerasjob.tf_config import pod_name
 from kerasjob_contract import DEFAULT_METRICS_PORT, TRAINER_CONTAINER, Env
 
 #: Name of the checkpoint volume in every Pod; reserved (a template may not define it).
@@ -40,11 +43,13 @@ DEFAULT_COMMAND = ("python", "-m", "kerasjob_trainer")
 DEFAULT_TERMINATION_GRACE_SECONDS = 60
 #: Fields of a role's ReplicaSpec/job template that the operator sets and a template may not.
 OWNED_POD_SPEC_FIELDS = ("hostname", "subdomain", "restartPolicy")
-#: Variables the operator owns; a template that sets one of them is invalid.
+#: Variables the operator owns; a template that sets one of them is invalid. The identity
+#: variables of every backend (TF_CONFIG, KERAS_BACKEND, KERAS_DISTRIBUTION_*, JAX_*) are
+#: owned whatever the job's backend: a template never gives a process a second identity.
 OWNED_ENV = frozenset({
-    Env.TF_CONFIG.value, Env.JOB_NAME.value, Env.NAMESPACE.value, Env.ROLE.value,
+    Env.JOB_NAME.value, Env.NAMESPACE.value, Env.ROLE.value,
     Env.INDEX.value, Env.CHECKPOINT_DIR.value, Env.RESTART_ATTEMPT.value,
-})
+}) | IDENTITY_NAMES
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -156,12 +161,15 @@ def _shared_child(j: KerasJob) -> dict[str, Any]:
 def build_network_policy(
     job: JobLike, *, metrics_from: Sequence[Mapping[str, Any]] = ()
 ) -> dict[str, Any]:
-    """The job's NetworkPolicy, named after the job: ingress to its Pods' TF port only from
+    """The job's NetworkPolicy, named after the job: ingress to its Pods' training ports
+    (the backend's `Runtime.ingress_ports`: the TF port; every TCP port for jax) only from
     the job's own Pods; to the metrics port only from ``metrics_from`` (NetworkPolicyPeers);
     nothing else (templates/networkpolicy.yaml.j2)."""
+    j = _job(job)
     return render(
         "networkpolicy.yaml.j2",
-        **_shared_child(_job(job)),
+        **_shared_child(j),
+        ports=runtime_for(j.spec.trainer.backend).ingress_ports(j.spec.port),
         metrics_port=DEFAULT_METRICS_PORT,
         metrics_from=[dict(peer) for peer in metrics_from],
     )
@@ -174,19 +182,19 @@ def build_pod(job: JobLike, role: ReplicaRole | str, index: int, *, default_imag
 
     default_image: the operator's trainer image, used unless spec.image or the template's
     trainer container names one. restart_attempt: disruptions + failures so far; it is in
-    the Pod's env and annotations. workers: an elastic job's current size (its TF_CONFIG
-    names that many workers); None: spec.workers. node_lost_toleration: tolerationSeconds
+    the Pod's env and annotations. workers: an elastic job's current size (its TF_CONFIG,
+    or for jax its process count, names that many workers); None: spec.workers. The
+    identity variables come from the backend's runtime. node_lost_toleration: tolerationSeconds
     for the NotReady/unreachable node taints (`node_lost_tolerations`); None: Kubernetes'.
     """
     j = _job(job)
     role = ReplicaRole(role)
     spec = j.spec
     name = pod_name(j.name, role, index)
-    tf_config = build_tf_config(
-        j.name, j.namespace, spec.replicas(workers), spec.port, role, index
-    )
+    runtime = runtime_for(spec.trainer.backend)
     owned_env = {
-        Env.TF_CONFIG.value: tf_config_json(tf_config),
+        **runtime.identity_env(j.name, j.namespace, spec.replicas(workers), spec.port,
+                               role, index),
         Env.JOB_NAME.value: j.name,
         Env.NAMESPACE.value: j.namespace,
         Env.ROLE.value: role.value,
@@ -197,8 +205,7 @@ def build_pod(job: JobLike, role: ReplicaRole | str, index: int, *, default_imag
     default_env = {
         Env.TRAINER_CONFIG.value: json.dumps(trainer_config(j), separators=(",", ":")),
         Env.METRICS_PORT.value: str(DEFAULT_METRICS_PORT),
-        # tf_keras, not Keras 3: Keras 3's fit does not work under MWMS (see DESIGN.md).
-        "TF_USE_LEGACY_KERAS": "1",
+        **runtime.default_env(),
     }
     annotations = {labels.RESTART_ATTEMPT: str(restart_attempt)}
     if "generation" in j.metadata:
@@ -244,10 +251,13 @@ def build_pod(job: JobLike, role: ReplicaRole | str, index: int, *, default_imag
     pod_spec.update(owned_spec)
     trainer = _trainer_container(pod_spec)
     if trainer is not None:  # else a template removed it: the API server says what is wrong
+        # Owned names keep the operator's value; another backend's identity is left out.
         trainer["env"] = [
             {"name": e["name"], "value": owned_env[e["name"]]}
             if isinstance(e, Mapping) and e.get("name") in owned_env else e
             for e in trainer.get("env") or []
+            if not (isinstance(e, Mapping) and e.get("name") in OWNED_ENV
+                    and e.get("name") not in owned_env)
         ]
     pod_spec["volumes"] = [
         volume if isinstance(v, Mapping) and v.get("name") == CHECKPOINT_VOLUME else v

@@ -13,6 +13,9 @@ import pydantic
 
 from kerasjob import bounded
 from kerasjob.api import (
+    JAX_NO_CHIEF,
+    JAX_NO_EVALUATOR,
+    Backend,
     DatasetSource,
     KerasJob,
     ReplicaRole,
@@ -90,6 +93,12 @@ def validate_job(obj: JobLike) -> list[str]:
             "(emptyDir is per Pod)"
         )
 
+    if spec.trainer.backend is Backend.JAX:  # workers only (the CRD's CEL rules, repeated)
+        roles = spec.replicas()
+        if ReplicaRole.CHIEF in roles:
+            problems.append(JAX_NO_CHIEF)
+        if ReplicaRole.EVALUATOR in roles:
+            problems.append(JAX_NO_EVALUATOR)
     problems.extend(_elastic_problems(j))
     for where, tpl in _templates(j):
         problems.extend(_template_problems(where, tpl, ckpt.mount_path))

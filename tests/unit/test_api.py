@@ -35,6 +35,9 @@ def test_defaults() -> None:
     assert spec.trainer.learning_rate is None
     assert spec.trainer.deterministic is False
     assert KerasJobSpec.model_validate({"trainer": {"deterministic": True}}).trainer.deterministic
+    assert spec.trainer.backend.value == "tensorflow"
+    assert KerasJobSpec.model_validate({"trainer": {"backend": "jax"}}).trainer.backend.value == \
+        "jax"
     assert spec.checkpoint.volume is None
     assert spec.checkpoint.mount_path == "/kerasjob/checkpoint"
     assert spec.checkpoint.save_freq == 100
@@ -94,6 +97,7 @@ def test_from_body_accepts_read_only_mappings() -> None:
     ({"trainer": {"learningRate": 0}}, "learningRate"),
     ({"trainer": {"dataset": {"source": "s3"}}}, "source"),
     ({"trainer": {"dataset": {"format": "csv"}}}, "format"),
+    ({"trainer": {"backend": "torch"}}, "backend"),
     ({"checkpoint": {"saveFreq": 0}}, "saveFreq"),
     ({"restartPolicy": "Always"}, "restartPolicy"),
     ({"cleanPodPolicy": "Some"}, "cleanPodPolicy"),

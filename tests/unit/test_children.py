@@ -10,8 +10,8 @@ import pydantic
 import pytest
 
 from kerasjob import children, labels, validation
-from kerasjob.api import KerasJob, ReplicaRole, RestartPolicy
-from kerasjob_contract import DEFAULT_METRICS_PORT, Env
+from kerasjob.api import JAX_NO_CHIEF, JAX_NO_EVALUATOR, KerasJob, ReplicaRole, RestartPolicy
+from kerasjob_contract import DEFAULT_METRICS_PORT, JAX_IDENTITY_ENV, Env
 from kerasjob_contract import trainer_config as trainer_config_parser
 
 IMAGE = "kerasjob/trainer:test"
@@ -184,7 +184,7 @@ def test_env() -> None:
     assert json.loads(env[Env.TRAINER_CONFIG.value]) == {
         "model": "mnist-mlp", "dataset": {"source": "mnist-sample"}, "epochs": 3,
         "stepsPerEpoch": 200, "batchSizePerReplica": 64, "seed": 42, "saveFreq": 100,
-        "deterministic": False,
+        "deterministic": False, "backend": "tensorflow",
     }
     # every env value is a string, as the API requires
     assert all(isinstance(v, str) for v in env.values())
@@ -503,3 +503,146 @@ def test_node_lost_tolerations() -> None:
         k: 5 for k in NODE_LOST_TAINTS}
     plain = children.build_pod(job(spec), "worker", 0, default_image=IMAGE)
     assert plain["spec"]["tolerations"] == [gpu]
+
+
+# --- spec.trainer.backend ---------------------------------------------------------------------
+
+
+JAX_COORDINATOR = "mnist-worker-0.mnist.ml.svc:2222"
+
+
+def jax_job(spec: dict[str, Any] | None = None) -> dict[str, Any]:
+    return job({"workers": 3, "checkpoint": {"volume": PVC}, "trainer": {"backend": "jax"},
+                **(spec or {})})
+
+
+@pytest.mark.parametrize("index", [0, 1, 2])
+def test_jax_env_of_a_three_worker_job(index: int) -> None:
+    pod = children.build_pod(jax_job(), "worker", index, default_image=IMAGE,
+                             restart_attempt=1)
+    assert [(e["name"], e["value"]) for e in trainer(pod)["env"]] == [
+        ("KERAS_BACKEND", "jax"),
+        ("KERAS_DISTRIBUTION_JOB_ADDRESSES", JAX_COORDINATOR),
+        ("KERAS_DISTRIBUTION_NUM_PROCESSES", "3"),
+        ("KERAS_DISTRIBUTION_PROCESS_ID", str(index)),
+        ("JAX_COORDINATOR_ADDRESS", JAX_COORDINATOR),
+        ("JAX_NUM_PROCESSES", "3"),
+        ("JAX_PROCESS_ID", str(index)),
+        ("KERASJOB_NAME", "mnist"),
+        ("KERASJOB_NAMESPACE", "ml"),
+        ("KERASJOB_ROLE", "worker"),
+        ("KERASJOB_INDEX", str(index)),
+        ("KERASJOB_CHECKPOINT_DIR", "/kerasjob/checkpoint/ml/mnist/uid-1"),
+        ("KERASJOB_RESTART_ATTEMPT", "1"),
+        ("KERASJOB_TRAINER_CONFIG", trainer(pod)["env"][13]["value"]),
+        ("KERASJOB_METRICS_PORT", str(DEFAULT_METRICS_PORT)),
+    ]
+    env = env_of(pod)
+    assert Env.TF_CONFIG.value not in env and "TF_USE_LEGACY_KERAS" not in env
+    cfg = trainer_config_parser.parse_config(env[Env.TRAINER_CONFIG.value])
+    assert cfg.backend == "jax"
+    # worker 0 is process 0, the chief; the Pod still publishes the job's port
+    assert pod["metadata"]["labels"].get(labels.CHIEF) == ("true" if index == 0 else None)
+    assert any(p["containerPort"] == 2222 for p in trainer(pod)["ports"])
+
+
+def test_jax_env_of_an_elastic_job_at_reduced_size() -> None:
+    spec = {"workers": 4, "elastic": {"minWorkers": 2}, "trainer": {
+        "backend": "jax", "batchSizePerReplica": 12}}
+    pod = children.build_pod(jax_job(spec), "worker", 1, default_image=IMAGE, workers=2)
+    env = env_of(pod)
+    assert env["KERAS_DISTRIBUTION_NUM_PROCESSES"] == env["JAX_NUM_PROCESSES"] == "2"
+    assert env["KERAS_DISTRIBUTION_PROCESS_ID"] == env["JAX_PROCESS_ID"] == "1"
+    assert env["JAX_COORDINATOR_ADDRESS"] == JAX_COORDINATOR
+    assert Env.TF_CONFIG.value not in env
+    cfg = trainer_config_parser.parse_config(env[Env.TRAINER_CONFIG.value])
+    assert cfg.backend == "jax" and cfg.elastic is not None
+    assert cfg.elastic.preferred_workers == 4
+    # at its preferred size: 4 processes
+    full = env_of(children.build_pod(jax_job(spec), "worker", 3, default_image=IMAGE))
+    assert full["JAX_NUM_PROCESSES"] == "4" and full["JAX_PROCESS_ID"] == "3"
+
+
+def test_tensorflow_env_is_unchanged() -> None:
+    """The default backend and an explicit 'tensorflow' give today's env, in today's order."""
+    for spec in ({"workers": 2, "checkpoint": {"volume": PVC}},
+                 {"workers": 2, "checkpoint": {"volume": PVC},
+                  "trainer": {"backend": "tensorflow"}}):
+        pod = children.build_pod(job(spec), "worker", 1, default_image=IMAGE)
+        assert [e["name"] for e in trainer(pod)["env"]] == [
+            "TF_CONFIG", "KERASJOB_NAME", "KERASJOB_NAMESPACE", "KERASJOB_ROLE",
+            "KERASJOB_INDEX", "KERASJOB_CHECKPOINT_DIR", "KERASJOB_RESTART_ATTEMPT",
+            "KERASJOB_TRAINER_CONFIG", "KERASJOB_METRICS_PORT", "TF_USE_LEGACY_KERAS",
+        ]
+        env = env_of(pod)
+        assert json.loads(env["TF_CONFIG"])["task"] == {"type": "worker", "index": 1}
+        assert not {e.value for e in JAX_IDENTITY_ENV} & set(env)
+
+
+def test_env_is_the_same_on_every_render() -> None:
+    for body in (job(), jax_job()):
+        assert children.build_pod(body, "worker", 1, default_image=IMAGE) == \
+            children.build_pod(copy.deepcopy(body), "worker", 1, default_image=IMAGE)
+
+
+def test_jax_identity_is_owned() -> None:
+    assert {e.value for e in JAX_IDENTITY_ENV} | {"TF_CONFIG"} <= children.OWNED_ENV
+    # A template cannot set them, whatever the job's backend ...
+    for backend in ("jax", "tensorflow"):
+        spec = {"workers": 1, "trainer": {"backend": backend}, "template": {"spec": {
+            "containers": [{"name": "trainer", "env": [{"name": "JAX_PROCESS_ID",
+                                                        "value": "7"}]}]}}}
+        problems = validation.validate_job(job(spec))
+        assert any("sets JAX_PROCESS_ID, which the operator sets" in p for p in problems)
+    # ... and the Pod of an unvalidated one keeps the operator's values, not another
+    # backend's identity.
+    spec = {"workers": 1, "trainer": {"backend": "jax"}, "template": {"spec": {
+        "containers": [{"name": "trainer", "env": [
+            {"name": "JAX_PROCESS_ID", "value": "7"}, {"name": "TF_CONFIG", "value": "{}"},
+            {"name": "MINE", "value": "1"}]}]}}}
+    env = env_of(children.build_pod(job(spec), "worker", 0, default_image=IMAGE))
+    assert env["JAX_PROCESS_ID"] == "0" and env["MINE"] == "1" and "TF_CONFIG" not in env
+
+
+def test_network_policy_ports_per_backend() -> None:
+    peer = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops"}}}
+    own = {"podSelector": {"matchLabels": {"kerasjob.dev/job-name": "mnist"}}}
+    metrics = {"from": [peer], "ports": [{"protocol": "TCP", "port": 9464}]}
+    tf = children.build_network_policy(job({**jax_job()["spec"], "port": 2345,
+                                            "trainer": {"backend": "tensorflow"}}),
+                                       metrics_from=[peer])
+    assert tf["spec"]["ingress"] == [
+        {"from": [own], "ports": [{"protocol": "TCP", "port": 2345}]}, metrics]
+    # jax: the job's own Pods on every TCP port (coordinator + gloo's ephemeral ports)
+    jax = children.build_network_policy(jax_job({"port": 2345}), metrics_from=[peer])
+    assert jax["spec"]["ingress"] == [{"from": [own], "ports": [{"protocol": "TCP"}]}, metrics]
+    assert children.build_network_policy(jax_job())["spec"]["ingress"] == [
+        {"from": [own], "ports": [{"protocol": "TCP"}]}]
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ({"chief": {}}, JAX_NO_CHIEF),
+    ({"chief": {"replicas": 1}}, JAX_NO_CHIEF),
+    ({"evaluator": {}}, JAX_NO_EVALUATOR),
+])
+def test_jax_rejects_chief_and_evaluator(extra: dict[str, Any], message: str) -> None:
+    problems = validation.validate_job(jax_job(extra))
+    assert message in problems, problems
+    assert message.startswith("backend jax: ")
+
+
+def test_jax_messages_say_why() -> None:
+    assert JAX_NO_CHIEF == ("backend jax: process 0 (worker 0) is the chief; spec.chief is for "
+                            "backend tensorflow")
+    assert "spec.evaluator is for backend tensorflow" in JAX_NO_EVALUATOR
+
+
+def test_valid_jax_jobs_have_no_problems() -> None:
+    assert validation.validate_job(jax_job()) == []
+    assert validation.validate_job(jax_job({"chief": {"replicas": 0},
+                                            "evaluator": {"replicas": 0}})) == []
+    assert validation.validate_job(job({"workers": 1, "trainer": {
+        "backend": "jax", "command": ["python", "/opt/train.py"]}})) == []
+    # the same roles are fine for tensorflow
+    assert validation.validate_job(job({"workers": 2, "chief": {}, "evaluator": {},
+                                        "checkpoint": {"volume": PVC}})) == []

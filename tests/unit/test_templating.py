@@ -27,6 +27,7 @@ def _context(template: str, i: int) -> dict[str, Any]:
         return common
     if template == "networkpolicy.yaml.j2":
         return {**common, "metrics_port": 9090,
+                "ports": [{"protocol": "TCP", **({"port": 2000 + i} if i % 2 else {})}],
                 "metrics_from": [{"podSelector": {"matchLabels": {"m": s}}}] if i % 2 else []}
     return {
         **common, "pod_name": f"p-{s}", "annotations": {s or "k": s},

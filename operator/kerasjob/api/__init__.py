@@ -41,6 +41,8 @@ from kerasjob.api.base import (
 )
 from kerasjob.api.elastic import BatchPolicy, ElasticSpec, ElasticStatus, Resize
 from kerasjob.api.spec import (
+    JAX_NO_CHIEF,
+    JAX_NO_EVALUATOR,
     MOUNT_PATH_NOT_NORMAL,
     MOUNT_PATH_SYSTEM,
     CheckpointSpec,
@@ -59,6 +61,7 @@ from kerasjob.api.status import (
     TrackedPod,
 )
 from kerasjob.api.trainer import DatasetSpec, TrainerSpec
+from kerasjob_contract import Backend
 
 # ---------------------------------------------------------------------------------------
 # The resource
@@ -127,8 +130,9 @@ def plain(value: Any) -> Any:
 
 
 __all__ = [
-    "API_VERSION_FULL", "DEFAULT_MOUNT_PATH", "KIND", "MODEL_PATTERN", "MOUNT_PATH_NOT_NORMAL",
-    "MOUNT_PATH_SYSTEM", "VOLUME_SOURCES", "BatchPolicy", "CheckpointSpec", "CleanPodPolicy",
+    "API_VERSION_FULL", "DEFAULT_MOUNT_PATH", "JAX_NO_CHIEF", "JAX_NO_EVALUATOR", "KIND",
+    "MODEL_PATTERN", "MOUNT_PATH_NOT_NORMAL", "MOUNT_PATH_SYSTEM", "VOLUME_SOURCES", "Backend",
+    "BatchPolicy", "CheckpointSpec", "CleanPodPolicy",
     "Condition", "ConditionStatus", "ConditionType", "DatasetFormat", "DatasetSource",
     "DatasetSpec", "ElasticSpec", "ElasticStatus", "Goodput", "KerasJob", "KerasJobSpec",
     "KerasJobStatus", "LastRestart", "Phase", "Progress", "Reason", "ReplicaRole", "ReplicaSpec",

@@ -150,6 +150,17 @@ MANAGED_BY_PATTERN = (
 )
 
 
+#: Backend jax has workers only (see TrainerSpec.backend): the CRD's CEL rules and the
+#: operator's validation say so in the same words.
+JAX_NO_CHIEF = (
+    "backend jax: process 0 (worker 0) is the chief; spec.chief is for backend tensorflow"
+)
+JAX_NO_EVALUATOR = (
+    "backend jax: the side-car evaluator runs tf-keras; spec.evaluator is for backend "
+    "tensorflow"
+)
+
+
 def _immutable(field: str) -> dict[str, str]:
     return _cel("self == oldSelf", f"{field} is immutable")
 
@@ -183,6 +194,16 @@ class KerasJobSpec(_Model):
                     "managedBy is immutable",
                 ),
                 _cel(
+                    "self.trainer.backend != 'jax' || !has(self.chief) || "
+                    "self.chief.replicas == 0",
+                    JAX_NO_CHIEF,
+                ),
+                _cel(
+                    "self.trainer.backend != 'jax' || !has(self.evaluator) || "
+                    "self.evaluator.replicas == 0",
+                    JAX_NO_EVALUATOR,
+                ),
+                _cel(
                     "!has(self.elastic) || self.elastic.minWorkers <= self.workers",
                     "elastic.minWorkers must be at most workers (the preferred size)",
                 ),
@@ -202,8 +223,9 @@ class KerasJobSpec(_Model):
         ge=1,
         le=1000,
         description=(
-            "Number of MultiWorkerMirroredStrategy workers. Worker 0 is the chief (writes "
-            "checkpoints and the final model) unless spec.chief has 1 replica. For an elastic "
+            "Number of workers (MultiWorkerMirroredStrategy workers, or JAX processes for "
+            "backend jax). Worker 0 is the chief (writes checkpoints and the final model) "
+            "unless spec.chief has 1 replica. For an elastic "
             "job, the preferred size (status.elastic.workers says how many run now). "
             "Immutable. Default: 1."
         ),
@@ -224,8 +246,8 @@ class KerasJobSpec(_Model):
         None,
         description=(
             "An optional dedicated chief Pod (replicas 0 or 1). When present with 1 replica "
-            "it is the task whose success completes the job. Cannot be added, removed or "
-            "resized after creation."
+            "it is the task whose success completes the job. Backend tensorflow only. Cannot "
+            "be added, removed or resized after creation."
         ),
     )
     evaluator: ReplicaSpec | None = Field(
@@ -233,7 +255,8 @@ class KerasJobSpec(_Model):
         description=(
             "An optional side-car evaluator Pod (replicas 0 or 1) that evaluates the chief's "
             "checkpoints. It is not part of the TF_CONFIG cluster and does not decide the "
-            "job's outcome. Cannot be added, removed or resized after creation."
+            "job's outcome. Backend tensorflow only. Cannot be added, removed or resized "
+            "after creation."
         ),
     )
     port: int = Field(
@@ -241,8 +264,8 @@ class KerasJobSpec(_Model):
         ge=1,
         le=65535,
         description=(
-            "The gRPC port every task listens on, published through the job's headless "
-            "Service. Immutable. Default: 2222."
+            "The gRPC port every task listens on (backend jax: worker 0's coordinator), "
+            "published through the job's headless Service. Immutable. Default: 2222."
         ),
         json_schema_extra={"x-kubernetes-validations": [_immutable("port")]},
     )
@@ -273,8 +296,8 @@ class KerasJobSpec(_Model):
             "'trainer') is the trainer. Containers, env and volumes merge by name, "
             "volumeMounts by mountPath, ports by containerPort; other lists are replaced; "
             "null deletes a field. The operator keeps TF_CONFIG, the KERASJOB_* identity "
-            "variables, hostname, subdomain and restartPolicy. Changes apply to Pods created "
-            "afterwards."
+            "variables, KERAS_BACKEND, KERAS_DISTRIBUTION_* and JAX_* (backend jax), "
+            "hostname, subdomain and restartPolicy. Changes apply to Pods created afterwards."
         ),
         json_schema_extra=_TEMPLATE_SCHEMA,
     )

@@ -8,6 +8,7 @@ from typing import Annotated
 from pydantic import ConfigDict, Field
 
 from kerasjob.api.base import MODEL_PATTERN, DatasetFormat, DatasetSource, _cel, _Model
+from kerasjob_contract import Backend
 from kerasjob_contract.trainer_config import DEFAULTS as TRAINER_DEFAULTS
 
 # ---------------------------------------------------------------------------------------
@@ -165,7 +166,8 @@ class TrainerSpec(_Model):
         description=(
             "Your own program instead of the bundled trainer, as an argv list like a "
             "container's command, e.g. [python, /opt/kerasjob-user/train.py, --lr=0.01]. The "
-            "trainer image runs it (exec) with TF_CONFIG and the KERASJOB_* variables set; "
+            "trainer image runs it (exec) with TF_CONFIG (backend jax: KERAS_BACKEND and the "
+            "KERAS_DISTRIBUTION_*/JAX_* variables) and the KERASJOB_* variables set; "
             "model and dataset are then ignored. The script comes from the image, or a "
             "ConfigMap or volume mounted through spec.template; with the "
             "kerasjob_trainer.session library it gets backups, save-on-SIGTERM (exit 42), "
@@ -180,5 +182,21 @@ class TrainerSpec(_Model):
             "random state. The same job then ends with the same weights whether or not it "
             "was disrupted (bit-identical on CPU). Costs some throughput (see the trainer "
             f"README). Default: {str(TRAINER_DEFAULTS.deterministic).lower()}."
+        ),
+    )
+    backend: Backend = Field(
+        Backend(TRAINER_DEFAULTS.backend),
+        description=(
+            "Which Keras runs the job, for the bundled trainer and for your own command alike. "
+            "'tensorflow': tf-keras (Keras 2) under MultiWorkerMirroredStrategy; each Pod "
+            "gets TF_CONFIG. 'jax': Keras 3 on the JAX backend with keras.distribution "
+            "(data parallel); each worker is one JAX process and gets KERAS_BACKEND=jax, "
+            "KERAS_DISTRIBUTION_JOB_ADDRESSES and JAX_COORDINATOR_ADDRESS (worker 0 on "
+            "spec.port, the coordinator), KERAS_DISTRIBUTION_NUM_PROCESSES and "
+            "JAX_NUM_PROCESSES (the workers the job runs with now), "
+            "KERAS_DISTRIBUTION_PROCESS_ID and JAX_PROCESS_ID (the worker's index), and no "
+            "TF_CONFIG; the job's Pods reach each other on every TCP port. Backend jax "
+            "allows no spec.chief (worker 0 is process 0, the chief) and no spec.evaluator. "
+            f"Default: {TRAINER_DEFAULTS.backend}."
         ),
     )
