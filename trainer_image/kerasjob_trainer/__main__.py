@@ -81,18 +81,43 @@ def build_context(argv: list[str] | None = None, *, check_model: bool = True) ->
                       output_dir=os.path.abspath(output_dir), metrics_port=port)
 
 
-def exec_command(command: tuple[str, ...]) -> None:
-    """Replace this process with the user's program (spec.trainer.command): same PID, same
-    environment (TF_CONFIG, KERASJOB_*), its exit code is the Pod's."""
+def check_command(command: tuple[str, ...]) -> None:
+    """The user's program exists (ConfigError, exit 78, when it cannot run)."""
     program = command[0]
     if not (shutil.which(program) or (os.path.sep in program and os.access(program, os.X_OK))):
         raise ConfigError(f"command {program!r} is not an executable in the image")
     for arg in command[1:]:
         if arg.endswith(".py") and arg.startswith("/") and not os.path.isfile(arg):
             raise ConfigError(f"command: script {arg!r} does not exist (is its volume mounted?)")
+
+
+def exec_command(command: tuple[str, ...]) -> None:
+    """Replace this process with the user's program (spec.trainer.command): same PID, same
+    environment (TF_CONFIG, KERASJOB_*), its exit code is the Pod's."""
+    check_command(command)
+    program = command[0]
     sys.stdout.flush()
     sys.stderr.flush()
     os.execvp(program, list(command))
+
+
+def backend_of(argv: list[str] | None) -> str:
+    """spec.trainer.backend from the config (flag or environment); checked in full later."""
+    args, _ = _parser().parse_known_args(argv)
+    text = args.config if args.config is not None else os.environ.get(Env.TRAINER_CONFIG.value)
+    return parse_config(text).backend
+
+
+def run_keras3(argv: list[str] | None) -> int:
+    """backend jax: check everything here (exit 78 before JAX starts), then supervise the
+    Keras 3 trainer, or the user's command, as a child (`kerasjob_trainer.keras3.supervisor`)."""
+    from kerasjob_trainer.keras3 import supervisor
+    from kerasjob_trainer.keras3.__main__ import build_context as keras3_context
+
+    ctx = keras3_context(argv, check_model=False)  # the child imports the user module
+    if ctx.config.command:
+        check_command(ctx.config.command)
+    return supervisor.main(list(argv or []), ctx.config.command)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
 
     session.install_early_sigterm_handler()
     try:
+        if backend_of(argv) == "jax":
+            return run_keras3(argv if argv is not None else sys.argv[1:])
         ctx = build_context(argv)
         if ctx.config.command:
             exec_command(ctx.config.command)

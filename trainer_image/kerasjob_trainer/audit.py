@@ -48,6 +48,14 @@ class Audit:
             f.write(json.dumps(record, separators=(",", ":")) + "\n")
             f.flush()
 
+    def data(self, step: int, replica: int, indices: list[int]) -> None:
+        """One per-replica batch as the pipeline produced it (the Keras 3 input's record)."""
+        self._write(self._data, {"step": step, "replica": replica, "indices": indices})
+
+    def step(self, record: dict[str, Any]) -> None:
+        """One trained step (the Keras 3 session's record; the keys of `callback`'s)."""
+        self._write(self._steps, record)
+
     def pipeline_hook(self, steps: Any, replicas: Any, indices: Any) -> Any:
         """Inside tf.data: records each (step, replica, indices) row, returns the indices."""
         import tensorflow as tf

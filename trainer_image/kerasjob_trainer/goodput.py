@@ -245,3 +245,16 @@ class Recorder:
         write_json_atomic(os.path.join(self.dir, f"last-{self.name}.json"), record)
         if ledger is not None:
             write_json_atomic(os.path.join(self.dir, LEDGER_FILE), ledger)
+
+
+def record_exit(checkpoint_dir: str, name: str, code: int, at: float | None = None) -> bool:
+    """For a process that could not say how it left (the JAX runtime aborted it): set the exit
+    code of its last record, as `Recorder.exiting` would have. False when there is no record
+    of a step, or it already has an exit."""
+    path = os.path.join(checkpoint_dir, GOODPUT_SUBDIR, f"last-{name}.json")
+    raw = _read(path)
+    if not raw or raw.get("exit_code") is not None:
+        return False
+    raw["exit_code"], raw["exited_at"] = int(code), time.time() if at is None else at
+    write_json_atomic(path, raw)
+    return True

@@ -1,0 +1,100 @@
+"""The built-in models in Keras 3, and user model functions ("package.module:function").
+
+The same names and layers as the tf-keras built-ins (`kerasjob_trainer.models`). A user
+function for backend jax is called after the distribution is set (DataParallel), with the
+trainer config, and returns a *compiled* Keras 3 model, or (model, (x_train, y_train)), or
+(model, (x_train, y_train), (x_test, y_test)) with NumPy arrays; a module-level
+`dataset(config)` returning (x_train, y_train) or ((x_train, y_train), (x_test, y_test)) is
+used otherwise; else the configured dataset source.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from kerasjob_contract.trainer_config import BUILTIN_MODELS, ConfigError
+from kerasjob_trainer.models import _call_with_config, load_user_function
+
+Arrays = tuple[Any, Any]
+
+
+def build_model(name: str, config: dict[str, Any],
+                learning_rate: float) -> tuple[Any, Arrays | None, Arrays | None]:
+    """(compiled model, train arrays or None, test arrays or None)."""
+    if name in BUILTIN_MODELS:
+        return builtin(name, learning_rate), None, None
+    func = load_user_function(name)
+    result = _call_with_config(func, config)
+    train = test = None
+    if isinstance(result, tuple):
+        if len(result) not in (2, 3):
+            raise ConfigError(f"model {name!r} must return model, (model, train) or "
+                              "(model, train, test)")
+        model, train, test = (*result, None)[:3]
+    else:
+        model = result
+        dataset_fn = getattr(importlib.import_module(name.partition(":")[0]), "dataset", None)
+        if callable(dataset_fn):
+            train, test = _split(_call_with_config(dataset_fn, config))
+    if getattr(model, "optimizer", None) is None:
+        raise ConfigError(f"model {name!r} returned a model that is not compiled")
+    if not hasattr(model, "trainable_variables") or type(model).__module__.startswith("tf_keras"):
+        raise ConfigError(f"model {name!r} must return a Keras 3 model for backend jax")
+    for what, arrays in (("train", train), ("test", test)):
+        if arrays is not None and not (isinstance(arrays, tuple) and len(arrays) == 2):
+            raise ConfigError(f"model {name!r}: {what} data must be (x, y) NumPy arrays")
+    return model, train, test
+
+
+def _split(result: Any) -> tuple[Arrays, Arrays | None]:
+    if isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], tuple):
+        return result[0], result[1]
+    if isinstance(result, tuple) and len(result) == 2:
+        return result, None
+    raise ConfigError("a dataset function must return (x, y) or ((x, y), (x_test, y_test))")
+
+
+def builtin(name: str, learning_rate: float) -> Any:
+    import keras
+    from keras import layers
+
+    if name == "mnist-mlp":
+        model = keras.Sequential([
+            keras.Input(shape=(784,)),
+            layers.Dense(256, activation="relu"),
+            layers.Dense(256, activation="relu"),
+            layers.Dense(10),
+        ], name="mnist_mlp")
+    elif name == "mnist-cnn":
+        model = keras.Sequential([
+            keras.Input(shape=(28, 28, 1)),
+            layers.Conv2D(16, 3, activation="relu"),
+            layers.MaxPooling2D(),
+            layers.Conv2D(32, 3, activation="relu"),
+            layers.MaxPooling2D(),
+            layers.Flatten(),
+            layers.Dense(64, activation="relu"),
+            layers.Dense(10),
+        ], name="mnist_cnn")
+    elif name == "cifar10-cnn":
+        model = keras.Sequential([
+            keras.Input(shape=(32, 32, 3)),
+            layers.Conv2D(32, 3, padding="same", activation="relu"),
+            layers.Conv2D(32, 3, activation="relu"),
+            layers.MaxPooling2D(),
+            layers.Conv2D(64, 3, padding="same", activation="relu"),
+            layers.Conv2D(64, 3, activation="relu"),
+            layers.MaxPooling2D(),
+            layers.Flatten(),
+            layers.Dense(128, activation="relu"),
+            layers.Dense(10),
+        ], name="cifar10_cnn")
+    else:
+        raise ConfigError(f"unknown model {name!r}")
+    model.compile(
+        optimizer=keras.optimizers.Adam(learning_rate),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
+    return model
