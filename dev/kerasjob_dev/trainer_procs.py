@@ -41,6 +41,33 @@ def tf_config(cluster: dict[str, list[str]], role: str, index: int) -> str:
     return json.dumps({"cluster": cluster, "task": {"type": role, "index": index}})
 
 
+def jax_identity(coordinator: str, processes: int, process_id: int) -> dict[str, str]:
+    """What the operator sets for backend jax (kerasjob.runtimes.JaxRuntime)."""
+    return {
+        Env.KERAS_BACKEND.value: "jax",
+        Env.KERAS_JOB_ADDRESSES.value: coordinator,
+        Env.KERAS_NUM_PROCESSES.value: str(processes),
+        Env.KERAS_PROCESS_ID.value: str(process_id),
+        Env.JAX_COORDINATOR_ADDRESS.value: coordinator,
+        Env.JAX_NUM_PROCESSES.value: str(processes),
+        Env.JAX_PROCESS_ID.value: str(process_id),
+    }
+
+
+def keras3_weights(path: Path) -> list[Any]:
+    """Every array in a Keras 3 .keras file's weights, in file order (no Keras needed)."""
+    import io
+    import zipfile
+
+    import h5py
+
+    arrays: list[Any] = []
+    with zipfile.ZipFile(path) as z, h5py.File(io.BytesIO(z.read("model.weights.h5"))) as f:
+        f.visititems(lambda name, obj: arrays.append(obj[()])
+                     if isinstance(obj, h5py.Dataset) else None)
+    return arrays
+
+
 class Trainer:
     """One trainer process."""
 
@@ -52,7 +79,7 @@ class Trainer:
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "kerasjob_trainer", *(args or [])],
-                env=full_env, stdout=out, stderr=subprocess.STDOUT,
+                env=full_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             )
         self.started = time.monotonic()
 
@@ -67,6 +94,13 @@ class Trainer:
             ) from None
 
     def signal(self, sig: int) -> None:
+        """SIGKILL ends every process of the trainer, as a container's end does (backend jax
+        runs a supervisor and its child); other signals go to the first process only, as the
+        kubelet's SIGTERM goes to PID 1."""
+        if sig == signal.SIGKILL:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            return
         self.proc.send_signal(sig)
 
     def text(self) -> str:
@@ -94,8 +128,9 @@ class Trainer:
         raise AssertionError(f"{self.name} never reached step {at_least}:\n{self.tail()}")
 
     def stop(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)  # the child of a supervisor too
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(10)
 
 
@@ -104,8 +139,10 @@ class Group:
 
     def __init__(self, tmp: Path, config: dict[str, Any], workers: int = 2,
                  chief: bool = False, evaluator: bool = False,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, backend: str = "tensorflow") -> None:
         self.tmp = tmp
+        #: "jax": Keras 3 processes with the identity env the operator gives backend jax.
+        self.backend = backend
         self.ckpt = tmp / "ckpt"
         self.config = config
         self.env = dict(env or {})  # extra environment of every process
@@ -139,10 +176,13 @@ class Group:
         self.generation += 1
         self.trainers = []
         for role, index in roles:
+            identity = (jax_identity(cluster["worker"][0], self.workers, index)
+                        if self.backend == "jax" else
+                        {Env.TF_CONFIG.value: tf_config(cluster, role, index)})
             env = {
+                **identity,
                 **self.env,
-                Env.TF_CONFIG.value: tf_config(cluster, role, index),
-                Env.TRAINER_CONFIG.value: json.dumps(self.config),
+                Env.TRAINER_CONFIG.value: json.dumps({**self.config, "backend": self.backend}),
                 Env.CHECKPOINT_DIR.value: str(self.ckpt),
                 Env.METRICS_PORT.value: str(self.metrics_port),
             }
@@ -177,6 +217,8 @@ class Group:
 
     def final_weights(self) -> list[Any]:
         """The weights of the model.keras the chief saved."""
+        if self.backend == "jax":
+            return keras3_weights(self.output / "model.keras")
         import tf_keras
 
         return tf_keras.models.load_model(self.output / "model.keras",

@@ -34,6 +34,7 @@ import os
 import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -252,11 +253,12 @@ class Session:
 
     def finish(self, model: Any, *, metrics: dict[str, float] | None = None,
                exit: bool = True) -> int:
-        """The chief saves output_dir/model.keras and deletes the backup; progress is marked
+        """The chief saves output_dir/model.keras (every process must call this: the save is
+        a collective) and deletes the backup; progress is marked
         done; every process leaves the JAX runtime together; exit 0."""
         try:
+            _save_model(model, self.output_dir, self.is_chief)
             if self.is_chief:
-                _save_model(model, self.output_dir)
                 shutil.rmtree(self.backup_dir, ignore_errors=True)  # the model is safe now
         except Exception as e:
             self.fail(e)
@@ -450,7 +452,13 @@ def _reporter(ctx: Context) -> ProgressReporter:
         return ProgressReporter(ctx.output_dir, None)
 
 
-def _save_model(model: Any, output_dir: str) -> None:
+def _save_model(model: Any, output_dir: str, is_chief: bool) -> None:
+    """Every process saves (Keras checks across processes that the values agree: a
+    collective); only the chief keeps the file."""
+    if not is_chief:
+        with tempfile.TemporaryDirectory() as tmp:
+            model.save(os.path.join(tmp, contract.MODEL_FILE))
+        return
     os.makedirs(output_dir, exist_ok=True)
     path = os.path.join(output_dir, contract.MODEL_FILE)
     tmp = os.path.join(output_dir, f".tmp-{contract.MODEL_FILE}")

@@ -13,6 +13,8 @@ The child's stdout is the container's, untouched.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import signal
 import subprocess
@@ -24,6 +26,8 @@ from typing import IO
 
 from kerasjob_contract import Env, ExitCode
 from kerasjob_trainer import goodput
+
+PR_SET_PDEATHSIG = 1
 
 #: The JAX distributed client's last words when the coordination service lost a task.
 JAX_FATAL = b"JAX distributed service detected fatal errors"
@@ -38,6 +42,13 @@ def _tee(source: IO[bytes], seen: threading.Event) -> None:
         out.flush()
 
 
+def _die_with_parent() -> None:
+    """In the child: the kernel SIGKILLs it when the supervisor dies (no orphan trainer)."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 def exit_code(returncode: int, lost_peer: bool) -> int:
     """The supervisor's exit code for the child's `returncode` (negative: a signal)."""
     if returncode >= 0:
@@ -50,7 +61,8 @@ def exit_code(returncode: int, lost_peer: bool) -> int:
 def supervise(argv: Sequence[str], *, name: str | None = None,
               checkpoint_dir: str | None = None) -> int:
     """Run `argv` to its end; its exit code in the contract's terms (see the module doc)."""
-    child = subprocess.Popen(list(argv), stderr=subprocess.PIPE)  # noqa: S603
+    child = subprocess.Popen(list(argv), stderr=subprocess.PIPE,  # noqa: S603
+                             preexec_fn=_die_with_parent)
     assert child.stderr is not None
 
     def forward(signum: int, frame: object) -> None:
