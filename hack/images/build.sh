@@ -13,7 +13,8 @@
 #   --quiet        build output to $KERASJOB_RUN/images/*.log instead of the terminal
 #
 # Environment (all optional):
-#   IMAGE_VARIANTS        trainer variants, "cpu" (default), "cpu gpu"
+#   IMAGE_VARIANTS        trainer variants, "cpu" (default), "cpu gpu", "cpu jax-cpu"
+#                         (jax-*: the Keras 3 image, trainer_image/keras3.Dockerfile)
 #   IMAGE_TAG             tag of the project's images (default dev)
 #   KERASJOB_LOCAL_BASE   auto (default): build FROM the official python image when the
 #                         daemon has it or can pull it, else FROM the local base
@@ -59,7 +60,8 @@ TF_VERSION="$(sed -n 's/^ARG TF_VERSION=//p' trainer_image/Dockerfile)"
 TRAINER_GPU_BASE="${TRAINER_GPU_BASE:-tensorflow/tensorflow:$TF_VERSION-gpu}"
 [ -n "$OFFICIAL_PYTHON" ] && [ -n "$TF_VERSION" ] || die "could not read PYTHON_IMAGE/TF_VERSION from the Dockerfiles"
 for v in $IMAGE_VARIANTS; do
-  case "$v" in cpu|gpu) ;; *) die "IMAGE_VARIANTS: unknown variant '$v' (cpu, gpu)" ;; esac
+  case "$v" in cpu|gpu|jax-cpu|jax-gpu) ;;
+    *) die "IMAGE_VARIANTS: unknown variant '$v' (cpu, gpu, jax-cpu, jax-gpu)" ;; esac
 done
 
 mkdir -p "$IMAGES_CACHE" "$KERASJOB_RUN/images"
@@ -167,6 +169,11 @@ docker_build "$OPERATOR_IMAGE" operator -f Dockerfile --build-arg "PYTHON_IMAGE=
 
 for v in $IMAGE_VARIANTS; do
   tag="$TRAINER_REPO:$IMAGE_TAG-$v"
+  if [ "${v#jax-}" != "$v" ]; then  # Keras 3 on JAX: its own Dockerfile, no TensorFlow
+    docker_build "$tag" "trainer-$v" -f trainer_image/keras3.Dockerfile \
+      --build-arg "VARIANT=$v" --build-arg "BASE_IMAGE=$python_base" .
+    continue
+  fi
   if [ "$v" = cpu ]; then
     base="$python_base"
   else

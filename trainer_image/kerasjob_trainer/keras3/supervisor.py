@@ -61,7 +61,7 @@ def exit_code(returncode: int, lost_peer: bool) -> int:
 def supervise(argv: Sequence[str], *, name: str | None = None,
               checkpoint_dir: str | None = None) -> int:
     """Run `argv` to its end; its exit code in the contract's terms (see the module doc)."""
-    child = subprocess.Popen(list(argv), stderr=subprocess.PIPE,  # noqa: S603
+    child = subprocess.Popen(list(argv), stderr=subprocess.PIPE,
                              preexec_fn=_die_with_parent)
     assert child.stderr is not None
 
@@ -69,12 +69,15 @@ def supervise(argv: Sequence[str], *, name: str | None = None,
         if child.poll() is None:
             child.send_signal(signum)
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, forward)
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
     seen = threading.Event()
     tee = threading.Thread(target=_tee, args=(child.stderr, seen), daemon=True)
     tee.start()
-    returncode = child.wait()
+    try:
+        returncode = child.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     tee.join(timeout=5)
     code = exit_code(returncode, seen.is_set())
     if code == ExitCode.PEER_LOST and returncode < 0:

@@ -7,7 +7,6 @@ from typing import Any
 
 import numpy as np
 
-from kerasjob_contract import ExitCode
 from kerasjob_contract.trainer_config import ConfigError, DatasetConfig
 from kerasjob_trainer import faults
 from kerasjob_trainer.faults import hard_exit
