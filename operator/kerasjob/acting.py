@@ -24,6 +24,7 @@ from kerasjob.paths import (
 )
 from kerasjob.planning import CreateProbe
 from kerasjob.rejection import Rejection
+from kerasjob.runtimes import default_images
 from kerasjob.workqueue import Key
 
 log = logging.getLogger("kerasjob.controller")
@@ -112,7 +113,7 @@ ctx: Acting, key: Key, seen: Observed, plan: rc.Plan, actions: list[rc.Action]
                 model,
                 action.task.role,
                 action.task.index,
-                default_image=ctx.config.default_image,
+                default_image=default_images(ctx.config),
                 restart_attempt=plan.restart_attempt,
                 workers=action.workers,
                 node_lost_toleration=ctx.config.node_lost_toleration_seconds,
@@ -123,7 +124,7 @@ ctx: Acting, key: Key, seen: Observed, plan: rc.Plan, actions: list[rc.Action]
             calls.append((action.task.name, create))
         elif isinstance(action, CreateProbe) and model is not None:
             manifest = children.build_probe_pod(
-                model, action.index, default_image=ctx.config.default_image,
+                model, action.index, default_image=default_images(ctx.config),
                 priority_class=await probe_priority_class(ctx),
             )
             kueue.apply_update(manifest, updates.get("worker"))

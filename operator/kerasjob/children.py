@@ -29,7 +29,7 @@ from kerasjob.api import (
 )
 from kerasjob.elastic import PROBE_ROLE, probe_name
 from kerasjob.merge import deep_merge, merge_into
-from kerasjob.runtimes import IDENTITY_NAMES, runtime_for
+from kerasjob.runtimes import IDENTITY_NAMES, DefaultImages, default_image_for, runtime_for
 from kerasjob.templating import render
 from kerasjob.tf_config import pod_name
 from kerasjob_contract import DEFAULT_METRICS_PORT, TRAINER_CONTAINER, Env
@@ -175,17 +175,20 @@ def build_network_policy(
     )
 
 
-def build_pod(job: JobLike, role: ReplicaRole | str, index: int, *, default_image: str,
+def build_pod(job: JobLike, role: ReplicaRole | str, index: int, *,
+              default_image: DefaultImages,
               restart_attempt: int = 0, workers: int | None = None,
               node_lost_toleration: int | None = None) -> dict[str, Any]:
     """The Pod of task (role, index): <job>-<role>-<index>.
 
     default_image: the operator's trainer image, used unless spec.image or the template's
-    trainer container names one. restart_attempt: disruptions + failures so far; it is in
-    the Pod's env and annotations. workers: an elastic job's current size (its TF_CONFIG,
-    or for jax its process count, names that many workers); None: spec.workers. The
-    identity variables come from the backend's runtime. node_lost_toleration: tolerationSeconds
-    for the NotReady/unreachable node taints (`node_lost_tolerations`); None: Kubernetes'.
+    trainer container names one: one for every backend, or backend -> image
+    (`runtimes.default_images(config)`), of which the job's backend picks its own.
+    restart_attempt: disruptions + failures so far; it is in the Pod's env and annotations.
+    workers: an elastic job's current size (its TF_CONFIG, or for jax its process count,
+    names that many workers); None: spec.workers. The identity variables come from the
+    backend's runtime. node_lost_toleration: tolerationSeconds for the NotReady/unreachable
+    node taints (`node_lost_tolerations`); None: Kubernetes'.
     """
     j = _job(job)
     role = ReplicaRole(role)
@@ -224,7 +227,7 @@ def build_pod(job: JobLike, role: ReplicaRole | str, index: int, *, default_imag
         restart_policy=pod_restart_policy(spec.restart_policy),
         termination_grace_period_seconds=DEFAULT_TERMINATION_GRACE_SECONDS,
         container_name=TRAINER_CONTAINER,
-        image=spec.image or default_image,
+        image=spec.image or default_image_for(default_image, spec.trainer.backend),
         command=list(DEFAULT_COMMAND),
         port=spec.port,
         metrics_port=DEFAULT_METRICS_PORT,
@@ -294,7 +297,7 @@ def node_lost_tolerations(have: Any, seconds: int) -> list[Any]:
 PROBE_COMMAND = ("python", "-c", "import time; time.sleep(86400)")
 
 
-def build_probe_pod(job: JobLike, index: int, *, default_image: str,
+def build_probe_pod(job: JobLike, index: int, *, default_image: DefaultImages,
                     priority_class: str | None = None) -> dict[str, Any]:
     """An elastic job's probe Pod <job>-probe-<index>: worker 0's Pod with everything that
     decides where it may run (resources, nodeSelector, affinity, tolerations, volumes,
@@ -322,7 +325,7 @@ def build_probe_pod(job: JobLike, index: int, *, default_image: str,
     return pod
 
 
-def desired_pods(job: JobLike, *, default_image: str,
+def desired_pods(job: JobLike, *, default_image: DefaultImages,
                  restart_attempt: int = 0) -> list[dict[str, Any]]:
     """Every Pod of the job, workers first, then chief, then evaluator."""
     j = _job(job)

@@ -80,6 +80,7 @@ def _run(args: argparse.Namespace) -> int:
             k: v
             for k, v in {
                 "default_image": args.default_image,
+                "default_jax_image": args.default_jax_image,
                 "workers": args.workers,
                 "resync_seconds": args.resync_seconds,
                 "force_delete_after": args.force_delete_after,
@@ -165,7 +166,14 @@ def parser() -> argparse.ArgumentParser:
         type=int,
         help="serve Prometheus /metrics on this port ($KERASJOB_METRICS_PORT)",
     )
-    run.add_argument("--default-image", help="trainer image when a job names none")
+    run.add_argument(
+        "--default-image",
+        help="trainer image of backend tensorflow jobs that name none ($KERASJOB_DEFAULT_IMAGE)",
+    )
+    run.add_argument(
+        "--default-jax-image",
+        help="trainer image of backend jax jobs that name none ($KERASJOB_DEFAULT_JAX_IMAGE)",
+    )
     run.add_argument("--workers", type=int, help="jobs reconciled concurrently (8)")
     run.add_argument("--resync-seconds", type=float, help="periodic requeue of every job (60)")
     run.add_argument(

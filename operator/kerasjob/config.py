@@ -11,8 +11,11 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-#: The trainer image used when neither spec.image nor the template names one.
+#: The trainer image used when neither spec.image nor the template names one (backend
+#: tensorflow: tf-keras on TensorFlow).
 DEFAULT_TRAINER_IMAGE = "ghcr.io/kerasjob/trainer:0.1.0-cpu"
+#: The same for spec.trainer.backend jax: Keras 3 on JAX, an image without TensorFlow.
+DEFAULT_JAX_TRAINER_IMAGE = "ghcr.io/kerasjob/trainer:0.1.0-jax-cpu"
 
 
 def _env(name: str, default: str) -> str:
@@ -28,6 +31,12 @@ class OperatorConfig:
     default_image: str = field(
         default_factory=lambda: _env("KERASJOB_DEFAULT_IMAGE", DEFAULT_TRAINER_IMAGE)
     )
+    """The trainer image of backend tensorflow jobs that name none (spec.image, template)."""
+    default_jax_image: str = field(
+        default_factory=lambda: _env("KERASJOB_DEFAULT_JAX_IMAGE", DEFAULT_JAX_TRAINER_IMAGE)
+    )
+    """The same for backend jax. Each runtime says which of these is its own
+    (`runtimes.Runtime.default_image_setting`)."""
     workers: int = field(default_factory=lambda: int(_env("KERASJOB_WORKERS", "8")))
     """Jobs reconciled concurrently."""
     resync_seconds: float = field(

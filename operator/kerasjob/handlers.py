@@ -26,6 +26,7 @@ from kerasjob.config import OperatorConfig
 from kerasjob.controller import Controller
 from kerasjob.kube import KubeApi
 from kerasjob.podview import pod_view
+from kerasjob.runtimes import default_images
 
 log = logging.getLogger("kerasjob.handlers")
 
@@ -178,9 +179,9 @@ async def startup(settings: kopf.OperatorSettings, memo: Any, **kwargs: Any) -> 
     if config.metrics_port is not None:
         memo.metrics_runner = await metrics.serve(controller, config.metrics_port)
     log.info(
-        "kerasjob controller started (%d workers, default image %s)",
+        "kerasjob controller started (%d workers, default images %s)",
         config.workers,
-        config.default_image,
+        ", ".join(f"{b}: {image}" for b, image in default_images(config).items()),
     )
 
 

@@ -28,6 +28,7 @@ from kerasjob.kube import ApiError, KubeApi
 from kerasjob.observed import Observed
 from kerasjob.paths import resource_flavor_path, workload_path, workload_priority_class_path
 from kerasjob.reconcile import Action, CreatePod, JobView, Plan
+from kerasjob.runtimes import default_images
 from kerasjob.status import RUNNING, SUCCEEDED, TERMINAL_PHASES
 from kerasjob.workqueue import Key
 from kerasjob_contract.times import utcnow
@@ -50,7 +51,7 @@ class KueueSync:
         self.api = api
         self.jobs = jobs
         self.workloads = workloads
-        self.default_image = config.default_image
+        self.default_images = default_images(config)
 
     def view(
         self, key: Key, body: Mapping[str, Any], job: JobView
@@ -178,7 +179,7 @@ class KueueSync:
         pods_by_role = {
             role.value: (
                 count,
-                children.build_pod(model, role, 0, default_image=self.default_image,
+                children.build_pod(model, role, 0, default_image=self.default_images,
                                    workers=size),
             )
             for role, count in model.spec.replicas(size).items()

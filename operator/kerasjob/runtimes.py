@@ -1,9 +1,11 @@
 """Runtimes: what differs between spec.trainer.backend values, behind one small interface.
 
-A runtime says how a trainer process learns who it is and which ports the job's own Pods
-must reach on each other. Everything else (Pods, Service, checkpoints, restarts, elastic
-resizes) is the same for every backend; `children` asks `runtime_for(backend)` and never
-branches on the backend itself.
+A runtime says how a trainer process learns who it is, which ports the job's own Pods
+must reach on each other, and which of the operator's default trainer images a job that
+names none runs (each backend has its own image: the jax one has no TensorFlow).
+Everything else (Pods, Service, checkpoints, restarts, elastic resizes) is the same for
+every backend; `children` asks `runtime_for(backend)` and never branches on the backend
+itself.
 
 - tensorflow: tf-keras (Keras 2) under MultiWorkerMirroredStrategy. Identity: TF_CONFIG
   (`tf_config`); only spec.port carries the collective traffic (gRPC).
@@ -31,6 +33,9 @@ class Runtime(Protocol):
 
     #: Every variable `identity_env` may set: the operator owns them (a template may not).
     identity_names: tuple[str, ...]
+    #: The `OperatorConfig` field holding the trainer image of this backend's jobs that name
+    #: none (neither spec.image nor the template's trainer container).
+    default_image_setting: str
 
     def identity_env(self, job_name: str, namespace: str,
                      replicas: Mapping[ReplicaRole | str, int], port: int,
@@ -54,6 +59,7 @@ class TensorFlowRuntime:
     """tf-keras under MultiWorkerMirroredStrategy: TF_CONFIG, gRPC on spec.port."""
 
     identity_names: tuple[str, ...] = (Env.TF_CONFIG.value,)
+    default_image_setting: str = "default_image"  # $KERASJOB_DEFAULT_IMAGE
 
     def identity_env(self, job_name: str, namespace: str,
                      replicas: Mapping[ReplicaRole | str, int], port: int,
@@ -73,6 +79,7 @@ class JaxRuntime:
     """Keras 3 on JAX: one process per worker, worker 0 the coordinator; no TF_CONFIG."""
 
     identity_names: tuple[str, ...] = tuple(e.value for e in JAX_IDENTITY_ENV)
+    default_image_setting: str = "default_jax_image"  # $KERASJOB_DEFAULT_JAX_IMAGE
 
     def identity_env(self, job_name: str, namespace: str,
                      replicas: Mapping[ReplicaRole | str, int], port: int,
@@ -120,3 +127,20 @@ IDENTITY_NAMES: frozenset[str] = frozenset(
 def runtime_for(backend: Backend | str) -> Runtime:
     """The runtime of spec.trainer.backend (ValueError for an unknown one)."""
     return RUNTIMES[Backend(backend)]
+
+
+#: The operator's default trainer images: one image for every backend (tests, tools), or
+#: backend value -> image (`default_images`).
+DefaultImages = str | Mapping[str, str]
+
+
+def default_images(config: Any) -> dict[str, str]:
+    """backend value -> the trainer image of that backend's jobs that name none: the
+    `OperatorConfig` field each runtime names (`Runtime.default_image_setting`)."""
+    return {backend.value: str(getattr(config, runtime.default_image_setting))
+            for backend, runtime in RUNTIMES.items()}
+
+
+def default_image_for(images: DefaultImages, backend: Backend | str) -> str:
+    """The default trainer image of a `backend` job out of `images` (`DefaultImages`)."""
+    return images if isinstance(images, str) else images[Backend(backend).value]

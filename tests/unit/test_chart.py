@@ -343,6 +343,7 @@ def test_images_and_trainer_default() -> None:
     assert c["image"] == f"kerasjob/operator:{chart['appVersion']}"
     env = env_of(c)
     assert env["KERASJOB_DEFAULT_IMAGE"] == f"kerasjob/trainer:{chart['appVersion']}-cpu"
+    assert env["KERASJOB_DEFAULT_JAX_IMAGE"] == f"kerasjob/trainer:{chart['appVersion']}-jax-cpu"
 
     c = container(
         render(**{"image.tag": "dev", "trainerImage.tag": "dev", "trainerImage.variant": "gpu"})
@@ -350,6 +351,20 @@ def test_images_and_trainer_default() -> None:
     assert c["image"] == "kerasjob/operator:dev"
     env = env_of(c)
     assert env["KERASJOB_DEFAULT_IMAGE"] == "kerasjob/trainer:dev-gpu"
+    assert env["KERASJOB_DEFAULT_JAX_IMAGE"] == "kerasjob/trainer:dev-jax-gpu"
+
+
+@needs_helm
+def test_jax_trainer_default() -> None:
+    """Backend jax jobs get their own default (Keras 3 on JAX, no TensorFlow): the trainer
+    image's repository and tag with -jax-<variant>, or trainerImage.jaxImage whole."""
+    env = env_of(container(render(**{"trainerImage.repository": "reg.example/trainer",
+                                     "trainerImage.tag": "dev"})))
+    assert env["KERASJOB_DEFAULT_IMAGE"] == "reg.example/trainer:dev-cpu"
+    assert env["KERASJOB_DEFAULT_JAX_IMAGE"] == "reg.example/trainer:dev-jax-cpu"
+    env = env_of(container(render(**{"trainerImage.jaxImage": "mine/keras3:1"})))
+    assert env["KERASJOB_DEFAULT_JAX_IMAGE"] == "mine/keras3:1"
+    assert env["KERASJOB_DEFAULT_IMAGE"].endswith("-cpu")
 
 
 # --- peering ----------------------------------------------------------------------------------
@@ -466,6 +481,7 @@ def test_metrics_service_and_optional_servicemonitor() -> None:
         {"watchNamespaces": ["Not_A_Namespace"]},
         {"watchNamespaces": "team-a"},
         {"trainerImage.variant": "tpu"},
+        {"trainerImage.jaxImage": 3},
         {"verbose": "yes"},
         {"metrics.port": 70000},
         {"metrics.serviceMonitor.interval": "often"},

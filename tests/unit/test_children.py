@@ -260,6 +260,55 @@ def test_image_precedence() -> None:
         "tpl:image"
 
 
+#: The operator's default images per backend, as `runtimes.default_images(config)` gives them.
+IMAGES = {"tensorflow": "kerasjob/trainer:test-cpu", "jax": "kerasjob/trainer:test-jax-cpu"}
+
+
+def test_default_image_follows_the_backend() -> None:
+    """A job that names no image runs its own backend's default: jax has no TensorFlow."""
+    tf_job = job()
+    assert trainer(children.build_pod(tf_job, "worker", 0, default_image=IMAGES))["image"] == \
+        "kerasjob/trainer:test-cpu"
+    tf_job["spec"]["trainer"] = {"backend": "tensorflow"}
+    assert trainer(children.build_pod(tf_job, "worker", 0, default_image=IMAGES))["image"] == \
+        "kerasjob/trainer:test-cpu"
+    assert {trainer(p)["image"] for p in children.desired_pods(jax_job(), default_image=IMAGES)} \
+        == {"kerasjob/trainer:test-jax-cpu"}
+    probe = children.build_probe_pod(jax_job({"elastic": {"minWorkers": 1}}), 3,
+                                     default_image=IMAGES)
+    assert trainer(probe)["image"] == "kerasjob/trainer:test-jax-cpu"
+    # One image for every backend (a str) is still taken as it is.
+    assert trainer(children.build_pod(jax_job(), "worker", 0, default_image=IMAGE))["image"] \
+        == IMAGE
+
+
+def test_spec_image_wins_over_the_backends_default() -> None:
+    j = jax_job({"image": "spec:image"})
+    assert trainer(children.build_pod(j, "worker", 1, default_image=IMAGES))["image"] == \
+        "spec:image"
+    j = jax_job({"template": {"spec": {"containers": [{"name": "trainer", "image": "tpl"}]}}})
+    assert trainer(children.build_pod(j, "worker", 1, default_image=IMAGES))["image"] == "tpl"
+
+
+def test_default_images_of_the_operator_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kerasjob.config import DEFAULT_JAX_TRAINER_IMAGE, DEFAULT_TRAINER_IMAGE, OperatorConfig
+    from kerasjob.runtimes import default_images
+
+    monkeypatch.delenv("KERASJOB_DEFAULT_IMAGE", raising=False)
+    monkeypatch.delenv("KERASJOB_DEFAULT_JAX_IMAGE", raising=False)
+    assert default_images(OperatorConfig()) == {
+        "tensorflow": DEFAULT_TRAINER_IMAGE, "jax": DEFAULT_JAX_TRAINER_IMAGE}
+    assert DEFAULT_JAX_TRAINER_IMAGE == "ghcr.io/kerasjob/trainer:0.1.0-jax-cpu"
+    monkeypatch.setenv("KERASJOB_DEFAULT_IMAGE", "reg/trainer:dev-cpu")
+    monkeypatch.setenv("KERASJOB_DEFAULT_JAX_IMAGE", "reg/trainer:dev-jax-cpu")
+    images = default_images(OperatorConfig())
+    assert images == {"tensorflow": "reg/trainer:dev-cpu", "jax": "reg/trainer:dev-jax-cpu"}
+    assert trainer(children.build_pod(jax_job(), "worker", 0, default_image=images))["image"] \
+        == "reg/trainer:dev-jax-cpu"
+    assert trainer(children.build_pod(job(), "worker", 0, default_image=images))["image"] \
+        == "reg/trainer:dev-cpu"
+
+
 # --- template merge -----------------------------------------------------------------------
 
 

@@ -30,6 +30,20 @@ def test_every_backend_has_a_runtime() -> None:
         runtime_for("torch")
 
 
+def test_each_runtime_names_its_default_image_setting() -> None:
+    from kerasjob.config import OperatorConfig
+    from kerasjob.runtimes import default_image_for, default_images
+
+    assert runtime_for("tensorflow").default_image_setting == "default_image"
+    assert runtime_for("jax").default_image_setting == "default_jax_image"
+    config = OperatorConfig(default_image="tf:img", default_jax_image="jax:img")
+    images = default_images(config)
+    assert images == {"tensorflow": "tf:img", "jax": "jax:img"}
+    assert default_image_for(images, Backend.JAX) == "jax:img"
+    assert default_image_for(images, "tensorflow") == "tf:img"
+    assert default_image_for("one:img", "jax") == "one:img"
+
+
 def test_identity_names_of_every_backend() -> None:
     names = {Env.TF_CONFIG.value, *(e.value for e in JAX_IDENTITY_ENV)}
     assert names == IDENTITY_NAMES

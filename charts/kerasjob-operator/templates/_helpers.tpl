@@ -40,6 +40,17 @@ app.kubernetes.io/part-of: kerasjob
 {{- end -}}
 {{- end -}}
 
+{{/* The default trainer image of backend jax jobs (Keras 3 on JAX, no TensorFlow). */}}
+{{- define "kerasjob-operator.jaxTrainerImage" -}}
+{{- with .Values.trainerImage -}}
+{{- if .jaxImage -}}
+{{- .jaxImage -}}
+{{- else -}}
+{{- printf "%s:%s-jax-%s" .repository (default $.Chart.AppVersion .tag) .variant -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{/* Peering (kopf's coordination between operator replicas) is on only with replicas > 1:
      a single replica needs no coordination, and standalone mode saves the peering CRDs. */}}
 {{- define "kerasjob-operator.peering" -}}
