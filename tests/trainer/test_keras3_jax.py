@@ -107,7 +107,8 @@ def test_disrupted_run_ends_with_the_undisturbed_weights_bit_for_bit(tmp_path: P
         assert _finish(b) == [0, 0], b.logs()
         disrupted = b.final_weights()
         ledger = json.loads((b.ckpt / "goodput" / "ledger.json").read_text())
-        assert [e["cause"] for e in ledger["events"]] == ["preempted", "killed:worker1", "preempted"]
+        causes = [e["cause"] for e in ledger["events"]]
+        assert causes == ["preempted", "killed:worker1", "preempted"]
     assert len(undisturbed) == len(disrupted) > 0
     for x, y in zip(undisturbed, disrupted, strict=True):
         assert x.dtype == y.dtype and np.array_equal(x, y)
@@ -122,8 +123,8 @@ def test_disrupted_run_ends_with_the_undisturbed_weights_bit_for_bit(tmp_path: P
 
 def test_elastic_resize_keeps_the_global_batch_and_the_data_position(tmp_path: Path) -> None:
     """Preferred 2 workers, resumed at 1: the one process trains on both shares."""
-    from kerasjob_trainer.keras3.data import global_batch_indices
     from kerasjob_trainer.data import MNIST_SAMPLE_TRAIN
+    from kerasjob_trainer.keras3.data import global_batch_indices
 
     config = {**BASE, "elastic": {"preferredWorkers": 2}}
     env = {"KERASJOB_AUDIT_DIR": str(tmp_path / "audit")}
