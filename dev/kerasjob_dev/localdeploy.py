@@ -34,8 +34,13 @@ CHART = REPO_ROOT / "charts" / "kerasjob-operator"
 IMAGE_TAG = "dev"
 OPERATOR_IMAGE = f"kerasjob/operator:{IMAGE_TAG}"
 TRAINER_IMAGE = f"kerasjob/trainer:{IMAGE_TAG}-cpu"
+#: The Keras 3 image (backend jax); the chart makes it the operator's default for jax jobs.
+TRAINER_JAX_IMAGE = f"kerasjob/trainer:{IMAGE_TAG}-jax-cpu"
+#: The trainer variants the local deployment builds (hack/images/build.sh IMAGE_VARIANTS).
+IMAGE_VARIANTS = "cpu jax-cpu"
 #: Archives `hack/images/build.sh --export` writes (name -> file stem).
-ARCHIVES = {OPERATOR_IMAGE: "operator", TRAINER_IMAGE: "trainer-cpu"}
+ARCHIVES = {OPERATOR_IMAGE: "operator", TRAINER_IMAGE: "trainer-cpu",
+            TRAINER_JAX_IMAGE: "trainer-jax-cpu"}
 #: A user's TFJob image, played by examples/tfjob-mnist (build.sh builds it FROM the trainer).
 TFJOB_MNIST_IMAGE = f"kerasjob.local/tfjob-mnist:{IMAGE_TAG}"
 #: Example images' archives (name -> file stem): loaded by the tests that run them.
@@ -86,6 +91,7 @@ def build_images(timeout: float = 3600) -> Images:
         [str(REPO_ROOT / "hack/images/build.sh"), "--export", str(export_dir()), "-q", "--stop"],
         "building the images (hack/images/build.sh)",
         timeout,
+        env={**os.environ, "IMAGE_VARIANTS": IMAGE_VARIANTS},
     )
     archives = {image: export_dir() / f"{stem}.tar" for image, stem in ARCHIVES.items()}
     examples = {image: export_dir() / f"{stem}.tar" for image, stem in EXAMPLE_ARCHIVES.items()}

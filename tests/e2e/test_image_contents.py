@@ -76,3 +76,17 @@ def test_trainer_image_holds_the_trainer_and_the_contract_only(
     # whenever installed, ~0.9 s of every worker's start-up at every restart.
     slow_to_import = packages & {"pandas", "sklearn", "matplotlib", "scipy"}
     assert not slow_to_import, f"in the trainer image: {sorted(slow_to_import)}"
+
+
+def test_keras3_image_holds_jax_keras3_and_the_trainer_but_no_tensorflow(
+    images: localdeploy.Images | None,
+) -> None:
+    packages = python_packages(_archive(images, localdeploy.TRAINER_JAX_IMAGE))
+    assert {"kerasjob_trainer", "kerasjob_contract", "jax", "jaxlib", "keras", "h5py",
+            "mlxtend"} <= packages
+    shipped_by_mistake = packages & {"tensorflow", "tf_keras", "kopf", "kubernetes",
+                                     "pydantic", "kerasjob", "kerasjob_dev", "pytest", "tests"}
+    assert not shipped_by_mistake, f"in the Keras 3 image: {sorted(shipped_by_mistake)}"
+    # scipy is JAX's own dependency; mlxtend's are not.
+    slow_to_import = packages & {"pandas", "sklearn", "matplotlib"}
+    assert not slow_to_import, f"in the Keras 3 image: {sorted(slow_to_import)}"
