@@ -87,10 +87,10 @@ class Run:
         return (self.kj.get(f"{JOBS.format(ns=self.ns)}/{self.name}") or {}).get("status") or {}
 
 
-def mnist_job(name: str, claim: str, **trainer: Any) -> dict[str, Any]:
-    """examples/mnist.yaml as a user applies it, under another name and claim (and with
-    these spec.trainer fields changed)."""
-    job = yaml.safe_load((REPO_ROOT / "examples" / "mnist.yaml").read_text())
+def mnist_job(name: str, claim: str, example: str = "mnist.yaml", **trainer: Any) -> dict[str, Any]:
+    """examples/mnist.yaml (or `example`) as a user applies it, under another name and claim
+    (and with these spec.trainer fields changed)."""
+    job = yaml.safe_load((REPO_ROOT / "examples" / example).read_text())
     job["spec"].setdefault("trainer", {}).update(trainer)
     job["metadata"]["name"] = name
     job["spec"]["checkpoint"]["volume"] = {"persistentVolumeClaim": {"claimName": claim}}
@@ -104,7 +104,8 @@ def last_step(text: str) -> int:
 
 
 def run_and_disrupt(
-    run: Run, disrupt: Callable[[], None], *, resumes: bool = True, **trainer: Any
+    run: Run, disrupt: Callable[[], None], *, resumes: bool = True,
+    example: str = "mnist.yaml", **trainer: Any,
 ) -> dict[str, Any]:
     """Start the job, call `disrupt()` once the chief is past step 100 (two backups made),
     wait for Succeeded; return what the assertions need.
@@ -116,7 +117,7 @@ def run_and_disrupt(
     kj, ns, name = run.kj, run.ns, run.name
     slow = not run.dep.cluster.local  # a remote cluster may schedule and start slowly
     run.make_claim()
-    kj.request("POST", JOBS.format(ns=ns), body=mnist_job(name, run.claim, **trainer))
+    kj.request("POST", JOBS.format(ns=ns), body=mnist_job(name, run.claim, example, **trainer))
     workers = (f"{name}-worker-0", f"{name}-worker-1")
     chief = workers[0]
     try:
@@ -212,6 +213,29 @@ def test_eviction_resumes_from_backup(run: Run) -> None:
         run.kj.request("POST", pod_path(run.ns, pod, "eviction"), body=body)
 
     assert_exact_resume(run_and_disrupt(run, evict))
+
+
+def test_keras3_jax_eviction_resumes_at_the_saved_step(run: Run) -> None:
+    """examples/keras3-jax.yaml (Keras 3 on JAX, the Keras 3 image): worker 1 evicted; both
+    stop at the step JAX's preemption sync point agreed, the chief saves, both exit 42, and
+    the new Pods resume exactly there (600 steps: the agreement takes ~1 s of training)."""
+
+    def evict() -> None:
+        pod = f"{run.name}-worker-1"
+        body = {"apiVersion": "policy/v1", "kind": "Eviction",
+                "metadata": {"name": pod, "namespace": run.ns}}
+        run.kj.request("POST", pod_path(run.ns, pod, "eviction"), body=body)
+
+    result = run_and_disrupt(run, evict, example="keras3-jax.yaml", epochs=6)
+    assert_exact_resume(result, total=600)
+    # The evicted generation's Pods (and logs) are gone; the new chief's goodput line says
+    # where the old one stopped: saved at SIGTERM, so nothing is redone.
+    (disruption,) = re.findall(contract.LOG_DISRUPTION_RE, result["logs"], re.M)
+    cause, last_step, resumed_step, redone = (disruption[1], int(disruption[2]),
+                                              int(disruption[4]), int(disruption[6]))
+    assert (cause, redone) == ("preempted", 0) and last_step == resumed_step, disruption
+    assert set(result["resumed_at"]) == {resumed_step}, result["logs"]
+    assert "on jax" in result["logs"], result["logs"]
 
 
 def test_sigkilled_worker_resumes_from_backup(run: Run) -> None:

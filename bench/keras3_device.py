@@ -1,0 +1,159 @@
+"""The Keras 3 trainer on one accelerator: steps/s, backup overhead, save and restore seconds.
+
+For a GPU machine that has CUDA and JAX but no TensorFlow and no network (hack/gpu/README.md
+says how to bring the project and a Keras wheel along). Runs on any JAX device, so it is
+also checked on CPU (`--quick`, in `make test`).
+
+    KERAS_BACKEND=jax python bench/keras3_device.py [--quick] [--out FILE]
+
+Per model (the built-in mnist-cnn, and `resnet`: a ResNet-style convnet of ~2.8 M parameters
+on 32x32x3 inputs, synthetic data), in one process on the default device:
+- steps/s: median over windows of WINDOW steps after WARMUP, through the trainer's own
+  session (`kerasjob_trainer.keras3.session.fit`), no backups;
+- backup overhead: the same with a backup every SAVE_FREQ steps, in % of step time;
+- save_s / restore_s: one `checkpoint.save` / `checkpoint.restore` of the model's whole state.
+Prints one line per figure and writes JSON (default bench/results/keras3_device.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("KERAS_BACKEND", "jax")
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results" / "keras3_device.json"
+SAVE_FREQ = 100
+
+
+def resnet(classes: int = 10) -> Any:
+    """A small ResNet (three stages of two residual blocks; ~2.8 M parameters)."""
+    import keras
+    from keras import layers
+
+    def block(x: Any, filters: int, stride: int) -> Any:
+        y = layers.Conv2D(filters, 3, strides=stride, padding="same", use_bias=False)(x)
+        y = layers.BatchNormalization()(y)
+        y = layers.Activation("relu")(y)
+        y = layers.Conv2D(filters, 3, padding="same", use_bias=False)(y)
+        y = layers.BatchNormalization()(y)
+        if stride != 1 or x.shape[-1] != filters:
+            x = layers.Conv2D(filters, 1, strides=stride, use_bias=False)(x)
+        return layers.Activation("relu")(layers.Add()([x, y]))
+
+    inputs = keras.Input((32, 32, 3))
+    x = layers.Conv2D(64, 3, padding="same", activation="relu")(inputs)
+    for filters, stride in ((64, 1), (64, 1), (128, 2), (128, 1), (256, 2), (256, 1)):
+        x = block(x, filters, stride)
+    x = layers.GlobalAveragePooling2D()(x)
+    model = keras.Model(inputs, layers.Dense(classes)(x), name="resnet_small")
+    model.compile(optimizer=keras.optimizers.Adam(1e-3),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"])
+    return model
+
+
+class _Times:
+    """A Keras callback recording when each step ended."""
+
+    def __init__(self) -> None:
+        import keras
+
+        class Cb(keras.callbacks.Callback):
+            def __init__(self, out: list[float]) -> None:
+                super().__init__()
+                self.out = out
+
+            def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+                self.out.append(time.perf_counter())
+
+        self.times: list[float] = []
+        self.callback = Cb(self.times)
+
+
+def _rate(times: list[float], warmup: int, window: int) -> float:
+    t = times[warmup:]
+    rates = [window / (t[i + window] - t[i]) for i in range(0, len(t) - window, window)]
+    return statistics.median(rates) if rates else float("nan")
+
+
+def measure(name: str, steps: int, warmup: int, window: int, batch: int) -> dict[str, Any]:
+    import numpy as np
+
+    from kerasjob_contract.trainer_config import TrainerConfig
+    from kerasjob_trainer.keras3 import checkpoint
+    from kerasjob_trainer.keras3.identity import LOCAL
+    from kerasjob_trainer.keras3.models import builtin
+    from kerasjob_trainer.keras3.session import Context, session_for
+
+    rng = np.random.default_rng(0)
+    shape = (28, 28, 1) if name == "mnist-cnn" else (32, 32, 3)
+    x = rng.random((4096, *shape), dtype=np.float32)
+    y = rng.integers(0, 10, 4096)
+    out: dict[str, Any] = {"model": name}
+    for save_freq in (steps * 10, SAVE_FREQ):  # first without backups, then with
+        with tempfile.TemporaryDirectory() as tmp:
+            config = TrainerConfig(save_freq=save_freq, log_every_steps=steps * 10)
+            job = session_for(Context(config, {}, LOCAL, tmp, os.path.join(tmp, "out"), None))
+            model = builtin(name, 1e-3) if name == "mnist-cnn" else resnet()
+            times = _Times()
+            job.fit(model, (x, y), epochs=1, steps_per_epoch=steps, global_batch_size=batch,
+                    callbacks=[times.callback])
+            rate = _rate(times.times, warmup, window)
+            if save_freq == SAVE_FREQ:
+                out["steps_per_s_with_backups"] = round(rate, 2)
+                t0 = time.perf_counter()
+                checkpoint.save(job.backup_dir, model, checkpoint.Header(step=steps, processes=1))
+                out["save_s"] = round(time.perf_counter() - t0, 3)
+                t0 = time.perf_counter()
+                checkpoint.restore(job.backup_dir, model)
+                out["restore_s"] = round(time.perf_counter() - t0, 3)
+                out["backup_bytes"] = os.path.getsize(checkpoint.path(job.backup_dir))
+            else:
+                out["steps_per_s"] = round(rate, 2)
+            out["parameters"] = int(model.count_params())
+    base, backed = out["steps_per_s"], out["steps_per_s_with_backups"]
+    out["backup_overhead_pct"] = round((base / backed - 1) * 100, 1)
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes: checks it runs")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    import jax
+    import keras
+
+    steps, warmup, window, batch = (40, 10, 10, 32) if args.quick else (600, 100, 100, 128)
+    started = time.time()
+    device = str(jax.devices()[0])
+    print(f"keras {keras.__version__}, jax {jax.__version__}, device {device}", flush=True)
+    results = []
+    for name in ("mnist-cnn", "resnet"):
+        r = measure(name, steps, warmup, window, batch)
+        print(f"{name}: {r['parameters']} parameters, {r['steps_per_s']} steps/s "
+              f"(batch {batch}), {r['steps_per_s_with_backups']} with a backup every "
+              f"{SAVE_FREQ} ({r['backup_overhead_pct']}%), save {r['save_s']} s, restore "
+              f"{r['restore_s']} s, {r['backup_bytes'] / 1e6:.1f} MB", flush=True)
+        results.append(r)
+    result = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+              "quick": args.quick, "device": device, "keras": keras.__version__,
+              "jax": jax.__version__, "batch": batch, "models": results,
+              "seconds": round(time.time() - started, 1)}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {args.out} ({result['seconds']} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
