@@ -82,6 +82,8 @@ bench: venv binaries ## Benchmarks: print figures, write JSON to bench/results/
 	$(BIN)/python bench/trainer.py
 	$(BIN)/python bench/operator.py
 	$(BIN)/python bench/recovery.py
+	$(BIN)/python bench/keras3.py
+	$(BIN)/python bench/keras3_device.py
 
 bench-scale: venv binaries ## 10, 100, 1000 KerasJobs x 8 workers on KWOK: create, disrupt, finish, delete (JSON + SVG plot)
 	$(BIN)/python bench/scale.py

@@ -85,7 +85,8 @@ def _rate(times: list[float], warmup: int, window: int) -> float:
     return statistics.median(rates) if rates else float("nan")
 
 
-def measure(name: str, steps: int, warmup: int, window: int, batch: int) -> dict[str, Any]:
+def measure(name: str, steps: int, warmup: int, window: int, batch: int,
+            save_freq_backups: int = SAVE_FREQ) -> dict[str, Any]:
     import numpy as np
 
     from kerasjob_contract.trainer_config import TrainerConfig
@@ -99,7 +100,7 @@ def measure(name: str, steps: int, warmup: int, window: int, batch: int) -> dict
     x = rng.random((4096, *shape), dtype=np.float32)
     y = rng.integers(0, 10, 4096)
     out: dict[str, Any] = {"model": name}
-    for save_freq in (steps * 10, SAVE_FREQ):  # first without backups, then with
+    for save_freq in (steps * 10, save_freq_backups):  # first without backups, then with
         with tempfile.TemporaryDirectory() as tmp:
             config = TrainerConfig(save_freq=save_freq, log_every_steps=steps * 10)
             job = session_for(Context(config, {}, LOCAL, tmp, os.path.join(tmp, "out"), None))
@@ -108,14 +109,20 @@ def measure(name: str, steps: int, warmup: int, window: int, batch: int) -> dict
             job.fit(model, (x, y), epochs=1, steps_per_epoch=steps, global_batch_size=batch,
                     callbacks=[times.callback])
             rate = _rate(times.times, warmup, window)
-            if save_freq == SAVE_FREQ:
+            if save_freq == save_freq_backups:
                 out["steps_per_s_with_backups"] = round(rate, 2)
                 t0 = time.perf_counter()
                 checkpoint.save(job.backup_dir, model, checkpoint.Header(step=steps, processes=1))
                 out["save_s"] = round(time.perf_counter() - t0, 3)
+                saved = [np.array(v.numpy()) for v in checkpoint.state_variables(model)]
+                for v in checkpoint.state_variables(model):  # scramble, then restore
+                    v.assign(np.zeros(v.shape, dtype=v.dtype))
                 t0 = time.perf_counter()
                 checkpoint.restore(job.backup_dir, model)
                 out["restore_s"] = round(time.perf_counter() - t0, 3)
+                restored = [np.array(v.numpy()) for v in checkpoint.state_variables(model)]
+                out["restore_bit_exact"] = all(np.array_equal(a, b)
+                                               for a, b in zip(saved, restored, strict=True))
                 out["backup_bytes"] = os.path.getsize(checkpoint.path(job.backup_dir))
             else:
                 out["steps_per_s"] = round(rate, 2)
@@ -133,18 +140,23 @@ def main() -> int:
     import jax
     import keras
 
-    steps, warmup, window, batch = (40, 10, 10, 32) if args.quick else (600, 100, 100, 128)
+    steps, warmup, window, batch = (20, 4, 4, 8) if args.quick else (600, 100, 100, 128)
+    save_freq = 5 if args.quick else SAVE_FREQ
     started = time.time()
     device = str(jax.devices()[0])
     print(f"keras {keras.__version__}, jax {jax.__version__}, device {device}", flush=True)
     results = []
     for name in ("mnist-cnn", "resnet"):
-        r = measure(name, steps, warmup, window, batch)
+        r = measure(name, steps, warmup, window, batch, save_freq)
         print(f"{name}: {r['parameters']} parameters, {r['steps_per_s']} steps/s "
               f"(batch {batch}), {r['steps_per_s_with_backups']} with a backup every "
-              f"{SAVE_FREQ} ({r['backup_overhead_pct']}%), save {r['save_s']} s, restore "
-              f"{r['restore_s']} s, {r['backup_bytes'] / 1e6:.1f} MB", flush=True)
+              f"{save_freq} ({r['backup_overhead_pct']}%), save {r['save_s']} s, restore "
+              f"{r['restore_s']} s (bit-exact: {r['restore_bit_exact']}), "
+              f"{r['backup_bytes'] / 1e6:.1f} MB", flush=True)
         results.append(r)
+    if not all(r["restore_bit_exact"] for r in results):
+        print("restore was not bit-exact", file=sys.stderr)
+        return 1
     result = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
               "quick": args.quick, "device": device, "keras": keras.__version__,
               "jax": jax.__version__, "batch": batch, "models": results,
