@@ -1,7 +1,9 @@
 """Trainer benchmarks: throughput per strategy, input pipeline and determinism, backup
 overhead, kill -> first resumed step.
 
-    python bench/trainer.py    # (make bench) prints figures, writes bench/results/trainer.json
+    python bench/trainer.py          # (make bench) prints figures, writes
+                                     # bench/results/trainer.json
+    python bench/trainer.py --quick  # small sizes (QUICK): checks that it runs, ~1-2 min
 
 Figures (mnist-mlp on the MNIST sample, batchSizePerReplica 64, CPU):
 - steps/s for no strategy, 1-worker MWMS and 2-worker MWMS (2 processes on 127.0.0.1):
@@ -45,7 +47,22 @@ ROUNDS = 15
 PIPELINE_WARMUP = 10
 PIPELINE_ALONE_BATCHES = 1000
 PIPELINES = ("stream", "indexed", "indexed-deterministic")
+RECOVERY_STEPS = 400
+RECOVERY_KILL_AT = 150
 RESULTS = ROOT / "bench" / "results" / "trainer.json"
+#: --quick: the same measurements at small sizes; the figures only show that it runs.
+QUICK = {"WARMUP": 5, "WINDOW": 10, "STEPS": 60, "SAVE_FREQ": 20, "ROUNDS": 2,
+         "PIPELINE_WARMUP": 5, "PIPELINE_ALONE_BATCHES": 100, "RECOVERY_STEPS": 120,
+         "RECOVERY_KILL_AT": 50}
+
+
+quick = False
+
+
+def use_quick_sizes() -> None:
+    global quick
+    quick = True
+    globals().update(QUICK)
 
 
 # ---------------------------------------------------------------- one measured process
@@ -61,7 +78,7 @@ def measure(mode: str, backup_dir: str | None) -> dict[str, Any]:
     from kerasjob_trainer.strategy import build_strategy
 
     info = cl.parse_tf_config(os.environ.get("TF_CONFIG"))
-    strategy = tf.distribute.get_strategy() if mode == "none" else build_strategy(info, 60)
+    strategy = tf.distribute.get_strategy() if mode == "none" else build_strategy(info)
     global_batch = BATCH * strategy.num_replicas_in_sync
     with strategy.scope():
         model = models.build_model("mnist-mlp", {}, 1e-3).model
@@ -116,6 +133,8 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
 # ---------------------------------------------------------------- orchestration
 def _child(mode: str, env: dict[str, str], backup_dir: str | None, out: Path) -> Any:
     cmd = [sys.executable, __file__, "--measure", mode, "--out", str(out)]
+    if quick:
+        cmd.append("--quick")
     if backup_dir:
         cmd += ["--backup-dir", backup_dir]
     return subprocess.Popen(cmd, env={**os.environ, **env, "TF_CPP_MIN_LOG_LEVEL": "2"},
@@ -160,7 +179,7 @@ def measure_pipelines() -> dict[str, Any]:
     from kerasjob_trainer.cluster import LOCAL
     from kerasjob_trainer.strategy import build_strategy
 
-    strategy = build_strategy(LOCAL, 60)
+    strategy = build_strategy(LOCAL)
     with strategy.scope():
         model = models.build_model("mnist-mlp", {}, 1e-3).model
     examples = data.load_examples(DatasetConfig(), (784,), 10, 42)
@@ -232,13 +251,14 @@ def pipelines(tmp: Path) -> dict[str, Any]:
 def recovery(tmp: Path) -> dict[str, Any]:
     from kerasjob_dev.trainer_procs import RESUMED_LINE, STEP_LINE, Group
 
-    config = {"epochs": 1, "stepsPerEpoch": 400, "saveFreq": SAVE_FREQ, "logEverySteps": 1,
+    config = {"epochs": 1, "stepsPerEpoch": RECOVERY_STEPS, "saveFreq": SAVE_FREQ,
+              "logEverySteps": 1,
               "batchSizePerReplica": BATCH}
     g = Group(tmp / "recovery", config)
     (tmp / "recovery").mkdir()
     try:
         survivor, victim = g.start()
-        victim.wait_for_step(150, 300)
+        victim.wait_for_step(RECOVERY_KILL_AT, 300)
         killed = time.monotonic()
         victim.signal(signal.SIGKILL)
         code = survivor.wait(30)
@@ -275,10 +295,13 @@ def recovery(tmp: Path) -> dict[str, Any]:
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--measure")
-    p.add_argument("--out")
+    p.add_argument("--out", help=f"where the figures go (default {RESULTS.relative_to(ROOT)})")
+    p.add_argument("--quick", action="store_true", help="small sizes: checks that it runs")
     p.add_argument("--backup-dir")
     p.add_argument("--only", choices=("pipelines",), help="run only these figures")
     args = p.parse_args()
+    if args.quick:
+        use_quick_sizes()
     if args.measure == "pipelines":
         Path(args.out).write_text(json.dumps(measure_pipelines()))
         os._exit(0)
@@ -313,10 +336,12 @@ def main() -> int:
         "loadavg_before": round(load_before, 2), "loadavg_after": round(os.getloadavg()[0], 2),
         "runtime_s": round(time.monotonic() - started, 1),
     }
-    results = RESULTS.with_name("trainer-pipelines.json") if args.only else RESULTS
+    figures["quick"] = quick
+    results = (Path(args.out) if args.out else
+               RESULTS.with_name("trainer-pipelines.json") if args.only else RESULTS)
     results.parent.mkdir(parents=True, exist_ok=True)
     results.write_text(json.dumps(figures, indent=1) + "\n")
-    print(f"wrote {results.relative_to(ROOT)}")
+    print(f"wrote {results} ({figures['environment']['runtime_s']} s)")
     return 0
 
 
