@@ -15,7 +15,7 @@ IMAGE_VARIANTS ?= cpu gpu
 
 .PHONY: help deps venv lint fmt test test-unit test-trainer test-integration test-e2e \
         binaries cluster-up cluster-down cluster-env crds demo bench bench-scale bench-gang bench-tfjob images \
-        helm-lint kind-e2e clean
+        helm-lint kind-e2e clean docs docs-ref docs-serve
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -41,6 +41,19 @@ lint: venv ## ruff
 fmt: venv ## ruff format + autofix
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
+
+# The documentation site (mkdocs.yml, docs/): reference pages generated from the code, then a
+# strict build (a broken link or anchor fails it). tests/unit/test_docs.py checks both.
+DOCS_SITE ?= $(KERASJOB_RUN)/site
+docs-ref: venv ## Regenerate docs/reference/api.md and cli.md from the API models and the CLI
+	$(BIN)/python -m kerasjob.docgen --out docs/reference
+
+docs: docs-ref ## Build the documentation site into .run/site (mkdocs build --strict)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir $(DOCS_SITE)
+	@echo "open $(DOCS_SITE)/index.html"
+
+docs-serve: docs-ref ## Serve the documentation site on http://127.0.0.1:8000 with live reload
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --strict
 
 binaries: ## Build etcd, kube-*, kubectl, helm, kwok from the Go module proxy (cached)
 	hack/cluster/build.sh
