@@ -12,6 +12,7 @@
 #   openssl curl ca-certificates   the control plane's certificates and health probes
 #   jq                 Kueue's install (hack/cluster/kueue.sh)
 #   clang-19 (no recommends)   Cilium compiles its datapath at run time (hack/cluster/cilium.sh)
+#   chromium           headless screenshot of the documentation site (tests/unit/test_docs.py)
 # Checked, not installed: root (containers, network namespaces), Go >= 1.26 (the control plane
 # and its add-ons are built from Go modules), Python >= 3.11 (tomllib, datetime.UTC).
 set -euo pipefail
@@ -33,6 +34,7 @@ command -v debootstrap >/dev/null || need+=(debootstrap)
 command -v openssl >/dev/null || need+=(openssl)
 command -v curl >/dev/null || need+=(curl ca-certificates)
 command -v jq >/dev/null || need+=(jq)
+command -v chromium >/dev/null || need+=(chromium)
 lean=()
 command -v clang-19 >/dev/null || lean+=(clang-19)
 
