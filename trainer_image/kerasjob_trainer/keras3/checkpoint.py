@@ -10,7 +10,7 @@ never half of one. Every process reads it before `fit` and assigns the values.
 
 The compiled metrics' running totals are not in it: Keras resets them at every epoch, and a
 resumed run's logged averages start again at the resumed step (the weights, the optimizer and
-the data do not; see the README's backend page).
+the data do not; see docs/keras3-jax.md).
 """
 
 from __future__ import annotations
