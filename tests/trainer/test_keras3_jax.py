@@ -91,7 +91,8 @@ def test_a_killed_peer_makes_the_survivor_exit_43(tmp_path: Path, victim: int) -
 
 def test_disrupted_run_ends_with_the_undisturbed_weights_bit_for_bit(tmp_path: Path) -> None:
     """deterministic: the weights after 3 disruptions (SIGTERM, SIGKILL, SIGTERM) equal an
-    undisturbed run's exactly, and every global step trained on the same examples."""
+    undisturbed run's exactly, every global step trained on the same examples, and logged
+    the same running loss and accuracy."""
     config = {**BASE, "deterministic": True}
     (tmp_path / "a").mkdir()
     env = {"KERASJOB_AUDIT_DIR": str(tmp_path / "a" / "audit")}
@@ -112,6 +113,12 @@ def test_disrupted_run_ends_with_the_undisturbed_weights_bit_for_bit(tmp_path: P
     assert len(undisturbed) == len(disrupted) > 0
     for x, y in zip(undisturbed, disrupted, strict=True):
         assert x.dtype == y.dtype and np.array_equal(x, y)
+    # the same logged running averages (loss, accuracy) at every step: a resume in mid-epoch
+    # continues the epoch's metric totals from the backup
+    ref_logs = {s: rs[0]["logs"] for s, rs in a.audit_steps("worker0").items()}
+    for step, records in b.audit_steps("worker0").items():
+        for r in records:
+            assert r["logs"] == ref_logs[step], (step, r["logs"], ref_logs[step])
     # the same examples at every global step, in both runs, for both processes
     for name in ("worker0", "worker1"):
         ref = {r["step"]: r["indices"] for r in a.audit_records(f"data-{name}.jsonl")}

@@ -8,9 +8,10 @@ replicated: its local copy is the whole value, no collective needed) to a tempor
 fsyncs and renames it over the previous one: a reader sees the old backup or the new one,
 never half of one. Every process reads it before `fit` and assigns the values.
 
-The compiled metrics' running totals are not in it: Keras resets them at every epoch, and a
-resumed run's logged averages start again at the resumed step (the weights, the optimizer and
-the data do not; see docs/keras3-jax.md).
+The compiled metrics' running totals (loss and metric sums and counts of the epoch so far) are
+in it too, apart: a run resumed in mid-epoch continues the epoch's logged averages where they
+were (`metric_totals` / `restore_metric_totals`), so its step lines and status equal an
+undisturbed run's.
 """
 
 from __future__ import annotations
@@ -65,12 +66,15 @@ def save(backup_dir: str, model: Any, header: Header) -> str:
         sync()
     variables = state_variables(model)
     arrays = {f"v{i:05d}": np.asarray(v.numpy()) for i, v in enumerate(variables)}
+    metrics = list(getattr(model, "metrics_variables", []))
+    arrays.update({f"m{i:05d}": np.asarray(v.numpy()) for i, v in enumerate(metrics)})
     os.makedirs(backup_dir, exist_ok=True)
     final = path(backup_dir)
     tmp = f"{final}.tmp-{os.getpid()}"
     with open(tmp, "wb") as f:
         np.savez(f, header=np.array(json.dumps(dataclasses.asdict(header))),
-                 paths=np.array([v.path for v in variables]), **arrays)
+                 paths=np.array([v.path for v in variables]),
+                 metric_paths=np.array([v.path for v in metrics], dtype=str), **arrays)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, final)
@@ -100,6 +104,28 @@ def restore(backup_dir: str, model: Any) -> Header | None:
                                  f"model {tuple(v.shape)}")
             v.assign(value)
     return header
+
+
+def metric_totals(backup_dir: str) -> dict[str, np.ndarray]:
+    """The compiled metrics' running totals in the backup, by variable path ({}: none)."""
+    try:
+        with np.load(path(backup_dir), allow_pickle=False) as f:
+            if "metric_paths" not in f:
+                return {}
+            return {str(p): f[f"m{i:05d}"] for i, p in enumerate(f["metric_paths"])}
+    except FileNotFoundError:
+        return {}
+
+
+def restore_metric_totals(model: Any, totals: dict[str, np.ndarray]) -> bool:
+    """Assign saved running totals to `model`'s compiled metrics (built by then); False when
+    they do not match this model's metrics (then they start at zero, as at an epoch start)."""
+    variables = list(getattr(model, "metrics_variables", []))
+    if not totals or [v.path for v in variables] != list(totals):
+        return False
+    for v in variables:
+        v.assign(totals[v.path])
+    return True
 
 
 def _first_difference(a: list[str], b: list[str]) -> str:

@@ -197,10 +197,13 @@ class Session:
         except ValueError as e:
             hard_exit(ExitCode.FAILURE, f"cannot resume: {e}")
         step = header.step if header else 0
+        # A resume in mid-epoch continues the epoch's running averages (not at an epoch start:
+        # Keras resets them there anyway).
+        totals = checkpoint.metric_totals(self.backup_dir) if step % steps_per_epoch else {}
         startup.mark("restore")
         total = epochs * steps_per_epoch
         ours = _keras_callback()(self, model, total=total, steps_per_epoch=steps_per_epoch,
-                         start=step, global_batch=global_batch_size)
+                                 start=step, global_batch=global_batch_size, totals=totals)
         cfg = self.config
         say(f"worker:{self.index} of {self.num_workers} process(es), keras {_keras_version()} "
             f"on jax, {epochs}x{steps_per_epoch} steps, global batch {global_batch_size}, "
@@ -302,12 +305,22 @@ class _Callback:
     A keras.callbacks.Callback (`_keras_callback` mixes it in once Keras is imported)."""
 
     def __init__(self, session: Session, model: Any, *, total: int, steps_per_epoch: int,
-                 start: int, global_batch: int) -> None:
+                 start: int, global_batch: int,
+                 totals: dict[str, Any] | None = None) -> None:
         self.session, self.total, self.spe = session, total, steps_per_epoch
         self.step, self.resumed_at, self.global_batch = start, start, global_batch
         self.interval = session.config.log_interval
         self.preemption = _Preemption(session.ctx.identity.multi_process)
         self._kj_model = model
+        self._totals = totals or {}
+
+    def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+        """After Keras reset the metrics for this `fit` (one per epoch segment): the first
+        segment of a run resumed in mid-epoch takes the saved running totals instead."""
+        if self._totals:
+            totals, self._totals = self._totals, {}
+            if checkpoint.restore_metric_totals(self._kj_model, totals):
+                say(f"metrics: running averages continued from step {self.step}")
 
     def begin(self) -> None:
         iterations = int(self._kj_model.optimizer.iterations.numpy())
