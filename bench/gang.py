@@ -2,6 +2,7 @@
 
     python bench/gang.py                          # 50 jobs x 8 workers, room for 3; on, off
     python bench/gang.py --jobs 100 --modes on    # other sizes, one mode
+    python bench/gang.py --quick                  # 6 jobs, a mode at most 30 s: runs?
 
 Each worker asks for one ``kerasjob.dev/gang-slot`` (an extended resource patched onto the
 local cluster's KWOK nodes, `--slots` per node: 4 x 6 = 24, three 8-worker jobs). For each
@@ -75,7 +76,12 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=600,
                         help="seconds a mode may take (600; the 'off' mode may never finish)")
     parser.add_argument("--modes", nargs="+", choices=["on", "off"], default=["on", "off"])
+    parser.add_argument("--quick", action="store_true",
+                        help="6 jobs, a mode at most 30 s: checks that it runs")
+    parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
+    if args.quick:
+        args.jobs, args.timeout = 6, 30.0  # 'off' never finishes: it waits the timeout
     cluster = (
         support.current_cluster() if support.wants_current_cluster() else support.acquire_local()
     )
@@ -109,13 +115,13 @@ def main() -> int:
     results = {
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "loadavg_end": os.getloadavg()},
-        "nodes": len(nodes), "slots_per_node": args.slots,
+        "quick": args.quick, "nodes": len(nodes), "slots_per_node": args.slots,
         "runs": runs,
         "duration_s": round(time.monotonic() - started, 1),
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2, default=str) + "\n")
-    print(f"wrote {RESULTS.relative_to(ROOT)} ({results['duration_s']} s)")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    print(f"wrote {args.out} ({results['duration_s']} s)")
     return 0
 
 

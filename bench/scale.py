@@ -2,6 +2,7 @@
 
     python bench/scale.py                    # (make bench-scale): 10, 100 and 1000 jobs
     python bench/scale.py --jobs 10 100      # chosen levels
+    python bench/scale.py --quick            # one level of 5 jobs: checks that it runs
 
 For each level, one fresh operator process (`python -m kerasjob run`, as in the tests) and:
 1. create: all N jobs created at once (16 client threads) -> every job Running (all 8 Pods
@@ -373,11 +374,18 @@ def plot(levels: list[dict[str, Any]], path: Path) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, nargs="+", default=[10, 100, 1000])
+    parser.add_argument("--jobs", type=int, nargs="+", default=None,
+                        help="levels (default 10 100 1000; --quick: 5)")
+    parser.add_argument("--quick", action="store_true", help="one level of 5 jobs")
+    parser.add_argument("--out", type=Path, default=RESULTS,
+                        help="the JSON; the plot goes next to it (.svg)")
     parser.add_argument("--audit-log", type=Path,
                         help="the API server's audit log: who deleted Pods, printed when a "
                         "phase does not converge")
     args = parser.parse_args()
+    if args.jobs is None:
+        args.jobs = [5] if args.quick else [10, 100, 1000]
+    plot_path = args.out.with_suffix(".svg")
     cluster = (
         support.current_cluster() if support.wants_current_cluster() else support.acquire_local()
     )
@@ -410,17 +418,17 @@ def main() -> int:
             "python": platform.python_version(),
             "loadavg_end": os.getloadavg(),
         },
+        "quick": args.quick,
         "levels": levels,
         "duration_s": round(time.monotonic() - started, 1),
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    wrote = [str(args.out)]
     if len(levels) > 1:
-        plot(levels, PLOT)
-    print(
-        f"wrote {RESULTS.relative_to(ROOT)} and {PLOT.relative_to(ROOT)} "
-        f"({results['duration_s']} s)"
-    )
+        plot(levels, plot_path)
+        wrote.append(str(plot_path))
+    print(f"wrote {' and '.join(wrote)} ({results['duration_s']} s)")
     return 0
 
 
