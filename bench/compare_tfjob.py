@@ -5,6 +5,13 @@ KerasJobs under ours, TFJobs under training-operator v1.9.3.
 
     python bench/compare_tfjob.py              # (make bench-tfjob): 100 jobs per operator
     python bench/compare_tfjob.py --jobs 10    # a quick look
+    python bench/compare_tfjob.py --quick      # 5 jobs; checks that it runs (below)
+
+--quick runs the TFJob side only when the training-operator is already built (`make
+bench-tfjob` or hack/cluster/training-operator.sh build: a cold build from its Go module takes
+minutes) and the cluster is the local one; otherwise it prints that it skips the TFJob side
+and measures KerasJobs alone. With KERASJOB_TEST_CLUSTER=current (the cluster of
+KUBECONFIG, e.g. a test session's) only --quick runs, KerasJobs alone.
 
 The local cluster (hack/cluster, fake KWOK nodes: Pods are never run, KWOK marks them
 Running) is started with an API server audit log (bench/audit-writes.yaml: every write
@@ -63,7 +70,8 @@ from kerasjob_dev.procstat import cpu_seconds, peak_rss_mib, rss_mib
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "compare_tfjob.json"
 AUDIT_POLICY = ROOT / "bench" / "audit-writes.yaml"
-DEFAULT_AUDIT_LOG = ROOT / ".run" / "compare-tfjob-audit.log"
+DEFAULT_AUDIT_LOG = (Path(os.environ.get("KERASJOB_RUN") or ROOT / ".run")
+                     / "compare-tfjob-audit.log")
 TRAINING_OPERATOR = ROOT / "hack" / "cluster" / "training-operator.sh"
 WORKERS = 4
 THREADS = 16
@@ -405,6 +413,13 @@ def run(
     return result
 
 
+def training_operator_built() -> bool:
+    """Whether hack/cluster/training-operator.sh has its binary (no build needed)."""
+    out = subprocess.run([str(TRAINING_OPERATOR), "--bin"], capture_output=True, text=True,
+                         check=False)
+    return out.returncode == 0 and Path(out.stdout.strip()).is_file()
+
+
 def git_state() -> dict[str, Any]:
     """The commit measured, and whether operator/ had uncommitted changes (they are run)."""
 
@@ -472,12 +487,31 @@ def main() -> int:
     parser.add_argument(
         "--order", default="kerasjob,tfjob", help="which operator runs first (comma-separated)"
     )
+    parser.add_argument("--quick", action="store_true",
+                        help="5 jobs; the TFJob side only if the training-operator is built")
+    parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
-    if support.wants_current_cluster():
-        print("compare_tfjob.py needs the local cluster (hack/cluster)", file=sys.stderr)
+    current = support.wants_current_cluster()
+    if current and not args.quick:
+        print("compare_tfjob.py needs the local cluster (hack/cluster); with "
+              "KERASJOB_TEST_CLUSTER=current only --quick runs (KerasJobs alone)",
+              file=sys.stderr)
         return 2
+    if args.quick:
+        args.jobs = 5
+    skip_tfjob = ""
+    if current:
+        skip_tfjob = ("KERASJOB_TEST_CLUSTER=current: training-operator.sh starts it only "
+                      "next to hack/cluster's own cluster")
+    elif args.quick and not training_operator_built():
+        skip_tfjob = ("the training-operator is not built; make bench-tfjob builds it from its "
+                      "Go module, minutes cold")
+    if skip_tfjob:
+        print(f"quick: skipping the TFJob side, KerasJobs only: {skip_tfjob}", flush=True)
     audit_log = args.audit_log
-    if audit_log is None:
+    if current:
+        audit_log = None  # not ours to know where (nothing counted)
+    elif audit_log is None:
         audit_log = DEFAULT_AUDIT_LOG
         os.environ.setdefault(
             "APISERVER_EXTRA_ARGS",
@@ -487,15 +521,18 @@ def main() -> int:
     order = [flavors[o.strip()] for o in args.order.split(",")]
     if sorted(f.name for f in order) != sorted(flavors):
         parser.error("--order names both kerasjob and tfjob, once each")
+    if skip_tfjob:
+        order = [f for f in order if f is not TFJobs]
 
     started = time.monotonic()
-    size0 = audit_log.stat().st_size if audit_log.exists() else -1
-    cluster = support.acquire_local()
+    size0 = audit_log.stat().st_size if audit_log and audit_log.exists() else -1
+    cluster = support.current_cluster() if current else support.acquire_local()
     try:
         kube = cluster.api_client()
         install_crds(cluster)  # writes: the log grows if the API server keeps it
         time.sleep(1)
-        if not audit_log.exists() or audit_log.stat().st_size <= size0:
+        if audit_log is not None and (
+                not audit_log.exists() or audit_log.stat().st_size <= size0):
             print(
                 f"warning: the API server writes no audit log at {audit_log} (a cluster "
                 "already up without one?): API writes not counted",
@@ -510,6 +547,8 @@ def main() -> int:
                 "loadavg_start": os.getloadavg(),
             },
             "git": git_state(),
+            "quick": args.quick,
+            "tfjob_skipped": skip_tfjob or None,
             "jobs": args.jobs,
             "workers_per_job": WORKERS,
             "runs": {},
@@ -524,9 +563,12 @@ def main() -> int:
                 flush=True,
             )
     finally:
-        support.release_local()
-    text, ratios = table(results["runs"]["kerasjob"], results["runs"]["tfjob"])
-    print(f"\n{args.jobs} concurrent {WORKERS}-worker jobs per operator:\n{text}")
+        if not current:
+            support.release_local()
+    runs = results["runs"]
+    text, ratios = table(runs["kerasjob"], runs.get("tfjob", {}))
+    print(f"\n{args.jobs} concurrent {WORKERS}-worker jobs per operator"
+          f"{' (TFJob side skipped)' if skip_tfjob else ''}:\n{text}")
     for name, res in results["runs"].items():
         if "api_writes_by_kind_per_job" in res:
             print(
@@ -536,9 +578,9 @@ def main() -> int:
     results["ratios_ours_over_theirs"] = ratios
     results["duration_s"] = round(time.monotonic() - started, 1)
     results["machine"]["loadavg_end"] = os.getloadavg()
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"wrote {RESULTS.relative_to(ROOT)} ({results['duration_s']} s)")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"wrote {args.out} ({results['duration_s']} s)")
     return 0 if all(r["complete"] for r in results["runs"].values()) else 1
 
 
