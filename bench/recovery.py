@@ -2,6 +2,7 @@
 
     python bench/recovery.py [--disruptions 5] [--kind sigterm|sigkill|evict]
                                       # writes bench/results/recovery.json
+    python bench/recovery.py --quick  # one disruption: checks that it runs
 
 Everything as users run it: the local cluster with its real node (kubelet + containerd), the
 images built from this checkout, the operator installed by Helm, a 2-worker MNIST KerasJob
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import platform
 import re
 import statistics
@@ -116,7 +118,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--disruptions", type=int, default=5)
     parser.add_argument("--kind", choices=("sigterm", "sigkill", "evict"), default="sigterm")
+    parser.add_argument("--quick", action="store_true", help="one disruption")
+    parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
+    if args.quick:
+        args.disruptions = 1
 
     cluster = LocalCluster(owner="bench", repo=ROOT)
     cluster.acquire()
@@ -131,7 +137,7 @@ def main() -> int:
             helm, str(cluster.kubeconfig), release="bench", namespace=f"{NS}-system",
             watch_namespaces=[NS],
         )
-        ckpt = ROOT / ".run" / "bench" / "ckpt"
+        ckpt = Path(os.environ.get("KERASJOB_RUN") or ROOT / ".run") / "bench" / "ckpt"
         pv = localdeploy.shared_claim(kube, NS, "ckpt", ckpt)
         job = yaml.safe_load((ROOT / "examples" / "mnist.yaml").read_text())
         job["metadata"]["name"] = JOB
@@ -209,10 +215,12 @@ def main() -> int:
         print(f"median disruption -> first new step {summary['median_first_step_s']:.1f}s; "
               f"last/first {summary['last_over_first']}; median phases: " +
               " ".join(f"{k}={v:.2f}s" for k, v in summary["median_phases_s"].items()))
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(json.dumps(
-            {"machine": platform.node(), "disruptions": results, **summary}, indent=2) + "\n")
-    return 0
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(
+            {"machine": platform.node(), "quick": args.quick, "disruptions": results,
+             **summary}, indent=2) + "\n")
+        print(f"wrote {args.out}")
+    return 0 if len(results) == args.disruptions else 1
 
 
 if __name__ == "__main__":
