@@ -5,7 +5,8 @@ A small, predictable subset of Kubernetes' strategic merge patch:
 * mappings merge recursively; an override value of None deletes the key;
 * lists of named things merge element-wise by their key (below), keeping the base's order
   and appending new elements: containers, env, volumes, volumeMounts, ports ...;
-* every other list (args, command, tolerations, ...) is replaced as a whole;
+* every other list (args, command, tolerations, a container's resources.claims, which has
+  no strategic merge key either, ...) is replaced as a whole;
 * scalars are replaced.
 
 Nothing here knows about KerasJob; `children.py` decides which container is the trainer.
@@ -32,7 +33,7 @@ MERGE_KEYS: dict[str, str] = {
     "ports": "containerPort",
     "imagePullSecrets": "name",
     "hostAliases": "ip",
-    "resourceClaims": "name",
+    "resourceClaims": "name",  # pod.spec.resourceClaims (DRA): a claim template per Pod
 }
 
 

@@ -28,8 +28,14 @@ def _docs(path: Path) -> list[dict[str, Any]]:
 
 
 def _needs_gpu(docs: list[dict[str, Any]]) -> bool:
+    """Devices this machine lacks: the device plugin's GPUs, the CUDA trainer image, or
+    devices claimed through DRA (a ResourceClaimTemplate, a Pod template's resourceClaims;
+    test_dra.py trains examples/gpu-dra.yaml with the DRA test driver's fake devices)."""
     return "nvidia.com/gpu" in yaml.safe_dump(docs) or any(
-        (d.get("spec") or {}).get("image", "").endswith("-gpu") for d in docs
+        (d.get("spec") or {}).get("image", "").endswith("-gpu")
+        or d.get("kind") in ("ResourceClaimTemplate", "ResourceClaim")
+        or "resourceClaims" in (((d.get("spec") or {}).get("template") or {}).get("spec") or {})
+        for d in docs
     )
 
 
@@ -43,6 +49,11 @@ CPU_EXAMPLES = sorted(
 def test_the_cpu_examples_are_found() -> None:
     assert "mnist.yaml" in CPU_EXAMPLES and "user-code-configmap.yaml" in CPU_EXAMPLES
     assert "cifar10-gpu.yaml" not in CPU_EXAMPLES
+    assert "gpu-dra.yaml" not in CPU_EXAMPLES
+    # By its DRA claims, not its image name alone.
+    (dra_job,) = [d for d in _docs(REPO_ROOT / "examples" / "gpu-dra.yaml")
+                  if d.get("kind") == "KerasJob"]
+    assert _needs_gpu([{**dra_job, "spec": {**dra_job["spec"], "image": "kerasjob/trainer:x"}}])
 
 
 @pytest.mark.parametrize("example", CPU_EXAMPLES)
