@@ -140,6 +140,10 @@ state = "$NODE_DIR/containerd/state"
   restrict_oom_score_adj = true
   netns_mounts_under_state_dir = true
   enable_unprivileged_ports = false
+  # CDI (containerd 2.x's default, said here): a DRA driver's per-claim device specs reach
+  # the containers. hack/cluster/dra.sh's driver writes them to $NODE_DIR/cdi.
+  enable_cdi = true
+  cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi", "$NODE_DIR/cdi"]
   [plugins."io.containerd.cri.v1.runtime".containerd]
     default_runtime_name = "runc"
     [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
@@ -432,6 +436,8 @@ our_shims() {  # containerd-shim-runc-v2 processes of our containerd
 down() {
   # 0. The NetworkPolicy enforcer, if one was started on this node (cilium.sh up).
   if [ -e "$NODE_DIR/cni/bin/cilium-cni" ]; then "$CLUSTER_DIR/cilium.sh" down; fi
+  # The DRA driver (dra.sh up), a kubelet plugin of this node.
+  if [ -f "$PIDS/dra.pid" ] || [ -d "$NODE_DIR/cdi" ]; then "$CLUSTER_DIR/dra.sh" down; fi
   # 1. Nothing may restart a container: the kubelet goes first.
   stop_proc kubelet
   stop_proc kube-proxy
