@@ -51,8 +51,11 @@ done
 IMAGE_VARIANTS="${IMAGE_VARIANTS:-cpu}"
 IMAGE_TAG="${IMAGE_TAG:-dev}"
 KERASJOB_LOCAL_BASE="${KERASJOB_LOCAL_BASE:-auto}"
-OPERATOR_IMAGE="kerasjob/operator:$IMAGE_TAG"
-TRAINER_REPO="kerasjob/trainer"
+# The images' names: contract/kerasjob_contract/images.py (one place for every name).
+names=contract/kerasjob_contract/images.py
+OPERATOR_IMAGE="$(sed -n 's/^OPERATOR_REPOSITORY = "\(.*\)"$/\1/p' "$names"):$IMAGE_TAG"
+TRAINER_REPO="$(sed -n 's/^TRAINER_REPOSITORY = "\(.*\)"$/\1/p' "$names")"
+[ "$OPERATOR_IMAGE" != ":$IMAGE_TAG" ] && [ -n "$TRAINER_REPO" ] || die "could not read the image names from $names"
 LOCAL_PYTHON=kerasjob.local/python:3.11-bookworm
 # The official bases, as the Dockerfiles name them.
 OFFICIAL_PYTHON="$(sed -n 's/^ARG PYTHON_IMAGE=//p' Dockerfile)"

@@ -11,11 +11,13 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from kerasjob_contract.images import trainer_image
+
 #: The trainer image used when neither spec.image nor the template names one (backend
-#: tensorflow: tf-keras on TensorFlow).
-DEFAULT_TRAINER_IMAGE = "ghcr.io/kerasjob/trainer:0.1.0-cpu"
+#: tensorflow: tf-keras on TensorFlow); the names: kerasjob_contract.images.
+DEFAULT_TRAINER_IMAGE = trainer_image("cpu")
 #: The same for spec.trainer.backend jax: Keras 3 on JAX, an image without TensorFlow.
-DEFAULT_JAX_TRAINER_IMAGE = "ghcr.io/kerasjob/trainer:0.1.0-jax-cpu"
+DEFAULT_JAX_TRAINER_IMAGE = trainer_image("jax-cpu")
 
 
 def _env(name: str, default: str) -> str:

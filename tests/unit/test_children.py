@@ -298,7 +298,8 @@ def test_default_images_of_the_operator_config(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.delenv("KERASJOB_DEFAULT_JAX_IMAGE", raising=False)
     assert default_images(OperatorConfig()) == {
         "tensorflow": DEFAULT_TRAINER_IMAGE, "jax": DEFAULT_JAX_TRAINER_IMAGE}
-    assert DEFAULT_JAX_TRAINER_IMAGE == "ghcr.io/kerasjob/trainer:0.1.0-jax-cpu"
+    assert DEFAULT_TRAINER_IMAGE == "kerasjob/trainer:0.1.0-cpu"
+    assert DEFAULT_JAX_TRAINER_IMAGE == "kerasjob/trainer:0.1.0-jax-cpu"
     monkeypatch.setenv("KERASJOB_DEFAULT_IMAGE", "reg/trainer:dev-cpu")
     monkeypatch.setenv("KERASJOB_DEFAULT_JAX_IMAGE", "reg/trainer:dev-jax-cpu")
     images = default_images(OperatorConfig())
