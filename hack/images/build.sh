@@ -19,7 +19,10 @@
 #   KERASJOB_LOCAL_BASE   auto (default): build FROM the official python image when the
 #                         daemon has it or can pull it, else FROM the local base
 #                         (hack/images/base.sh); 1: always the local base; 0: never
-#   TRAINER_GPU_BASE      base of the gpu variant (default tensorflow/tensorflow:<TF>-gpu)
+#   TRAINER_GPU_BASE      base of the gpu variant; unset (default): the same Python base as
+#                         cpu, with tensorflow[and-cuda] from PyPI (CUDA, cuDNN, NCCL as
+#                         nvidia-* wheels); set, e.g. tensorflow/tensorflow:<TF>-gpu: that
+#                         image and its TensorFlow (pulled if needed; fails if it cannot be)
 #   DOCKER, DOCKER_HOST   client and daemon; default: the daemon `docker info` reaches,
 #                         else a private dockerd (hack/images/dockerd.sh)
 #
@@ -60,7 +63,7 @@ LOCAL_PYTHON=kerasjob.local/python:3.11-bookworm
 # The official bases, as the Dockerfiles name them.
 OFFICIAL_PYTHON="$(sed -n 's/^ARG PYTHON_IMAGE=//p' Dockerfile)"
 TF_VERSION="$(sed -n 's/^ARG TF_VERSION=//p' trainer_image/Dockerfile)"
-TRAINER_GPU_BASE="${TRAINER_GPU_BASE:-tensorflow/tensorflow:$TF_VERSION-gpu}"
+TRAINER_GPU_BASE="${TRAINER_GPU_BASE:-}"
 [ -n "$OFFICIAL_PYTHON" ] && [ -n "$TF_VERSION" ] || die "could not read PYTHON_IMAGE/TF_VERSION from the Dockerfiles"
 for v in $IMAGE_VARIANTS; do
   case "$v" in cpu|gpu|jax-cpu|jax-gpu) ;;
@@ -177,16 +180,12 @@ for v in $IMAGE_VARIANTS; do
       --build-arg "VARIANT=$v" --build-arg "BASE_IMAGE=$python_base" .
     continue
   fi
-  if [ "$v" = cpu ]; then
-    base="$python_base"
-  else
+  base="$python_base"
+  if [ "$v" = gpu ] && [ -n "$TRAINER_GPU_BASE" ]; then  # the official TensorFlow GPU image
     base="$TRAINER_GPU_BASE"
-    if ! have_or_pull "$base"; then
-      warn "$tag NOT BUILT: its base $base is not available to the daemon (no registry?)." \
-        "Pull or load it (docker load) and run again, or set IMAGE_VARIANTS=cpu."
-      summary+=("$(printf '  %-34s SKIPPED (base %s not available)' "$tag" "$base")")
-      continue
-    fi
+    have_or_pull "$base" force \
+      || die "TRAINER_GPU_BASE=$base is not available to the daemon (pull or docker load it)," \
+        "or unset TRAINER_GPU_BASE to build the gpu variant from PyPI's tensorflow[and-cuda]"
   fi
   docker_build "$tag" "trainer-$v" -f trainer_image/Dockerfile \
     --build-arg "VARIANT=$v" --build-arg "BASE_IMAGE=$base" .
