@@ -39,7 +39,7 @@ class Examples:
     indexed: pipeline.Indexed | None = None  # every train example in memory, by index
 
 
-def _shape_like(x: np.ndarray, input_shape: tuple[int, ...]) -> np.ndarray:
+def shape_like(x: np.ndarray, input_shape: tuple[int, ...]) -> np.ndarray:
     """Reshape flat or image data to the model's input, e.g. 784 <-> (28, 28, 1)."""
     x = np.asarray(x, dtype=np.float32)
     if x.shape[1:] != input_shape and int(np.prod(x.shape[1:])) == int(np.prod(input_shape)):
@@ -67,11 +67,11 @@ def load_examples(source: DatasetConfig, input_shape: tuple[int, ...], classes: 
     import tensorflow as tf
 
     def from_arrays(x: np.ndarray, y: np.ndarray) -> Any:
-        return tf.data.Dataset.from_tensor_slices((_shape_like(x, input_shape),
+        return tf.data.Dataset.from_tensor_slices((shape_like(x, input_shape),
                                                    np.asarray(y, dtype=np.int64)))
 
     def in_memory(x: np.ndarray, y: np.ndarray, test: Any | None) -> Examples:
-        x, y = _shape_like(x, input_shape), np.asarray(y, dtype=np.int64)
+        x, y = shape_like(x, input_shape), np.asarray(y, dtype=np.int64)
         return Examples(from_arrays(x, y), test, len(y), pipeline.Indexed(x, y))
 
     if source.source == "mnist-sample":

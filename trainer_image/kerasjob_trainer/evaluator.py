@@ -14,9 +14,9 @@ import time
 from typing import Any
 
 import kerasjob_contract as contract
+from kerasjob_trainer.context import RunContext
 from kerasjob_trainer.faults import say
 from kerasjob_trainer.metrics import now_iso, write_json_atomic
-from kerasjob_trainer.train import MODEL_FILE, RunContext
 
 POLL_SECONDS = 2.0
 EVAL_FILE = contract.EVAL_FILE
@@ -62,7 +62,7 @@ def run(ctx: RunContext, poll: float = POLL_SECONDS) -> int:
     while True:
         done = _done(ctx.output_dir)  # read first: the final model exists once done is set
         if done:
-            final = tf_keras.models.load_model(os.path.join(ctx.output_dir, MODEL_FILE))
+            final = tf_keras.models.load_model(os.path.join(ctx.output_dir, contract.MODEL_FILE))
             evaluate(final, int(final.optimizer.iterations.numpy()), final=True)
             return int(contract.ExitCode.SUCCESS)
         latest = tf.train.latest_checkpoint(chief_dir)

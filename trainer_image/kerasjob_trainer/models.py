@@ -43,7 +43,7 @@ def load_user_function(spec: str) -> Callable[..., Any]:
     return func
 
 
-def _call_with_config(func: Callable[..., Any], config: dict[str, Any]) -> Any:
+def call_with_config(func: Callable[..., Any], config: dict[str, Any]) -> Any:
     try:
         takes_args = bool(inspect.signature(func).parameters)
     except (TypeError, ValueError):
@@ -64,7 +64,7 @@ def build_model(name: str, config: dict[str, Any], learning_rate: float) -> Buil
     if name in BUILTIN_MODELS:
         return BuiltModel(model=_builtin(name, learning_rate))
     func = load_user_function(name)
-    result = _call_with_config(func, config)
+    result = call_with_config(func, config)
     built = BuiltModel(model=result)
     if isinstance(result, tuple):
         if len(result) not in (2, 3):
@@ -75,7 +75,7 @@ def build_model(name: str, config: dict[str, Any], learning_rate: float) -> Buil
         dataset_fn = getattr(importlib.import_module(name.partition(":")[0]), "dataset", None)
         if callable(dataset_fn):
             built.train_dataset, built.test_dataset = _split_datasets(
-                _call_with_config(dataset_fn, config)
+                call_with_config(dataset_fn, config)
             )
     if getattr(built.model, "optimizer", None) is None:
         raise ConfigError(f"model {name!r} returned a model that is not compiled")

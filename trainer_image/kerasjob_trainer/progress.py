@@ -25,7 +25,7 @@ def progress_callback(session: Any, *, total: int, steps_per_epoch: int, interva
     import tf_keras
     from tensorflow.core.framework import summary_pb2
 
-    from kerasjob_trainer.session import first_step, step_done
+    from kerasjob_trainer.steps import first_step, step_done
 
     global _SCALAR_METADATA
     _SCALAR_METADATA = summary_pb2.SummaryMetadata(

@@ -41,7 +41,7 @@ from typing import Any, NoReturn
 import kerasjob_contract as contract
 from kerasjob_contract import ExitCode
 from kerasjob_contract.trainer_config import ConfigError, TrainerConfig
-from kerasjob_trainer import faults, goodput, leader, preemption, startup
+from kerasjob_trainer import faults, goodput, leader, preemption, startup, steps
 from kerasjob_trainer.audit import Audit
 from kerasjob_trainer.faults import hard_exit, say
 from kerasjob_trainer.metric_state import MetricState
@@ -53,12 +53,6 @@ SUCCESS_TEARDOWN_SECONDS = 20.0
 PREEMPTED_EXIT_DELAY_SECONDS = 0.3
 
 
-class _State:
-    """What the SIGTERM fallback needs to know."""
-
-    steps_this_process = 0
-
-
 def install_early_sigterm_handler() -> None:
     """SIGTERM before fit() installs TensorFlow's handler, or when the override is off.
 
@@ -68,7 +62,7 @@ def install_early_sigterm_handler() -> None:
     """
 
     def handler(signum: int, frame: Any) -> None:
-        if _State.steps_this_process == 0:
+        if steps.steps_this_process() == 0:
             hard_exit(ExitCode.PREEMPTED_SAVED,
                       "SIGTERM before the first step: the backup is current; exiting 42")
         hard_exit(ExitCode.PEER_LOST,
@@ -78,20 +72,11 @@ def install_early_sigterm_handler() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
-def step_done() -> None:
-    _State.steps_this_process += 1
-
-
-def first_step() -> bool:
-    """Whether the step just done is this process's first (logged, to time restarts)."""
-    return _State.steps_this_process == 1
-
-
 class Session:
     """One trainer process of a KerasJob (see the module docstring). Made by `start()`."""
 
     def __init__(self, ctx: Any, strategy: Any) -> None:
-        self.ctx = ctx  # kerasjob_trainer.train.RunContext
+        self.ctx = ctx  # kerasjob_trainer.context.RunContext
         self.strategy = strategy
         self.reporter: ProgressReporter | None = _reporter(ctx) if self.is_chief else None
         # A step stuck on a collective for collectiveTimeoutSeconds is a lost peer (not
@@ -292,7 +277,7 @@ def start(argv: list[str] | None = None) -> Session:
     (TF_CONFIG, KERASJOB_*), checked before TensorFlow starts (exit 78 when it cannot work),
     then the MultiWorkerMirroredStrategy. Call it before any other TensorFlow op."""
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-    from kerasjob_trainer.__main__ import build_context
+    from kerasjob_trainer.context import build_context
 
     install_early_sigterm_handler()
     try:

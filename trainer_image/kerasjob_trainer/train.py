@@ -3,33 +3,11 @@ library API of `kerasjob_trainer.session` (fit with BackupAndRestore, final outp
 
 from __future__ import annotations
 
-import dataclasses
-import os
-from typing import Any
-
-import kerasjob_contract as contract
 from kerasjob_contract import ExitCode
-from kerasjob_contract.trainer_config import ConfigError, TrainerConfig
+from kerasjob_contract.trainer_config import ConfigError
 from kerasjob_trainer import faults
-from kerasjob_trainer.cluster import ClusterInfo
+from kerasjob_trainer.context import RunContext
 from kerasjob_trainer.faults import hard_exit
-
-MODEL_FILE = contract.MODEL_FILE
-BACKUP_SUBDIR = contract.BACKUP_SUBDIR
-
-
-@dataclasses.dataclass(frozen=True)
-class RunContext:
-    config: TrainerConfig
-    raw_config: dict[str, Any]
-    cluster: ClusterInfo
-    checkpoint_dir: str
-    output_dir: str
-    metrics_port: int | None
-
-    @property
-    def backup_dir(self) -> str:
-        return os.path.join(self.checkpoint_dir, BACKUP_SUBDIR)
 
 
 def run(ctx: RunContext) -> int:

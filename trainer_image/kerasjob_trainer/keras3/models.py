@@ -14,7 +14,7 @@ import importlib
 from typing import Any
 
 from kerasjob_contract.trainer_config import BUILTIN_MODELS, ConfigError
-from kerasjob_trainer.models import _call_with_config, load_user_function
+from kerasjob_trainer.models import call_with_config, load_user_function
 
 Arrays = tuple[Any, Any]
 
@@ -25,7 +25,7 @@ def build_model(name: str, config: dict[str, Any],
     if name in BUILTIN_MODELS:
         return builtin(name, learning_rate), None, None
     func = load_user_function(name)
-    result = _call_with_config(func, config)
+    result = call_with_config(func, config)
     train = test = None
     if isinstance(result, tuple):
         if len(result) not in (2, 3):
@@ -36,7 +36,7 @@ def build_model(name: str, config: dict[str, Any],
         model = result
         dataset_fn = getattr(importlib.import_module(name.partition(":")[0]), "dataset", None)
         if callable(dataset_fn):
-            train, test = _split(_call_with_config(dataset_fn, config))
+            train, test = _split(call_with_config(dataset_fn, config))
     if getattr(model, "optimizer", None) is None:
         raise ConfigError(f"model {name!r} returned a model that is not compiled")
     if not hasattr(model, "trainable_variables") or type(model).__module__.startswith("tf_keras"):

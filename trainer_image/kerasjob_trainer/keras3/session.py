@@ -29,7 +29,6 @@ The twin of `kerasjob_trainer.session` for Keras 3 on JAX, in as few lines:
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 import signal
@@ -43,11 +42,12 @@ from typing import Any, NoReturn
 import kerasjob_contract as contract
 from kerasjob_contract import ExitCode
 from kerasjob_contract.trainer_config import ConfigError, TrainerConfig
-from kerasjob_trainer import faults, goodput, startup
+from kerasjob_trainer import faults, goodput, startup, steps
 from kerasjob_trainer.audit import Audit
 from kerasjob_trainer.faults import hard_exit, say
 from kerasjob_trainer.keras3 import checkpoint
 from kerasjob_trainer.keras3 import data as k3data
+from kerasjob_trainer.keras3.context import Context
 from kerasjob_trainer.keras3.identity import Identity
 from kerasjob_trainer.metrics import ProgressReporter
 from kerasjob_trainer.pipeline import Indexed
@@ -60,24 +60,9 @@ _PEER_HINTS = ("gloo", "connection reset", "connection closed", "connection refu
                "barrier", "deadline_exceeded")
 
 
-@dataclasses.dataclass(frozen=True)
-class Context:
-    config: TrainerConfig
-    raw_config: dict[str, Any]
-    identity: Identity
-    checkpoint_dir: str
-    output_dir: str
-    metrics_port: int | None
-
-    @property
-    def backup_dir(self) -> str:
-        return os.path.join(self.checkpoint_dir, contract.BACKUP_SUBDIR)
-
-
 class _Signal:
     """SIGTERM seen by this process (the one-process case; JAX's sync point otherwise)."""
 
-    steps_this_process = 0
     term = threading.Event()
 
 
@@ -86,7 +71,7 @@ def install_early_sigterm_handler() -> None:
     process stops at the next step boundary and saves (several: see `_Preemption`)."""
 
     def handler(signum: int, frame: Any) -> None:
-        if _Signal.steps_this_process == 0:
+        if steps.steps_this_process() == 0:
             hard_exit(ExitCode.PREEMPTED_SAVED,
                       "SIGTERM before the first step: the backup is current; exiting 42")
         _Signal.term.set()
@@ -336,8 +321,8 @@ class _Callback:
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
         s = self.session
         self.step += 1
-        _Signal.steps_this_process += 1
-        first = _Signal.steps_this_process == 1
+        steps.step_done()
+        first = steps.first_step()
         if first:
             startup.mark("first_step")
             say(startup.line())
@@ -404,7 +389,7 @@ def _keras_callback() -> type:
 def start(argv: list[str] | None = None) -> Session:
     """This process's Session: configuration and identity from the environment (exit 78 when
     they cannot work), then JAX's distributed runtime and DataParallel. Call it first."""
-    from kerasjob_trainer.keras3.__main__ import build_context
+    from kerasjob_trainer.keras3.context import build_context
 
     install_early_sigterm_handler()
     try:

@@ -10,7 +10,8 @@ import numpy as np
 from kerasjob_contract.trainer_config import ConfigError, DatasetConfig
 from kerasjob_trainer import faults
 from kerasjob_trainer.faults import hard_exit
-from kerasjob_trainer.keras3.session import Context, classify, session_for
+from kerasjob_trainer.keras3.context import Context
+from kerasjob_trainer.keras3.session import classify, session_for
 from kerasjob_trainer.pipeline import Indexed
 
 SYNTHETIC_EXAMPLES = 1024
@@ -30,10 +31,10 @@ def run(ctx: Context) -> int:
 def load_examples(source: DatasetConfig, input_shape: tuple[int, ...], classes: int,
                   seed: int) -> tuple[Indexed, tuple[Any, Any] | None]:
     """The configured source in memory (TFRecord needs TensorFlow: backend tensorflow)."""
-    from kerasjob_trainer.data import _shape_like, mnist_sample
+    from kerasjob_trainer.data import mnist_sample, shape_like
 
     def indexed(x: Any, y: Any) -> Indexed:
-        return Indexed(_shape_like(x, input_shape), np.asarray(y, dtype=np.int64))
+        return Indexed(shape_like(x, input_shape), np.asarray(y, dtype=np.int64))
 
     if source.source == "mnist-sample":
         x, y, x_test, y_test = mnist_sample()
