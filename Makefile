@@ -35,8 +35,11 @@ $(VENV)/.installed: contract/pyproject.toml operator/pyproject.toml trainer_imag
 	$(BIN)/pip install -q $$($(BIN)/python -c "import tomllib; print(' '.join(tomllib.load(open('trainer_image/pyproject.toml', 'rb'))['tool']['kerasjob']['jax']))")
 	touch $@
 
-lint: venv ## ruff
+lint: venv ## ruff check and format check, the import layers (lint-imports), mypy
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 fmt: venv ## ruff format + autofix
 	$(BIN)/ruff check --fix .

@@ -83,6 +83,7 @@ def load_examples(source: DatasetConfig, input_shape: tuple[int, ...], classes: 
         y = rng.integers(0, classes, SYNTHETIC_EXAMPLES)
         return in_memory(x, y, None)
     if source.source == "npz":
+        assert source.path is not None  # parse_dataset requires it for a file source
         with np.load(source.path) as f:
             test = from_arrays(f["x_test"], f["y_test"]) if "x_test" in f else None
             return in_memory(f["x_train"], f["y_train"], test)

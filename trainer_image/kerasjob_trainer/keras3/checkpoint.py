@@ -72,9 +72,13 @@ def save(backup_dir: str, model: Any, header: Header) -> str:
     final = path(backup_dir)
     tmp = f"{final}.tmp-{os.getpid()}"
     with open(tmp, "wb") as f:
-        np.savez(f, header=np.array(json.dumps(dataclasses.asdict(header))),
-                 paths=np.array([v.path for v in variables]),
-                 metric_paths=np.array([v.path for v in metrics], dtype=str), **arrays)
+        payload: dict[str, Any] = {
+            "header": np.array(json.dumps(dataclasses.asdict(header))),
+            "paths": np.array([v.path for v in variables]),
+            "metric_paths": np.array([v.path for v in metrics], dtype=str),
+            **arrays,
+        }
+        np.savez(f, **payload)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, final)

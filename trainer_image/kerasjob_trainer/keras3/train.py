@@ -45,9 +45,11 @@ def load_examples(source: DatasetConfig, input_shape: tuple[int, ...], classes: 
         x = rng.random((SYNTHETIC_EXAMPLES, *input_shape), dtype=np.float32)
         return indexed(x, rng.integers(0, classes, SYNTHETIC_EXAMPLES)), None
     if source.source == "npz":
+        assert source.path is not None  # parse_dataset requires it for a file source
         with np.load(source.path) as f:
-            test = indexed(f["x_test"], f["y_test"]) if "x_test" in f else None
-            return indexed(f["x_train"], f["y_train"]), (test.x, test.y) if test else None
+            held_out = indexed(f["x_test"], f["y_test"]) if "x_test" in f else None
+            train = indexed(f["x_train"], f["y_train"])
+            return train, (held_out.x, held_out.y) if held_out else None
     raise ConfigError(f"dataset {source.source!r} needs TensorFlow: use backend tensorflow, "
                       "or an npz file, for backend jax")
 
