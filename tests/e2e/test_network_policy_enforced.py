@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_training import JOBS, Run, last_step, mnist_job
+from training_run import JOBS, Run, last_step, mnist_job
 
 from kerasjob_dev import localdeploy
 from kerasjob_dev.cluster import REPO_ROOT, Cluster, wait_for

@@ -11,8 +11,6 @@ machine, so the chief's progress.json is read back here); with KERASJOB_TEST_CLU
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 import re
 import threading
 import time
@@ -21,87 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from training_run import FINAL, JOBS, RESUMED, Run, last_step, mnist_job
 
 import kerasjob_contract as contract
 from kerasjob_dev import localdeploy
-from kerasjob_dev.cluster import REPO_ROOT, wait_for
-from kerasjob_dev.synckube import ApiError, pod_path
+from kerasjob_dev.cluster import wait_for
+from kerasjob_dev.synckube import pod_path
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e, pytest.mark.slow]
-
-STEP = re.compile(contract.LOG_STEP_RE, re.M)
-RESUMED = re.compile(contract.LOG_RESUMED_RE, re.M)
-FINAL = re.compile(contract.LOG_FINAL_RE, re.M)
-JOBS = "/apis/kerasjob.dev/v1alpha1/namespaces/{ns}/kerasjobs"
-
-
-class Run:
-    """One job of the test: its name, namespace, checkpoint claim and how to read it back."""
-
-    def __init__(self, dep: Any, name: str, tmp_path: Path) -> None:
-        self.dep, self.kj, self.ns, self.name = dep, dep.kube, dep.namespace, name
-        self.claim = f"{name}-ckpt"
-        self.ckpt: Path | None = None
-        self.pv: str | None = None
-        self.tmp_path = tmp_path
-
-    def log(self, pod: str) -> str:
-        return self.kj.pod_log(self.ns, pod)
-
-    def make_claim(self) -> None:
-        if self.dep.cluster.local:
-            self.ckpt = self.tmp_path / "ckpt"
-            self.pv = localdeploy.shared_claim(self.kj, self.ns, self.claim, self.ckpt)
-            return
-        storage_class = os.environ.get("KERASJOB_TEST_STORAGE_CLASS")
-        if not storage_class:
-            pytest.skip("KERASJOB_TEST_STORAGE_CLASS (a ReadWriteMany class) is not set")
-        claim = {
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "metadata": {"name": self.claim},
-            "spec": {
-                "accessModes": ["ReadWriteMany"],
-                "storageClassName": storage_class,
-                "resources": {"requests": {"storage": "1Gi"}},
-            },
-        }
-        self.kj.request("POST", f"/api/v1/namespaces/{self.ns}/persistentvolumeclaims", body=claim)
-
-    def cleanup(self) -> None:
-        for path in (f"{JOBS.format(ns=self.ns)}/{self.name}",
-                     f"/api/v1/namespaces/{self.ns}/persistentvolumeclaims/{self.claim}"):
-            with contextlib.suppress(ApiError):
-                self.kj.request("DELETE", path)
-        if self.pv:
-            localdeploy.delete_volume(self.kj, self.pv)
-
-    def progress_files(self) -> list[dict[str, Any]] | None:
-        """progress.json files the chief wrote (None: not readable from here)."""
-        if self.ckpt is None:
-            return None
-        return [json.loads(p.read_text()) for p in self.ckpt.rglob("progress.json")]
-
-    def status(self) -> dict[str, Any]:
-        return (self.kj.get(f"{JOBS.format(ns=self.ns)}/{self.name}") or {}).get("status") or {}
-
-
-def mnist_job(name: str, claim: str, example: str = "mnist.yaml", **trainer: Any) -> dict[str, Any]:
-    """examples/mnist.yaml (or `example`) as a user applies it, under another name and claim
-    (and with these spec.trainer fields changed)."""
-    job = yaml.safe_load((REPO_ROOT / "examples" / example).read_text())
-    job["spec"].setdefault("trainer", {}).update(trainer)
-    job["metadata"]["name"] = name
-    job["spec"]["checkpoint"]["volume"] = {"persistentVolumeClaim": {"claimName": claim}}
-    job["spec"].pop("ttlSecondsAfterFinished", None)  # keep it for the assertions
-    return job
-
-
-def last_step(text: str) -> int:
-    steps = STEP.findall(text)
-    return int(steps[-1][0]) if steps else 0
-
 
 def run_and_disrupt(
     run: Run, disrupt: Callable[[], None], *, resumes: bool = True,

@@ -7,37 +7,23 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
-from test_reconcile import NOW, creates, deletes, job, pod
+from builders import (
+    NOW,
+    UNSCHEDULABLE,
+    creates,
+    deletes,
+    ejob,
+    job,
+    pod,
+    probe,
+    probes,
+    stuck,
+)
 
 from kerasjob import children, labels, validation
 from kerasjob import reconcile as rc
-from kerasjob.planning import CreateProbe, ElasticPolicy
-from kerasjob.podview import PodView, Termination
+from kerasjob.podview import Termination
 from kerasjob_contract import trainer_config
-
-POLICY = ElasticPolicy(min_workers=2, preferred=3, shrink_after_seconds=60,
-                       resize_cooldown_seconds=120)
-UNSCHEDULABLE = "Unschedulable: 0/4 nodes are available: 4 Insufficient example.com/slot."
-
-
-def ejob(**kw: Any) -> rc.JobView:
-    return job(3, elastic=POLICY, **kw)
-
-
-def stuck(i: int, since: timedelta, uid: str | None = None) -> PodView:
-    return pod(i, uid, phase="Pending", ready=False, unschedulable_since=NOW - since,
-               waiting=UNSCHEDULABLE)
-
-
-def probe(i: int, node: str = "", uid: str | None = None,
-          bound_for: float = 10.0) -> PodView:
-    return pod(i, uid or f"p{i}", name=f"j-probe-{i}", role="probe", phase="Pending",
-               ready=False, node_name=node,
-               scheduled_since=NOW - timedelta(seconds=bound_for) if node else None)
-
-
-def probes(p: rc.Plan) -> list[str]:
-    return [a.name for a in p.actions if isinstance(a, CreateProbe)]
 
 
 def test_a_shrink_waits_for_shrink_after_seconds_then_restarts_everyone_uncounted() -> None:

@@ -10,8 +10,7 @@ import dataclasses
 from datetime import timedelta
 from typing import Any
 
-from test_elastic_planner import POLICY, UNSCHEDULABLE, stuck
-from test_reconcile import JOB_UID, NOW, creates, job, pod
+from builders import JOB_UID, NOW, POLICY, UNSCHEDULABLE, creates, job, pod, stuck
 
 from kerasjob import gang, labels
 from kerasjob import reconcile as rc

@@ -3,39 +3,14 @@ and the planner holding a job of a LocalQueue until its Workload is admitted."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from typing import Any
+
+from builders import NOW, creates, job, pod, run
 
 from kerasjob import children, kueue
 from kerasjob import reconcile as rc
 from kerasjob.api import KerasJob
-from kerasjob.podview import PodView, Termination
-
-NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
-
-
-def job(**kw: Any) -> rc.JobView:
-    tasks = tuple(rc.Task(f"j-worker-{i}", "worker", i) for i in range(3))
-    return rc.JobView(
-        name="j", namespace="ns", uid="job-uid", generation=1, tasks=tasks, chief="j-worker-0",
-        **kw,
-    )
-
-
-def pod(i: int, **kw: Any) -> PodView:
-    base: dict[str, Any] = dict(
-        name=f"j-worker-{i}", namespace="ns", uid=f"u{i}", job_name="j", owner_uid="job-uid",
-        role="worker", index=i, phase="Running", ready=True,
-    )
-    return PodView(**{**base, **kw})
-
-
-def run(j: rc.JobView, status: dict[str, Any], pods: list[PodView]) -> rc.Plan:
-    return rc.plan(j, status, pods, NOW)
-
-
-def creates(p: rc.Plan) -> list[str]:
-    return [a.task.name for a in p.actions if isinstance(a, rc.CreatePod)]
+from kerasjob.podview import Termination
 
 
 def deletes(p: rc.Plan) -> list[str]:

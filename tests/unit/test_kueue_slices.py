@@ -8,8 +8,7 @@ import asyncio
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from test_elastic_planner import POLICY, probe
-from test_reconcile import NOW, deletes, job, pod
+from builders import NOW, POLICY, deletes, job, pod, probe
 
 from kerasjob import kueue
 from kerasjob import reconcile as rc

@@ -7,7 +7,7 @@ from typing import Any
 
 import pydantic
 import pytest
-from test_reconcile import NOW, job, pod
+from builders import NOW, job, pod
 
 from kerasjob import CONTROLLER_NAME
 from kerasjob import reconcile as rc

@@ -3,56 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
-from typing import Any
+from datetime import timedelta
+
+from builders import NOW, creates, deletes, job, pod, run, settle
 
 from kerasjob import reconcile as rc
-from kerasjob.podview import PodView, Termination
-
-NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
-JOB_UID = "job-uid"
-
-
-def job(workers: int = 3, **kw: Any) -> rc.JobView:
-    tasks = tuple(rc.Task(f"j-worker-{i}", "worker", i) for i in range(workers))
-    base: dict[str, Any] = dict(
-        name="j", namespace="ns", uid=JOB_UID, generation=1, tasks=tasks, chief="j-worker-0"
-    )
-    base.update(kw)
-    return rc.JobView(**base)
-
-
-def pod(i: int, uid: str | None = None, **kw: Any) -> PodView:
-    base: dict[str, Any] = dict(
-        name=f"j-worker-{i}",
-        namespace="ns",
-        uid=uid or f"u{i}",
-        job_name="j",
-        owner_uid=JOB_UID,
-        role="worker",
-        index=i,
-        phase="Running",
-        ready=True,
-    )
-    base.update(kw)
-    return PodView(**base)
-
-
-def run(j: rc.JobView, status: dict[str, Any], pods: list[PodView], now: datetime = NOW) -> rc.Plan:
-    return rc.plan(j, status, pods, now)
-
-
-def creates(p: rc.Plan) -> list[str]:
-    return [a.task.name for a in p.actions if isinstance(a, rc.CreatePod)]
-
-
-def deletes(p: rc.Plan) -> list[str]:
-    return [a.name for a in p.actions if isinstance(a, rc.DeletePod)]
-
-
-def settle(j: rc.JobView, pods: list[PodView], status: dict[str, Any] | None = None) -> dict:
-    """Status after the controller has seen ``pods``."""
-    return run(j, status or {}, pods).status
+from kerasjob.podview import Termination
 
 
 def test_new_job_creates_service_and_every_pod() -> None:
