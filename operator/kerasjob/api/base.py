@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import enum
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, PlainSerializer
 from pydantic.alias_generators import to_camel
+from pydantic.config import JsonDict
 
 from kerasjob import API_GROUP, API_VERSION
 from kerasjob_contract.times import format_time
@@ -35,8 +36,9 @@ VOLUME_SOURCES = (
 )
 
 
-def _cel(rule: str, message: str) -> dict[str, str]:
-    """One x-kubernetes-validations entry: a CEL rule and the message users see."""
+def _cel(rule: str, message: str) -> JsonDict:
+    """One x-kubernetes-validations entry: a CEL rule and the message users see (typed as
+    pydantic's JsonDict, what `json_schema_extra` lists hold)."""
     return {"rule": rule, "message": message}
 
 
@@ -179,4 +181,4 @@ class ConditionStatus(str, enum.Enum):
 
 
 #: A PodTemplateSpec field: kept as given (the API server validates the Pods made from it).
-_TEMPLATE_SCHEMA: dict[str, Any] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+_TEMPLATE_SCHEMA: JsonDict = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}

@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 from pydantic import ConfigDict, Field
+from pydantic.config import JsonDict
 
 from kerasjob.api.base import (
     _TEMPLATE_SCHEMA,
@@ -161,11 +162,11 @@ JAX_NO_EVALUATOR = (
 )
 
 
-def _immutable(field: str) -> dict[str, str]:
+def _immutable(field: str) -> JsonDict:
     return _cel("self == oldSelf", f"{field} is immutable")
 
 
-def _immutable_optional(field: str) -> dict[str, str]:
+def _immutable_optional(field: str) -> JsonDict:
     # A field-level transition rule is skipped when the field is added or removed, so the
     # optional roles are checked from the spec, where both presence and value are visible.
     return _cel(
