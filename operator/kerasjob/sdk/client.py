@@ -12,6 +12,9 @@ Objects are the pydantic models of `kerasjob.api` (one source of truth with the 
 
 from __future__ import annotations
 
+# `builtins.list` in the annotations of the methods below `list`: in the class body the
+# name is the method.
+import builtins
 import math
 import os
 import time
@@ -242,7 +245,7 @@ class KerasJobClient:
 
     # -- children: Pods, events, logs -----------------------------------------------------
 
-    def pods(self, name: str, namespace: str | None = None) -> list[dict[str, Any]]:
+    def pods(self, name: str, namespace: str | None = None) -> builtins.list[dict[str, Any]]:
         """The job's Pods as the API server has them (plain dicts)."""
         listed = self.transport.request(
             "GET", pod_path(self._ns(namespace)),
@@ -250,7 +253,7 @@ class KerasJobClient:
         )
         return list(listed.get("items") or [])
 
-    def events(self, name: str, namespace: str | None = None) -> list[dict[str, Any]]:
+    def events(self, name: str, namespace: str | None = None) -> builtins.list[dict[str, Any]]:
         """The job's Events (transitions, counted restarts, invalid spec), oldest first."""
         listed = self.transport.request(
             "GET", events_path(self._ns(namespace)),
@@ -259,7 +262,7 @@ class KerasJobClient:
         items = list(listed.get("items") or [])
         return sorted(items, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
 
-    def replica_pods(self, job: KerasJob, replica: str | None = None) -> list[str]:
+    def replica_pods(self, job: KerasJob, replica: str | None = None) -> builtins.list[str]:
         """Pod names: every task's (``replica="all"``), one ("worker-1"), or the chief's."""
         if replica == "all":
             return [pod_name(job.name, role, i) for role, i in job.spec.tasks()]
