@@ -158,8 +158,8 @@ def _template(tpl: Any, where: str, warnings: list[str]) -> tuple[dict[str, Any]
 
 
 def _restart_policy(replicas: Mapping[str, dict], warnings: list[str]) -> dict[str, Any]:
-    policies = {role: rs.get("restartPolicy") for role, rs in replicas.items()
-                if role != "ps" and rs.get("restartPolicy")}
+    policies = {role: policy for role, rs in replicas.items()
+                if role != "ps" and (policy := rs.get("restartPolicy"))}
     if not policies:
         return {}
     chosen = policies.get("worker") or next(iter(policies.values()))

@@ -118,8 +118,9 @@ def current_namespace(kubeconfig: str | None = None, context: str | None = None)
         return "default"
 
 
-def _named(doc: Any, section: str, name: str, key: str) -> dict[str, Any]:
-    """The entry ``name`` of a kubeconfig list (clusters, users, contexts): its ``key`` map."""
+def _named(doc: Any, section: str, name: str | None, key: str) -> dict[str, Any]:
+    """The entry ``name`` of a kubeconfig list (clusters, users, contexts): its ``key`` map.
+    None (a context naming no cluster) finds no entry, like any unknown name."""
     for entry in (doc or {}).get(section) or []:
         if isinstance(entry, dict) and entry.get("name") == name:
             value = entry.get(key) or {}

@@ -178,7 +178,7 @@ def _template_problems(where: str, tpl: Any, mount_path: str) -> list[str]:
         if i > 0 and not c.get("name"):
             problems.append(f"{where}.spec.containers[{i}] needs a name")
         env = c.get("env") or []
-        owned = sorted({e.get("name") for e in env if isinstance(e, Mapping)} & OWNED_ENV)
+        owned = sorted(OWNED_ENV.intersection(e.get("name") for e in env if isinstance(e, Mapping)))
         if owned:
             problems.append(
                 f"{where}.spec.containers[{i}].env sets {', '.join(owned)}, which the "

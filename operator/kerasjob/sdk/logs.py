@@ -136,7 +136,8 @@ def _follow_one(
     stop: threading.Event,
     out: queue.Queue[LogLine | KerasJobError],
 ) -> None:
-    streamed: set[str] = set()  # UIDs of the incarnations already streamed to their end
+    # UIDs of the incarnations already streamed to their end (None: a Pod without one).
+    streamed: set[str | None] = set()
     try:
         while not stop.is_set():
             obj = transport.get(pod_path(namespace, pod))

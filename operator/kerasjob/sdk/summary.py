@@ -106,8 +106,10 @@ def summarize(job: KerasJob | Mapping[str, Any]) -> JobSummary:
     phase = phase_of(job)
     # Why a job is in its phase; a job held by Kueue: its Admitted condition (which queue,
     # Kueue's reason, evicted by whom).
-    why = condition(job, ConditionType.ADMITTED.value if phase == Phase.QUEUED.value else phase)
-    why = why if phase else None
+    why = (
+        condition(job, ConditionType.ADMITTED.value if phase == Phase.QUEUED.value else phase)
+        if phase else None
+    )
     if phase == Phase.PENDING.value:
         # Why its Pods do not run yet (a gang that cannot be placed, a Pod no node fits, an
         # image that cannot be pulled): its Running condition, False.
