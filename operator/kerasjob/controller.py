@@ -289,7 +289,8 @@ class Controller:
             self.rejections.pop(key, None)
             return None
         if seen.job.managed_by is not None:
-            return await self._managed_elsewhere(seen)
+            await self._managed_elsewhere(seen)
+            return None
         if await index_behind(self.api, key[0], seen.status, seen.pods):
             log.debug("%s/%s: Pod index behind the status; waiting", *key)
             return 0.5

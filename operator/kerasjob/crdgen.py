@@ -52,7 +52,7 @@ ROOT_VALIDATIONS = [
     },
 ]
 
-PRINTER_COLUMNS = [
+PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase",
      "description": "Pending, Running, Restarting, Succeeded, Failed, Suspended or Queued"},
     {"name": "Workers", "type": "integer", "jsonPath": ".spec.workers",

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from kerasjob.api import ReplicaRole
-from kerasjob.tf_config import build_tf_config, task_address, tf_config_json
+from kerasjob.tf_config import RoleCounts, build_tf_config, task_address, tf_config_json
 from kerasjob_contract import JAX_IDENTITY_ENV, Backend, Env
 
 
@@ -38,7 +38,7 @@ class Runtime(Protocol):
     default_image_setting: str
 
     def identity_env(self, job_name: str, namespace: str,
-                     replicas: Mapping[ReplicaRole | str, int], port: int,
+                     replicas: RoleCounts, port: int,
                      role: ReplicaRole | str, index: int) -> dict[str, str]:
         """The variables that tell task (role, index) who it is and where its peers are.
 
@@ -62,7 +62,7 @@ class TensorFlowRuntime:
     default_image_setting: str = "default_image"  # $KERASJOB_DEFAULT_IMAGE
 
     def identity_env(self, job_name: str, namespace: str,
-                     replicas: Mapping[ReplicaRole | str, int], port: int,
+                     replicas: RoleCounts, port: int,
                      role: ReplicaRole | str, index: int) -> dict[str, str]:
         tf_config = build_tf_config(job_name, namespace, replicas, port, role, index)
         return {Env.TF_CONFIG.value: tf_config_json(tf_config)}
@@ -82,7 +82,7 @@ class JaxRuntime:
     default_image_setting: str = "default_jax_image"  # $KERASJOB_DEFAULT_JAX_IMAGE
 
     def identity_env(self, job_name: str, namespace: str,
-                     replicas: Mapping[ReplicaRole | str, int], port: int,
+                     replicas: RoleCounts, port: int,
                      role: ReplicaRole | str, index: int) -> dict[str, str]:
         counts = {ReplicaRole(r): int(n) for r, n in replicas.items()}
         workers = counts.get(ReplicaRole.WORKER, 0)

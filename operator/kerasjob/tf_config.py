@@ -20,6 +20,10 @@ from kerasjob.api import ReplicaRole
 #: render, so the controller's spec hash does not flap.
 _ORDER = (ReplicaRole.CHIEF, ReplicaRole.WORKER, ReplicaRole.EVALUATOR)
 
+#: Pods per role, keyed by the role or its name (`KerasJobSpec.replicas` or {"worker": 3}):
+#: a union, since a Mapping's key type is invariant.
+RoleCounts = Mapping[ReplicaRole, int] | Mapping[str, int]
+
 
 def pod_name(job_name: str, role: ReplicaRole | str, index: int) -> str:
     """<job>-<role>-<index>: the Pod's name and hostname."""
@@ -36,7 +40,7 @@ def task_address(job_name: str, namespace: str, role: ReplicaRole | str, index: 
     return f"{pod_name(job_name, role, index)}.{job_name}.{namespace}.svc:{port}"
 
 
-def build_tf_config(job_name: str, namespace: str, roles: Mapping[ReplicaRole | str, int],
+def build_tf_config(job_name: str, namespace: str, roles: RoleCounts,
                     port: int, task_role: ReplicaRole | str, task_index: int) -> dict[str, Any]:
     """TF_CONFIG for one task of a job.
 
