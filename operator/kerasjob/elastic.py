@@ -184,9 +184,9 @@ class Elastic:
             return
         self.size_status()
         # Workers above the current size (a resize the operator did not see through).
-        for pod in self.owned.values():
-            if pod.role == WORKER and pod.index >= self.size:
-                self.delete(pod)
+        for extra in self.owned.values():
+            if extra.role == WORKER and extra.index >= self.size:
+                self.delete(extra)
         admitted = self.kueue_workers()
         if admitted is not None and admitted < self.size:
             to = max(admitted, policy.min_workers)

@@ -9,6 +9,7 @@ finished, invalid, rejected, suspended nor queued by Kueue.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -34,7 +35,7 @@ class Running:
     job: JobView
     now: datetime
     status: dict[str, Any]
-    old: dict[str, Any]
+    old: Mapping[str, Any]
     conditions: list[dict[str, Any]]
     tracked: dict[str, dict[str, Any]]
     owned: dict[str, PodView]
