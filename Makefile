@@ -100,7 +100,8 @@ bench: venv binaries ## Benchmarks: print figures, write JSON to bench/results/
 	$(BIN)/python bench/operator.py
 	$(BIN)/python bench/recovery.py
 	$(BIN)/python bench/keras3.py
-	$(BIN)/python bench/keras3_device.py
+	# one accelerator's figures: full size on a GPU (hack/gpu/check.sh); here, CPU: quick sizes
+	$(BIN)/python bench/keras3_device.py --quick
 
 bench-scale: venv binaries ## 10, 100, 1000 KerasJobs x 8 workers on KWOK: create, disrupt, finish, delete (JSON + SVG plot)
 	$(BIN)/python bench/scale.py
