@@ -58,6 +58,7 @@ def test_two_processes_train_to_the_end(tmp_path: Path) -> None:
         done = progress(g)
         assert done["done"] is True and done["step"] == 200
         assert not (g.ckpt / "backup").exists()  # deleted once the model is safe
+        assert not (g.ckpt / "jax-cache").exists()  # the compilation cache too
         assert (g.output / "model.keras").is_file()
 
 
@@ -66,6 +67,7 @@ def test_sigterm_saves_at_one_step_and_resumes_there(tmp_path: Path) -> None:
         assert _disrupt(g, at_step=15, how="term") == [42, 42], g.logs()
         saved = [_matches(PREEMPTED, t.text()) for t in g.trainers]
         assert len(saved[0]) == 1 and saved[0] == saved[1], g.logs()  # one agreed step
+        assert any((g.ckpt / "jax-cache").iterdir())  # the compiled programs, for the restart
         assert _finish(g) == [0, 0], g.logs()
         assert _matches(RESUMED, g.trainers[0].text()) == saved[0], g.logs()
         assert "cause=preempted" in g.trainers[0].text()

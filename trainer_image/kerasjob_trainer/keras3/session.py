@@ -246,6 +246,8 @@ class Session:
             _save_model(model, self.output_dir, self.is_chief)
             if self.is_chief:
                 shutil.rmtree(self.backup_dir, ignore_errors=True)  # the model is safe now
+                shutil.rmtree(os.path.join(self.checkpoint_dir, JAX_CACHE_SUBDIR),
+                              ignore_errors=True)
         except Exception as e:
             self.fail(e)
         steps = self.steps
@@ -411,6 +413,7 @@ def session_for(ctx: Context) -> Session:
     import jax
 
     startup.mark("tensorflow")  # the framework's import (the log line keeps one format)
+    _compile_cache(jax, ctx.checkpoint_dir)
     identity = ctx.identity
     if identity.multi_process:
         try:
@@ -432,6 +435,25 @@ def session_for(ctx: Context) -> Session:
     keras.utils.set_random_seed(ctx.config.seed)
     startup.mark("cluster")
     return Session(ctx)
+
+
+#: JAX's persistent compilation cache, below the checkpoint directory (the job's shared
+#: volume): a restarted process loads the XLA programs its predecessor compiled (the train
+#: step, the initializers) instead of compiling them again. KERASJOB_JAX_CACHE=0 turns it off.
+JAX_CACHE_SUBDIR = "jax-cache"
+
+
+def _compile_cache(jax: Any, checkpoint_dir: str) -> None:
+    if os.environ.get("KERASJOB_JAX_CACHE", "1") == "0":
+        return
+    path = os.path.join(checkpoint_dir, JAX_CACHE_SUBDIR)
+    try:
+        os.makedirs(path, exist_ok=True)
+        jax.config.update("jax_compilation_cache_dir", path)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    except (OSError, AttributeError, ValueError) as e:  # a cache is an optimisation only
+        say(f"warning: no JAX compilation cache in {path}: {e}")
 
 
 def _keras_version() -> str:
