@@ -43,8 +43,15 @@ def summarize(lines: Any, namespace: str | None = None) -> list[dict[str, Any]]:
         first.setdefault(key, at)
         last[key] = at
     return [
-        {"verb": k[0], "user": k[1], "user_agent": k[2], "code": k[3], "count": n,
-         "first": first[k], "last": last[k]}
+        {
+            "verb": k[0],
+            "user": k[1],
+            "user_agent": k[2],
+            "code": k[3],
+            "count": n,
+            "first": first[k],
+            "last": last[k],
+        }
         for k, n in counts.most_common()
     ]
 
@@ -61,8 +68,10 @@ def main() -> int:
         print(f"audit_summary: {e}", file=sys.stderr)
         return 1
     for r in rows:
-        print(f"{r['count']:7d}  {r['verb']:<18} {r['code']:<4} {r['user']:<58} "
-              f"{r['user_agent']:<40} {r['first']} .. {r['last']}")
+        print(
+            f"{r['count']:7d}  {r['verb']:<18} {r['code']:<4} {r['user']:<58} "
+            f"{r['user_agent']:<40} {r['first']} .. {r['last']}"
+        )
     return 0
 
 

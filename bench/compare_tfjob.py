@@ -70,8 +70,9 @@ from kerasjob_dev.procstat import cpu_seconds, peak_rss_mib, rss_mib
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "compare_tfjob.json"
 AUDIT_POLICY = ROOT / "bench" / "audit-writes.yaml"
-DEFAULT_AUDIT_LOG = (Path(os.environ.get("KERASJOB_RUN") or ROOT / ".run")
-                     / "compare-tfjob-audit.log")
+DEFAULT_AUDIT_LOG = (
+    Path(os.environ.get("KERASJOB_RUN") or ROOT / ".run") / "compare-tfjob-audit.log"
+)
 TRAINING_OPERATOR = ROOT / "hack" / "cluster" / "training-operator.sh"
 WORKERS = 4
 THREADS = 16
@@ -415,8 +416,9 @@ def run(
 
 def training_operator_built() -> bool:
     """Whether hack/cluster/training-operator.sh has its binary (no build needed)."""
-    out = subprocess.run([str(TRAINING_OPERATOR), "--bin"], capture_output=True, text=True,
-                         check=False)
+    out = subprocess.run(
+        [str(TRAINING_OPERATOR), "--bin"], capture_output=True, text=True, check=False
+    )
     return out.returncode == 0 and Path(out.stdout.strip()).is_file()
 
 
@@ -487,25 +489,34 @@ def main() -> int:
     parser.add_argument(
         "--order", default="kerasjob,tfjob", help="which operator runs first (comma-separated)"
     )
-    parser.add_argument("--quick", action="store_true",
-                        help="5 jobs; the TFJob side only if the training-operator is built")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="5 jobs; the TFJob side only if the training-operator is built",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     current = support.wants_current_cluster()
     if current and not args.quick:
-        print("compare_tfjob.py needs the local cluster (hack/cluster); with "
-              "KERASJOB_TEST_CLUSTER=current only --quick runs (KerasJobs alone)",
-              file=sys.stderr)
+        print(
+            "compare_tfjob.py needs the local cluster (hack/cluster); with "
+            "KERASJOB_TEST_CLUSTER=current only --quick runs (KerasJobs alone)",
+            file=sys.stderr,
+        )
         return 2
     if args.quick:
         args.jobs = 5
     skip_tfjob = ""
     if current:
-        skip_tfjob = ("KERASJOB_TEST_CLUSTER=current: training-operator.sh starts it only "
-                      "next to hack/cluster's own cluster")
+        skip_tfjob = (
+            "KERASJOB_TEST_CLUSTER=current: training-operator.sh starts it only "
+            "next to hack/cluster's own cluster"
+        )
     elif args.quick and not training_operator_built():
-        skip_tfjob = ("the training-operator is not built; make bench-tfjob builds it from its "
-                      "Go module, minutes cold")
+        skip_tfjob = (
+            "the training-operator is not built; make bench-tfjob builds it from its "
+            "Go module, minutes cold"
+        )
     if skip_tfjob:
         print(f"quick: skipping the TFJob side, KerasJobs only: {skip_tfjob}", flush=True)
     audit_log = args.audit_log
@@ -531,8 +542,7 @@ def main() -> int:
         kube = cluster.api_client()
         install_crds(cluster)  # writes: the log grows if the API server keeps it
         time.sleep(1)
-        if audit_log is not None and (
-                not audit_log.exists() or audit_log.stat().st_size <= size0):
+        if audit_log is not None and (not audit_log.exists() or audit_log.stat().st_size <= size0):
             print(
                 f"warning: the API server writes no audit log at {audit_log} (a cluster "
                 "already up without one?): API writes not counted",
@@ -567,8 +577,10 @@ def main() -> int:
             support.release_local()
     runs = results["runs"]
     text, ratios = table(runs["kerasjob"], runs.get("tfjob", {}))
-    print(f"\n{args.jobs} concurrent {WORKERS}-worker jobs per operator"
-          f"{' (TFJob side skipped)' if skip_tfjob else ''}:\n{text}")
+    print(
+        f"\n{args.jobs} concurrent {WORKERS}-worker jobs per operator"
+        f"{' (TFJob side skipped)' if skip_tfjob else ''}:\n{text}"
+    )
     for name, res in results["runs"].items():
         if "api_writes_by_kind_per_job" in res:
             print(

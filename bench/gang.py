@@ -56,8 +56,7 @@ def mode(cluster: Any, kube: Any, gang: bool, args: argparse.Namespace) -> dict[
     try:
         op.start()
         assert op.proc is not None
-        got = run_competing(kube, ns, args.jobs, args.workers, timeout=args.timeout,
-                            strict=gang)
+        got = run_competing(kube, ns, args.jobs, args.workers, timeout=args.timeout, strict=gang)
         got["operator_api_requests"] = op.api_requests()
         got["operator_cpu_seconds"] = round(cpu_seconds(op.proc.pid), 1)
     finally:
@@ -73,11 +72,16 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=50)
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--slots", type=int, default=6, help="gang slots per KWOK node (6)")
-    parser.add_argument("--timeout", type=float, default=600,
-                        help="seconds a mode may take (600; the 'off' mode may never finish)")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=600,
+        help="seconds a mode may take (600; the 'off' mode may never finish)",
+    )
     parser.add_argument("--modes", nargs="+", choices=["on", "off"], default=["on", "off"])
-    parser.add_argument("--quick", action="store_true",
-                        help="6 jobs, a mode at most 30 s: checks that it runs")
+    parser.add_argument(
+        "--quick", action="store_true", help="6 jobs, a mode at most 30 s: checks that it runs"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     if args.quick:
@@ -96,26 +100,42 @@ def main() -> int:
             res = mode(cluster, kube, m == "on", args)
             runs.append(res)
             total = res["total_seconds"]
-            done = f"all Succeeded in {total:.1f} s" if total is not None else (
-                f"{res['succeeded']}/{res['jobs']} Succeeded in {args.timeout:.0f} s, "
-                f"{len(res['partly_bound_jobs'])} jobs holding part of their Pods' places")
-            bound = (f"created -> all Pods bound median {res['bound_median_seconds']:.1f} s, "
-                     f"p90 {res['bound_p90_seconds']:.1f} s, max {res['bound_max_seconds']:.1f} s, "
-                     f"one job's binds within {res['bind_spread_max_seconds']:.0f} s, "
-                     f"places freed -> next gang bound median "
-                     f"{res['freed_to_next_bound_median_seconds']} s"
-                     if res["bound_seconds"] else "no job had all its Pods bound")
-            print(f"gang {m:3}: {args.jobs} jobs x {args.workers} workers, "
-                  f"{args.slots * len(nodes)} places: {done}; {bound}; operator CPU "
-                  f"{res['operator_cpu_seconds']} s", flush=True)
+            done = (
+                f"all Succeeded in {total:.1f} s"
+                if total is not None
+                else (
+                    f"{res['succeeded']}/{res['jobs']} Succeeded in {args.timeout:.0f} s, "
+                    f"{len(res['partly_bound_jobs'])} jobs holding part of their Pods' places"
+                )
+            )
+            bound = (
+                f"created -> all Pods bound median {res['bound_median_seconds']:.1f} s, "
+                f"p90 {res['bound_p90_seconds']:.1f} s, max {res['bound_max_seconds']:.1f} s, "
+                f"one job's binds within {res['bind_spread_max_seconds']:.0f} s, "
+                f"places freed -> next gang bound median "
+                f"{res['freed_to_next_bound_median_seconds']} s"
+                if res["bound_seconds"]
+                else "no job had all its Pods bound"
+            )
+            print(
+                f"gang {m:3}: {args.jobs} jobs x {args.workers} workers, "
+                f"{args.slots * len(nodes)} places: {done}; {bound}; operator CPU "
+                f"{res['operator_cpu_seconds']} s",
+                flush=True,
+            )
     finally:
         set_slots(kube, nodes, None)
         if not support.wants_current_cluster():
             support.release_local()
     results = {
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "loadavg_end": os.getloadavg()},
-        "quick": args.quick, "nodes": len(nodes), "slots_per_node": args.slots,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "loadavg_end": os.getloadavg(),
+        },
+        "quick": args.quick,
+        "nodes": len(nodes),
+        "slots_per_node": args.slots,
         "runs": runs,
         "duration_s": round(time.monotonic() - started, 1),
     }

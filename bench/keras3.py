@@ -46,18 +46,32 @@ TIMEOUT = 600.0
 def _median_rate(times: list[float], warmup: int, window: int) -> float:
     """Median steps/s over consecutive windows of `window` steps after `warmup`."""
     t = times[warmup:]
-    rates = [window / (t[i + window] - t[i]) for i in range(0, len(t) - window, window)
-             if t[i + window] > t[i]]
+    rates = [
+        window / (t[i + window] - t[i])
+        for i in range(0, len(t) - window, window)
+        if t[i + window] > t[i]
+    ]
     return statistics.median(rates) if rates else float("nan")
 
 
 def throughput(model: str, processes: int, steps: int, warmup: int, window: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         audit = Path(tmp) / "audit"
-        config = {"model": model, "epochs": 1, "stepsPerEpoch": steps, "saveFreq": steps * 2,
-                  "batchSizePerReplica": 64, "logEverySteps": steps}
-        g = Group(Path(tmp), config, workers=processes, backend="jax",
-                  env={"KERASJOB_AUDIT_DIR": str(audit)})
+        config = {
+            "model": model,
+            "epochs": 1,
+            "stepsPerEpoch": steps,
+            "saveFreq": steps * 2,
+            "batchSizePerReplica": 64,
+            "logEverySteps": steps,
+        }
+        g = Group(
+            Path(tmp),
+            config,
+            workers=processes,
+            backend="jax",
+            env={"KERASJOB_AUDIT_DIR": str(audit)},
+        )
         try:
             g.start()
             codes = g.wait_all(TIMEOUT)
@@ -67,14 +81,24 @@ def throughput(model: str, processes: int, steps: int, warmup: int, window: int)
         finally:
             g.stop()
     rate = _median_rate(times, warmup, window)
-    return {"model": model, "processes": processes, "steps_per_s": round(rate, 1),
-            "samples_per_s": round(rate * 64 * processes)}
+    return {
+        "model": model,
+        "processes": processes,
+        "steps_per_s": round(rate, 1),
+        "samples_per_s": round(rate * 64 * processes),
+    }
 
 
 def disruptions(backend: str, count: int, steps: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
-        config = {"model": "mnist-mlp", "epochs": 1, "stepsPerEpoch": steps, "saveFreq": 50,
-                  "batchSizePerReplica": 64, "logEverySteps": 1}
+        config = {
+            "model": "mnist-mlp",
+            "epochs": 1,
+            "stepsPerEpoch": steps,
+            "saveFreq": 50,
+            "batchSizePerReplica": 64,
+            "logEverySteps": 1,
+        }
         g = Group(Path(tmp), config, workers=2, backend=backend)
         startup: dict[str, float] = {}
         try:
@@ -85,11 +109,13 @@ def disruptions(backend: str, count: int, steps: int) -> dict[str, Any]:
                 if not startup:
                     m = STARTUP.search(trainers[0].text())
                     if m:
-                        startup = {"framework_import_s": float(m.group(3)),
-                                   "cluster_s": float(m.group(4)),
-                                   "restore_s": float(m.group(5)),
-                                   "first_step_s": float(m.group(6)),
-                                   "total_s": float(m.group(7))}
+                        startup = {
+                            "framework_import_s": float(m.group(3)),
+                            "cluster_s": float(m.group(4)),
+                            "restore_s": float(m.group(5)),
+                            "first_step_s": float(m.group(6)),
+                            "total_s": float(m.group(7)),
+                        }
                 trainers[1].signal(signal.SIGTERM)
                 codes = g.wait_all(TIMEOUT)
                 if codes != [42, 42]:
@@ -101,10 +127,13 @@ def disruptions(backend: str, count: int, steps: int) -> dict[str, Any]:
         finally:
             g.stop()
     downtimes = [round(e["downtime_s"], 2) for e in ledger["events"]]
-    return {"backend": backend, "downtime_s": downtimes,
-            "median_downtime_s": round(statistics.median(downtimes), 2),
-            "steps_redone": [e["steps_redone"] for e in ledger["events"]],
-            "startup": startup}
+    return {
+        "backend": backend,
+        "downtime_s": downtimes,
+        "median_downtime_s": round(statistics.median(downtimes), 2),
+        "steps_redone": [e["steps_redone"] for e in ledger["events"]],
+        "startup": startup,
+    }
 
 
 def image_sizes() -> dict[str, int]:
@@ -126,24 +155,37 @@ def main() -> int:
     count = 1 if quick else 5
     started = time.time()
     load = os.getloadavg()[0]
-    rates = [throughput(m, n, steps, warmup, window)
-             for m in (("mnist-mlp",) if quick else ("mnist-mlp", "mnist-cnn")) for n in (1, 2)]
+    rates = [
+        throughput(m, n, steps, warmup, window)
+        for m in (("mnist-mlp",) if quick else ("mnist-mlp", "mnist-cnn"))
+        for n in (1, 2)
+    ]
     for r in rates:
-        print(f"jax {r['model']:10s} x{r['processes']}: {r['steps_per_s']:7.1f} steps/s "
-              f"{r['samples_per_s']:7d} samples/s")
+        print(
+            f"jax {r['model']:10s} x{r['processes']}: {r['steps_per_s']:7.1f} steps/s "
+            f"{r['samples_per_s']:7d} samples/s"
+        )
     # Each generation trains ~1 s before its SIGTERM, and JAX agrees on the step ~1 s later.
     recovery = [disruptions(b, count, 400 * (count + 1)) for b in ("jax", "tensorflow")]
     for r in recovery:
-        print(f"{r['backend']:10s} disruption -> first resumed step: median "
-              f"{r['median_downtime_s']} s of {r['downtime_s']}; steps redone "
-              f"{r['steps_redone']}; start-up {r['startup']}")
+        print(
+            f"{r['backend']:10s} disruption -> first resumed step: median "
+            f"{r['median_downtime_s']} s of {r['downtime_s']}; steps redone "
+            f"{r['steps_redone']}; start-up {r['startup']}"
+        )
     sizes = image_sizes()
     for image, size in sizes.items():
         print(f"{image}: {size / 1e6:.0f} MB")
-    result = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-              "quick": quick, "load_average_1m": round(load, 2), "cpus": os.cpu_count(),
-              "throughput": rates, "recovery": recovery, "image_bytes": sizes,
-              "seconds": round(time.time() - started, 1)}
+    result = {
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        "quick": quick,
+        "load_average_1m": round(load, 2),
+        "cpus": os.cpu_count(),
+        "throughput": rates,
+        "recovery": recovery,
+        "image_bytes": sizes,
+        "seconds": round(time.time() - started, 1),
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {args.out} ({result['seconds']} s)")

@@ -55,9 +55,11 @@ def resnet(classes: int = 10) -> Any:
         x = block(x, filters, stride)
     x = layers.GlobalAveragePooling2D()(x)
     model = keras.Model(inputs, layers.Dense(classes)(x), name="resnet_small")
-    model.compile(optimizer=keras.optimizers.Adam(1e-3),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  metrics=["accuracy"])
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-3),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
     return model
 
 
@@ -85,8 +87,9 @@ def _rate(times: list[float], warmup: int, window: int) -> float:
     return statistics.median(rates) if rates else float("nan")
 
 
-def measure(name: str, steps: int, warmup: int, window: int, batch: int,
-            save_freq_backups: int = SAVE_FREQ) -> dict[str, Any]:
+def measure(
+    name: str, steps: int, warmup: int, window: int, batch: int, save_freq_backups: int = SAVE_FREQ
+) -> dict[str, Any]:
     import numpy as np
 
     from kerasjob_contract.trainer_config import TrainerConfig
@@ -106,8 +109,14 @@ def measure(name: str, steps: int, warmup: int, window: int, batch: int,
             job = session_for(Context(config, {}, LOCAL, tmp, os.path.join(tmp, "out"), None))
             model = builtin(name, 1e-3) if name == "mnist-cnn" else resnet()
             times = _Times()
-            job.fit(model, (x, y), epochs=1, steps_per_epoch=steps, global_batch_size=batch,
-                    callbacks=[times.callback])
+            job.fit(
+                model,
+                (x, y),
+                epochs=1,
+                steps_per_epoch=steps,
+                global_batch_size=batch,
+                callbacks=[times.callback],
+            )
             rate = _rate(times.times, warmup, window)
             if save_freq == save_freq_backups:
                 out["steps_per_s_with_backups"] = round(rate, 2)
@@ -121,8 +130,9 @@ def measure(name: str, steps: int, warmup: int, window: int, batch: int,
                 checkpoint.restore(job.backup_dir, model)
                 out["restore_s"] = round(time.perf_counter() - t0, 3)
                 restored = [np.array(v.numpy()) for v in checkpoint.state_variables(model)]
-                out["restore_bit_exact"] = all(np.array_equal(a, b)
-                                               for a, b in zip(saved, restored, strict=True))
+                out["restore_bit_exact"] = all(
+                    np.array_equal(a, b) for a, b in zip(saved, restored, strict=True)
+                )
                 out["backup_bytes"] = os.path.getsize(checkpoint.path(job.backup_dir))
             else:
                 out["steps_per_s"] = round(rate, 2)
@@ -148,19 +158,28 @@ def main() -> int:
     results = []
     for name in ("mnist-cnn", "resnet"):
         r = measure(name, steps, warmup, window, batch, save_freq)
-        print(f"{name}: {r['parameters']} parameters, {r['steps_per_s']} steps/s "
-              f"(batch {batch}), {r['steps_per_s_with_backups']} with a backup every "
-              f"{save_freq} ({r['backup_overhead_pct']}%), save {r['save_s']} s, restore "
-              f"{r['restore_s']} s (bit-exact: {r['restore_bit_exact']}), "
-              f"{r['backup_bytes'] / 1e6:.1f} MB", flush=True)
+        print(
+            f"{name}: {r['parameters']} parameters, {r['steps_per_s']} steps/s "
+            f"(batch {batch}), {r['steps_per_s_with_backups']} with a backup every "
+            f"{save_freq} ({r['backup_overhead_pct']}%), save {r['save_s']} s, restore "
+            f"{r['restore_s']} s (bit-exact: {r['restore_bit_exact']}), "
+            f"{r['backup_bytes'] / 1e6:.1f} MB",
+            flush=True,
+        )
         results.append(r)
     if not all(r["restore_bit_exact"] for r in results):
         print("restore was not bit-exact", file=sys.stderr)
         return 1
-    result = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-              "quick": args.quick, "device": device, "keras": keras.__version__,
-              "jax": jax.__version__, "batch": batch, "models": results,
-              "seconds": round(time.time() - started, 1)}
+    result = {
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        "quick": args.quick,
+        "device": device,
+        "keras": keras.__version__,
+        "jax": jax.__version__,
+        "batch": batch,
+        "models": results,
+        "seconds": round(time.time() - started, 1),
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {args.out} ({result['seconds']} s)")

@@ -173,7 +173,8 @@ def pod_lifecycle(watch: PodWatch, jobs: set[str]) -> dict[str, Any]:
     return {
         "pod_created_to_bound": summary([watch.pod_bound[k] - watch.pod_added[k] for k in bound]),
         "pod_bound_to_running": summary(
-            [watch.pod_running[k] - watch.pod_bound[k] for k in running]),
+            [watch.pod_running[k] - watch.pod_bound[k] for k in running]
+        ),
         "pods_created_per_s": rate([watch.pod_added[k] for k in keys]),
         "pods_bound_per_s": rate([watch.pod_bound[k] for k in bound]),
     }
@@ -278,8 +279,9 @@ def disruptions(kube: Any, namespace: str, job: str, rounds: int) -> dict[str, A
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="1 and 10 jobs, 3 disruptions: checks that it runs")
+    parser.add_argument(
+        "--quick", action="store_true", help="1 and 10 jobs, 3 disruptions: checks that it runs"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
 

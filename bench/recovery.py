@@ -76,8 +76,9 @@ def restarts(kube: Kube, pod: str) -> tuple[str, int]:
     return p.get("metadata", {}).get("uid", ""), cs[0].get("restartCount", 0)
 
 
-def breakdown(kube: Kube, ckpt: Path, chief: str, signalled_at: float,
-              resumed_at: int) -> dict[str, float]:
+def breakdown(
+    kube: Kube, ckpt: Path, chief: str, signalled_at: float, resumed_at: int
+) -> dict[str, float]:
     """Seconds per phase of the disruption resumed at `resumed_at` (see the module
     docstring); {} until the ledger holds it and the chief's startup line is read."""
     # This job's: the volume keeps earlier runs' directories (one per job UID).
@@ -134,7 +135,10 @@ def main() -> int:
         localdeploy.load_images(localdeploy.build_images())
         kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": NS}})
         localdeploy.install_operator(
-            helm, str(cluster.kubeconfig), release="bench", namespace=f"{NS}-system",
+            helm,
+            str(cluster.kubeconfig),
+            release="bench",
+            namespace=f"{NS}-system",
             watch_namespaces=[NS],
         )
         ckpt = Path(os.environ.get("KERASJOB_RUN") or ROOT / ".run") / "bench" / "ckpt"
@@ -176,21 +180,32 @@ def main() -> int:
             counts = {p: restarts(kube, p)[1] for p in (chief, victim)}
             phases = wait(
                 lambda t=signalled_at, r=resumed_at: breakdown(kube, ckpt, chief, t, r),
-                30, "the ledger and the chief's startup line", 0.5)
+                30,
+                "the ledger and the chief's startup line",
+                0.5,
+            )
             if t_step > 20:  # an outlier: show how the restarted workers spent the time
                 for p in (chief, victim):
                     print(f"--- {p} (slow recovery), start of its log:")
                     print("\n".join(log(kube, p).splitlines()[:40]))
             results.append(
-                {"disruption": i, "kind": args.kind, "at_step": at_step,
-                 "resumed_at": resumed_at, "resumed_s": round(t_resumed, 2),
-                 "first_step_s": round(t_step, 2), "restart_counts": counts,
-                 "phases_s": phases}
+                {
+                    "disruption": i,
+                    "kind": args.kind,
+                    "at_step": at_step,
+                    "resumed_at": resumed_at,
+                    "resumed_s": round(t_resumed, 2),
+                    "first_step_s": round(t_step, 2),
+                    "restart_counts": counts,
+                    "phases_s": phases,
+                }
             )
-            print(f"disruption {i} ({args.kind} at step {at_step}): resumed at {resumed_at} "
-                  f"after {t_resumed:.1f}s, first new step after {t_step:.1f}s; "
-                  f"restartCount {counts}\n  " + " ".join(f"{k}={v:.2f}s" for k, v in
-                                                          phases.items()), flush=True)
+            print(
+                f"disruption {i} ({args.kind} at step {at_step}): resumed at {resumed_at} "
+                f"after {t_resumed:.1f}s, first new step after {t_step:.1f}s; "
+                f"restartCount {counts}\n  " + " ".join(f"{k}={v:.2f}s" for k, v in phases.items()),
+                flush=True,
+            )
     finally:
         try:
             localdeploy.uninstall_operator(
@@ -209,16 +224,28 @@ def main() -> int:
         summary = {
             "median_first_step_s": statistics.median(r["first_step_s"] for r in results),
             "last_over_first": round(last / first, 2),
-            "median_phases_s": {k: round(statistics.median(r["phases_s"][k] for r in results), 2)
-                                for k in keys},
+            "median_phases_s": {
+                k: round(statistics.median(r["phases_s"][k] for r in results), 2) for k in keys
+            },
         }
-        print(f"median disruption -> first new step {summary['median_first_step_s']:.1f}s; "
-              f"last/first {summary['last_over_first']}; median phases: " +
-              " ".join(f"{k}={v:.2f}s" for k, v in summary["median_phases_s"].items()))
+        print(
+            f"median disruption -> first new step {summary['median_first_step_s']:.1f}s; "
+            f"last/first {summary['last_over_first']}; median phases: "
+            + " ".join(f"{k}={v:.2f}s" for k, v in summary["median_phases_s"].items())
+        )
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(
-            {"machine": platform.node(), "quick": args.quick, "disruptions": results,
-             **summary}, indent=2) + "\n")
+        args.out.write_text(
+            json.dumps(
+                {
+                    "machine": platform.node(),
+                    "quick": args.quick,
+                    "disruptions": results,
+                    **summary,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
         print(f"wrote {args.out}")
     return 0 if len(results) == args.disruptions else 1
 

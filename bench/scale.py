@@ -164,11 +164,17 @@ class Witness:
         w = watch.Watch()
         for ev in w.stream(core(self.kube).list_node, timeout_seconds=3600):
             node = ev["object"]
-            status = next((c.status for c in node.status.conditions or []
-                           if c.type == "Ready"), "Unknown")
+            status = next(
+                (c.status for c in node.status.conditions or [] if c.type == "Ready"), "Unknown"
+            )
             if ready.get(node.metadata.name, status) != status:
-                self.nodes.append({"node": node.metadata.name, "ready": status,
-                                   "at_s": round(time.monotonic() - self.start, 1)})
+                self.nodes.append(
+                    {
+                        "node": node.metadata.name,
+                        "ready": status,
+                        "at_s": round(time.monotonic() - self.start, 1),
+                    }
+                )
             ready[node.metadata.name] = status
             if self.stopping.is_set():
                 return
@@ -374,14 +380,18 @@ def plot(levels: list[dict[str, Any]], path: Path) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, nargs="+", default=None,
-                        help="levels (default 10 100 1000; --quick: 5)")
+    parser.add_argument(
+        "--jobs", type=int, nargs="+", default=None, help="levels (default 10 100 1000; --quick: 5)"
+    )
     parser.add_argument("--quick", action="store_true", help="one level of 5 jobs")
-    parser.add_argument("--out", type=Path, default=RESULTS,
-                        help="the JSON; the plot goes next to it (.svg)")
-    parser.add_argument("--audit-log", type=Path,
-                        help="the API server's audit log: who deleted Pods, printed when a "
-                        "phase does not converge")
+    parser.add_argument(
+        "--out", type=Path, default=RESULTS, help="the JSON; the plot goes next to it (.svg)"
+    )
+    parser.add_argument(
+        "--audit-log",
+        type=Path,
+        help="the API server's audit log: who deleted Pods, printed when a phase does not converge",
+    )
     args = parser.parse_args()
     if args.jobs is None:
         args.jobs = [5] if args.quick else [10, 100, 1000]

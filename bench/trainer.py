@@ -51,9 +51,17 @@ RECOVERY_STEPS = 400
 RECOVERY_KILL_AT = 150
 RESULTS = ROOT / "bench" / "results" / "trainer.json"
 #: --quick: the same measurements at small sizes; the figures only show that it runs.
-QUICK = {"WARMUP": 5, "WINDOW": 10, "STEPS": 60, "SAVE_FREQ": 20, "ROUNDS": 2,
-         "PIPELINE_WARMUP": 5, "PIPELINE_ALONE_BATCHES": 100, "RECOVERY_STEPS": 120,
-         "RECOVERY_KILL_AT": 50}
+QUICK = {
+    "WARMUP": 5,
+    "WINDOW": 10,
+    "STEPS": 60,
+    "SAVE_FREQ": 20,
+    "ROUNDS": 2,
+    "PIPELINE_WARMUP": 5,
+    "PIPELINE_ALONE_BATCHES": 100,
+    "RECOVERY_STEPS": 120,
+    "RECOVERY_KILL_AT": 50,
+}
 
 
 quick = False
@@ -99,14 +107,19 @@ def measure(mode: str, backup_dir: str | None) -> dict[str, Any]:
         callbacks.insert(0, preemption.backup_and_restore(backup_dir, SAVE_FREQ, lambda: None))
     model.fit(dataset, epochs=1, steps_per_epoch=STEPS, callbacks=callbacks, verbose=0)
     intervals = [b - a for a, b in itertools.pairwise(ends)]  # interval i ends step i+2
-    return {"intervals": intervals, "saves": saves, "global_batch": global_batch,
-            "chief": info.is_chief}
+    return {
+        "intervals": intervals,
+        "saves": saves,
+        "global_batch": global_batch,
+        "chief": info.is_chief,
+    }
 
 
 def _window_rates(intervals: list[float], skip: set[int]) -> list[float]:
     steady = [t for i, t in enumerate(intervals) if i >= WARMUP and i + 2 not in skip]
-    return [WINDOW / sum(steady[i:i + WINDOW]) for i in range(0, len(steady) - WINDOW + 1,
-                                                               WINDOW)]
+    return [
+        WINDOW / sum(steady[i : i + WINDOW]) for i in range(0, len(steady) - WINDOW + 1, WINDOW)
+    ]
 
 
 def summarize(result: dict[str, Any]) -> dict[str, Any]:
@@ -119,13 +132,15 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
         "global_batch": result["global_batch"],
     }
     if saves:
-        steady = [t for i, t in enumerate(result["intervals"])
-                  if i >= WARMUP and i + 2 not in saves]
+        steady = [
+            t for i, t in enumerate(result["intervals"]) if i >= WARMUP and i + 2 not in saves
+        ]
         step = statistics.median(steady)
         extra = [result["intervals"][s - 2] - step for s in sorted(saves)]
         out["backup_seconds"] = [round(e, 4) for e in extra]
         out["backup_overhead_percent"] = round(
-            100 * statistics.median(extra) / (SAVE_FREQ * step), 2)
+            100 * statistics.median(extra) / (SAVE_FREQ * step), 2
+        )
         out["save_freq"] = SAVE_FREQ
     return out
 
@@ -137,8 +152,12 @@ def _child(mode: str, env: dict[str, str], backup_dir: str | None, out: Path) ->
         cmd.append("--quick")
     if backup_dir:
         cmd += ["--backup-dir", backup_dir]
-    return subprocess.Popen(cmd, env={**os.environ, **env, "TF_CPP_MIN_LOG_LEVEL": "2"},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        cmd,
+        env={**os.environ, **env, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def throughput(tmp: Path) -> dict[str, Any]:
@@ -153,13 +172,19 @@ def throughput(tmp: Path) -> dict[str, Any]:
     ports = free_ports(2)
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
     outs = [tmp / f"mwms-2-{i}.json" for i in range(2)]
-    procs = [_child("mwms-2", {"TF_CONFIG": tf_config(cluster, "worker", i)},
-                    str(tmp / "backup"), outs[i]) for i in range(2)]
+    procs = [
+        _child(
+            "mwms-2", {"TF_CONFIG": tf_config(cluster, "worker", i)}, str(tmp / "backup"), outs[i]
+        )
+        for i in range(2)
+    ]
     assert [p.wait(300) for p in procs] == [0, 0]
     figures["mwms-2"] = summarize(json.loads(outs[0].read_text()))
-    print(f"  mwms-2   {figures['mwms-2']['steps_per_second']:7.1f} steps/s, backup every "
-          f"{SAVE_FREQ} steps: {figures['mwms-2']['backup_overhead_percent']}% of step time",
-          flush=True)
+    print(
+        f"  mwms-2   {figures['mwms-2']['steps_per_second']:7.1f} steps/s, backup every "
+        f"{SAVE_FREQ} steps: {figures['mwms-2']['backup_overhead_percent']}% of step time",
+        flush=True,
+    )
     return figures
 
 
@@ -183,8 +208,10 @@ def measure_pipelines() -> dict[str, Any]:
     with strategy.scope():
         model = models.build_model("mnist-mlp", {}, 1e-3).model
     examples = data.load_examples(DatasetConfig(), (784,), 10, 42)
-    inputs = {"stream": lambda: data.make_stream_dataset(examples, BATCH, 42),
-              "indexed": lambda: data.make_train_input(examples, BATCH, 42, 0)}
+    inputs = {
+        "stream": lambda: data.make_stream_dataset(examples, BATCH, 42),
+        "indexed": lambda: data.make_train_input(examples, BATCH, 42, 0),
+    }
     ends: list[float] = []
 
     class Clock(tf_keras.callbacks.Callback):
@@ -198,8 +225,13 @@ def measure_pipelines() -> dict[str, Any]:
             if deterministic:
                 tf.config.experimental.enable_op_determinism()
             ends.clear()
-            model.fit(inputs[pipeline](), epochs=1, steps_per_epoch=PIPELINE_WARMUP + WINDOW,
-                      callbacks=[Clock()], verbose=0)
+            model.fit(
+                inputs[pipeline](),
+                epochs=1,
+                steps_per_epoch=PIPELINE_WARMUP + WINDOW,
+                callbacks=[Clock()],
+                verbose=0,
+            )
             if deterministic:
                 # Not public API; the bench only, so both modes share one process.
                 from tensorflow.python.framework import config as tf_framework_config
@@ -210,8 +242,11 @@ def measure_pipelines() -> dict[str, Any]:
     alone: dict[str, float] = {}
     for pipeline, make in inputs.items():
         ds = make()  # distributed as fit distributes it
-        ds = (strategy.distribute_datasets_from_function(ds, ds.input_options)
-              if pipeline == "indexed" else strategy.experimental_distribute_dataset(ds))
+        ds = (
+            strategy.distribute_datasets_from_function(ds, ds.input_options)
+            if pipeline == "indexed"
+            else strategy.experimental_distribute_dataset(ds)
+        )
         it = iter(ds)
         for _ in range(50):
             next(it)
@@ -229,8 +264,8 @@ def pipelines(tmp: Path) -> dict[str, Any]:
     measured = json.loads(out.read_text())
     rates = measured["rates"]
     figures: dict[str, Any] = {
-        p: {"steps_per_second": round(statistics.median(r), 1),
-            "windows": [round(x, 1) for x in r]} for p, r in rates.items()
+        p: {"steps_per_second": round(statistics.median(r), 1), "windows": [round(x, 1) for x in r]}
+        for p, r in rates.items()
     }
     for p in PIPELINES[1:]:
         ratios = [a / b for a, b in zip(rates[p], rates["stream"], strict=True)]
@@ -238,22 +273,31 @@ def pipelines(tmp: Path) -> dict[str, Any]:
     figures["rounds"] = ROUNDS
     figures["window_steps"] = WINDOW
     figures["pipeline_alone_batches_per_second"] = {
-        p: round(r) for p, r in measured["alone"].items()}
+        p: round(r) for p, r in measured["alone"].items()
+    }
     for p in PIPELINES:
         ratio = f" ({figures[p]['vs_stream']:.3f}x stream)" if "vs_stream" in figures[p] else ""
         print(f"  {p:22s} {figures[p]['steps_per_second']:7.1f} steps/s{ratio}", flush=True)
-    print("  the pipelines alone (no training): " + ", ".join(
-        f"{p} {r} batches/s" for p, r in figures["pipeline_alone_batches_per_second"].items()),
-        flush=True)
+    print(
+        "  the pipelines alone (no training): "
+        + ", ".join(
+            f"{p} {r} batches/s" for p, r in figures["pipeline_alone_batches_per_second"].items()
+        ),
+        flush=True,
+    )
     return figures
 
 
 def recovery(tmp: Path) -> dict[str, Any]:
     from kerasjob_dev.trainer_procs import RESUMED_LINE, STEP_LINE, Group
 
-    config = {"epochs": 1, "stepsPerEpoch": RECOVERY_STEPS, "saveFreq": SAVE_FREQ,
-              "logEverySteps": 1,
-              "batchSizePerReplica": BATCH}
+    config = {
+        "epochs": 1,
+        "stepsPerEpoch": RECOVERY_STEPS,
+        "saveFreq": SAVE_FREQ,
+        "logEverySteps": 1,
+        "batchSizePerReplica": BATCH,
+    }
     g = Group(tmp / "recovery", config)
     (tmp / "recovery").mkdir()
     try:
@@ -270,7 +314,8 @@ def recovery(tmp: Path) -> dict[str, Any]:
         while first is None:
             lines = chief.lines()
             if any(RESUMED_LINE.match(ln) for ln in lines) and any(
-                    STEP_LINE.match(ln) for ln in lines):
+                STEP_LINE.match(ln) for ln in lines
+            ):
                 first = time.monotonic()
             elif chief.proc.poll() is not None:
                 raise RuntimeError(chief.tail())
@@ -317,28 +362,39 @@ def main() -> int:
         if not args.only:
             print("trainer throughput (mnist-mlp, MNIST sample, CPU):", flush=True)
             figures = throughput(Path(tmp))
-        print(f"input pipelines (1-worker MWMS, {ROUNDS} rounds of {WINDOW} steps each):",
-              flush=True)
+        print(
+            f"input pipelines (1-worker MWMS, {ROUNDS} rounds of {WINDOW} steps each):", flush=True
+        )
         figures["pipelines"] = pipelines(Path(tmp))
         if not args.only:
             print("recovery (2 workers, SIGKILL one):", flush=True)
             figures["recovery"] = recovery(Path(tmp))
             r = figures["recovery"]
-            print(f"  survivor exited {r['survivor_exit_code']} after "
-                  f"{r['kill_to_survivor_exit_s']}s; first resumed step "
-                  f"{r['kill_to_first_resumed_step_s']}s after the kill "
-                  f"({r['restart_to_first_step_s']}s of it TensorFlow start-up); "
-                  f"{r['steps_redone']} steps redone (saveFreq {SAVE_FREQ})", flush=True)
+            print(
+                f"  survivor exited {r['survivor_exit_code']} after "
+                f"{r['kill_to_survivor_exit_s']}s; first resumed step "
+                f"{r['kill_to_first_resumed_step_s']}s after the kill "
+                f"({r['restart_to_first_step_s']}s of it TensorFlow start-up); "
+                f"{r['steps_redone']} steps redone (saveFreq {SAVE_FREQ})",
+                flush=True,
+            )
     import tensorflow as tf
 
     figures["environment"] = {
-        "tensorflow": tf.__version__, "cpus": os.cpu_count(),
-        "loadavg_before": round(load_before, 2), "loadavg_after": round(os.getloadavg()[0], 2),
+        "tensorflow": tf.__version__,
+        "cpus": os.cpu_count(),
+        "loadavg_before": round(load_before, 2),
+        "loadavg_after": round(os.getloadavg()[0], 2),
         "runtime_s": round(time.monotonic() - started, 1),
     }
     figures["quick"] = quick
-    results = (Path(args.out) if args.out else
-               RESULTS.with_name("trainer-pipelines.json") if args.only else RESULTS)
+    results = (
+        Path(args.out)
+        if args.out
+        else RESULTS.with_name("trainer-pipelines.json")
+        if args.only
+        else RESULTS
+    )
     results.parent.mkdir(parents=True, exist_ok=True)
     results.write_text(json.dumps(figures, indent=1) + "\n")
     print(f"wrote {results} ({figures['environment']['runtime_s']} s)")

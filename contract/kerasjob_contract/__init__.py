@@ -42,9 +42,7 @@ class ExitCode(enum.IntEnum):
 
 
 #: Exit codes that say "not the job's fault": restart without using the retry budget.
-DISRUPTION_EXIT_CODES: frozenset[int] = frozenset(
-    {ExitCode.PREEMPTED_SAVED, ExitCode.PEER_LOST}
-)
+DISRUPTION_EXIT_CODES: frozenset[int] = frozenset({ExitCode.PREEMPTED_SAVED, ExitCode.PEER_LOST})
 
 #: Exit codes that say "retrying cannot help": fail the job at once.
 PERMANENT_EXIT_CODES: frozenset[int] = frozenset({ExitCode.INVALID_CONFIG})
@@ -110,8 +108,13 @@ class Backend(str, enum.Enum):
 
 #: The identity variables of a backend-jax process (none of TF_CONFIG).
 JAX_IDENTITY_ENV: tuple[Env, ...] = (
-    Env.KERAS_BACKEND, Env.KERAS_JOB_ADDRESSES, Env.KERAS_NUM_PROCESSES, Env.KERAS_PROCESS_ID,
-    Env.JAX_COORDINATOR_ADDRESS, Env.JAX_NUM_PROCESSES, Env.JAX_PROCESS_ID,
+    Env.KERAS_BACKEND,
+    Env.KERAS_JOB_ADDRESSES,
+    Env.KERAS_NUM_PROCESSES,
+    Env.KERAS_PROCESS_ID,
+    Env.JAX_COORDINATOR_ADDRESS,
+    Env.JAX_NUM_PROCESSES,
+    Env.JAX_PROCESS_ID,
 )
 
 #: The name of the trainer container in every trainer Pod (a template may add sidecars).

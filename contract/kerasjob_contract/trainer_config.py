@@ -105,8 +105,15 @@ _SCALARS: dict[str, tuple[str, type]] = {
     "deterministic": ("deterministic", bool),
     "backend": ("backend", str),
 }
-_POSITIVE = ("epochs", "steps_per_epoch", "batch_size_per_replica", "save_freq",
-             "learning_rate", "collective_timeout_seconds", "stall_timeout_seconds")
+_POSITIVE = (
+    "epochs",
+    "steps_per_epoch",
+    "batch_size_per_replica",
+    "save_freq",
+    "learning_rate",
+    "collective_timeout_seconds",
+    "stall_timeout_seconds",
+)
 
 
 def _typed(key: str, value: Any, kind: type) -> Any:
@@ -132,8 +139,10 @@ def parse_dataset(raw: Any) -> DatasetConfig:
     path = raw.get("path")
     fmt = raw.get("format")
     if source not in API_DATASET_SOURCES and source not in FILE_FORMATS:
-        raise ConfigError(f"dataset.source {source!r} is unknown; expected one of "
-                          f"{', '.join(API_DATASET_SOURCES)}")
+        raise ConfigError(
+            f"dataset.source {source!r} is unknown; expected one of "
+            f"{', '.join(API_DATASET_SOURCES)}"
+        )
     if path is not None and not isinstance(path, str):
         raise ConfigError(f"dataset.path must be a string, got {path!r}")
     if fmt is not None and fmt not in FILE_FORMATS:
@@ -167,8 +176,10 @@ def parse_elastic(raw: Any) -> ElasticConfig | None:
         raise ConfigError(f"elastic.preferredWorkers must be an int >= 1, got {preferred!r}")
     policy = raw.get("batchPolicy", BATCH_POLICIES[0])
     if policy not in BATCH_POLICIES:
-        raise ConfigError(f"elastic.batchPolicy {policy!r} is unknown; expected one of "
-                          f"{', '.join(BATCH_POLICIES)}")
+        raise ConfigError(
+            f"elastic.batchPolicy {policy!r} is unknown; expected one of "
+            f"{', '.join(BATCH_POLICIES)}"
+        )
     return ElasticConfig(preferred_workers=preferred, batch_policy=policy)
 
 
@@ -196,8 +207,9 @@ def parse_config(text: str | None) -> TrainerConfig:
                 values[name] = _typed(key, value, kind)
         else:
             # The operator may pass fields a newer API added; a typo should still be visible.
-            print(f"kerasjob: warning: ignoring unknown trainer config key {key!r}",
-                  file=sys.stderr)
+            print(
+                f"kerasjob: warning: ignoring unknown trainer config key {key!r}", file=sys.stderr
+            )
     config = TrainerConfig(**values)
     for name in _POSITIVE:
         if getattr(config, name) <= 0:
@@ -206,8 +218,9 @@ def parse_config(text: str | None) -> TrainerConfig:
     if config.log_every_steps < 0:
         raise ConfigError("logEverySteps must be >= 0")
     if config.backend not in BACKENDS:
-        raise ConfigError(f"backend {config.backend!r} is unknown; expected one of "
-                          f"{', '.join(BACKENDS)}")
+        raise ConfigError(
+            f"backend {config.backend!r} is unknown; expected one of {', '.join(BACKENDS)}"
+        )
     validate_model_name(config.model)
     return config
 
@@ -217,8 +230,11 @@ def validate_model_name(model: str) -> None:
     if model in BUILTIN_MODELS:
         return
     module, sep, func = model.partition(":")
-    if not sep or not module or not func.isidentifier() or not all(
-        part.isidentifier() for part in module.split(".")
+    if (
+        not sep
+        or not module
+        or not func.isidentifier()
+        or not all(part.isidentifier() for part in module.split("."))
     ):
         raise ConfigError(
             f"model {model!r} is neither a built-in ({', '.join(BUILTIN_MODELS)}) "

@@ -221,8 +221,7 @@ def delete_namespace(api_client: Any, name: str) -> None:
             raise
 
 
-def wait_notified(cond: threading.Condition, predicate: Callable[[], bool],
-                  timeout: float) -> bool:
+def wait_notified(cond: threading.Condition, predicate: Callable[[], bool], timeout: float) -> bool:
     """Wait on `cond` (notified by a watch thread) until `predicate()`; False at `timeout`."""
     deadline = time.monotonic() + timeout
     with cond:

@@ -209,8 +209,7 @@ class Demo:
         self.installed = True
         pods = kube.get(f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/pods") or {}
         where = ", ".join(
-            f"{p['metadata']['name']} on {p['spec'].get('nodeName')}"
-            for p in pods.get("items", [])
+            f"{p['metadata']['name']} on {p['spec'].get('nodeName')}" for p in pods.get("items", [])
         )
         self.say(f"operator running in-cluster ({where}), Ready in {time.monotonic() - t0:.1f}s")
 

@@ -46,14 +46,16 @@ def set_slots(kube: Any, nodes: Iterable[str], n: int | None) -> None:
     value = None if n is None else str(n)
     for name in nodes:
         core(kube).patch_node_status(
-            name, {"status": {"capacity": {SLOT: value}, "allocatable": {SLOT: value}}})
+            name, {"status": {"capacity": {SLOT: value}, "allocatable": {SLOT: value}}}
+        )
 
 
 def gang_job(name: str, workers: int) -> dict[str, Any]:
     """A KerasJob on KWOK nodes whose every worker asks for one slot."""
     body = job_manifest(name, workers=workers)
-    body["spec"]["template"]["spec"]["containers"] = [{
-        "name": "trainer", "resources": {"requests": {SLOT: "1"}, "limits": {SLOT: "1"}}}]
+    body["spec"]["template"]["spec"]["containers"] = [
+        {"name": "trainer", "resources": {"requests": {SLOT: "1"}, "limits": {SLOT: "1"}}}
+    ]
     return body
 
 
@@ -91,8 +93,9 @@ class NoPartialGang:
 
     def look(self, counts: dict[str, int], done: Iterable[str]) -> None:
         now = time.monotonic()
-        stuck = {j: counts[j] for j, t in self.partial(counts, done).items()
-                 if now - t > PARTIAL_SECONDS}
+        stuck = {
+            j: counts[j] for j, t in self.partial(counts, done).items() if now - t > PARTIAL_SECONDS
+        }
         assert not stuck, f"part of a gang bound for over {PARTIAL_SECONDS:g} s: {stuck}"
 
 
@@ -118,8 +121,13 @@ def run_competing(
     names = [f"g{i:03d}" for i in range(jobs)]
     start = time.monotonic()
     with ThreadPoolExecutor(8) as pool:
-        created = dict(zip(names, pool.map(
-            lambda n: create_job(kube, ns, gang_job(n, workers)), names), strict=True))
+        created = dict(
+            zip(
+                names,
+                pool.map(lambda n: create_job(kube, ns, gang_job(n, workers)), names),
+                strict=True,
+            )
+        )
     done: set[str] = set()
     check = NoPartialGang(lambda _: workers)
     most_bound, partial = 0, {}
@@ -165,8 +173,12 @@ def run_competing(
     return {
         "freed_to_next_bound_seconds": sorted(round(r, 2) for r in reactions),
         "freed_to_next_bound_median_seconds": (
-            round(statistics.median(reactions), 2) if reactions else None),
-        "jobs": jobs, "workers": workers, "succeeded": len(done), "total_seconds": total,
+            round(statistics.median(reactions), 2) if reactions else None
+        ),
+        "jobs": jobs,
+        "workers": workers,
+        "succeeded": len(done),
+        "total_seconds": total,
         "bound_seconds": sorted(waits),
         "bound_median_seconds": statistics.median(waits) if waits else None,
         "bound_max_seconds": max(waits) if waits else None,

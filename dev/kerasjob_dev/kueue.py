@@ -85,9 +85,7 @@ def kueue_operator(cluster: Cluster) -> OperatorProcess:
     install_crds(cluster)  # first: Kueue's manager looks the external framework's kind up
     ensure_kueue(cluster)
     if not _operator:
-        op = OperatorProcess(
-            cluster, (f"{KUEUE_PREFIX}-*",), name="kueue", extra_args=("--kueue",)
-        )
+        op = OperatorProcess(cluster, (f"{KUEUE_PREFIX}-*",), name="kueue", extra_args=("--kueue",))
         _operator.append(op)
         atexit.register(op.stop)
         op.start()
@@ -132,38 +130,68 @@ def cluster_queue(
     quota = [("cpu", cpu)] + ([("memory", memory)] if memory else [])
     quota += list((extra_quota or {}).items())
     try:
-        _create_cluster_scoped(kube, "resourceflavors", {
-            "apiVersion": f"{GROUP}/{VERSION}", "kind": "ResourceFlavor",
-            "metadata": {"name": flavor},
-            "spec": {"nodeLabels": node_labels or {}},
-        })
+        _create_cluster_scoped(
+            kube,
+            "resourceflavors",
+            {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "ResourceFlavor",
+                "metadata": {"name": flavor},
+                "spec": {"nodeLabels": node_labels or {}},
+            },
+        )
         made.append(("resourceflavors", flavor))
         for name, value in (priorities or {}).items():
-            _create_cluster_scoped(kube, "workloadpriorityclasses", {
-                "apiVersion": f"{GROUP}/{VERSION}", "kind": "WorkloadPriorityClass",
-                "metadata": {"name": name}, "value": value,
-            })
+            _create_cluster_scoped(
+                kube,
+                "workloadpriorityclasses",
+                {
+                    "apiVersion": f"{GROUP}/{VERSION}",
+                    "kind": "WorkloadPriorityClass",
+                    "metadata": {"name": name},
+                    "value": value,
+                },
+            )
             made.append(("workloadpriorityclasses", name))
-        _create_cluster_scoped(kube, "clusterqueues", {
-            "apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterQueue",
-            "metadata": {"name": cq},
-            "spec": {
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
-                "resourceGroups": [{
-                    "coveredResources": [r for r, _ in quota],
-                    "flavors": [{"name": flavor, "resources": [
-                        {"name": r, "nominalQuota": q} for r, q in quota
-                    ]}],
-                }],
-                "preemption": {"withinClusterQueue": "LowerPriority"},
+        _create_cluster_scoped(
+            kube,
+            "clusterqueues",
+            {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "ClusterQueue",
+                "metadata": {"name": cq},
+                "spec": {
+                    "namespaceSelector": {
+                        "matchLabels": {"kubernetes.io/metadata.name": namespace}
+                    },
+                    "resourceGroups": [
+                        {
+                            "coveredResources": [r for r, _ in quota],
+                            "flavors": [
+                                {
+                                    "name": flavor,
+                                    "resources": [{"name": r, "nominalQuota": q} for r, q in quota],
+                                }
+                            ],
+                        }
+                    ],
+                    "preemption": {"withinClusterQueue": "LowerPriority"},
+                },
             },
-        })
+        )
         made.append(("clusterqueues", cq))
-        custom(kube).create_namespaced_custom_object(GROUP, VERSION, namespace, "localqueues", {
-            "apiVersion": f"{GROUP}/{VERSION}", "kind": "LocalQueue",
-            "metadata": {"name": lq, "namespace": namespace},
-            "spec": {"clusterQueue": cq},
-        })
+        custom(kube).create_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            namespace,
+            "localqueues",
+            {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "LocalQueue",
+                "metadata": {"name": lq, "namespace": namespace},
+                "spec": {"clusterQueue": cq},
+            },
+        )
         yield lq
     finally:
         for plural, name in reversed(made):
@@ -206,7 +234,9 @@ def wait_admitted(
     try:
         return wait_for(
             lambda: (wl := workload_of(kube, namespace, job)) and wl_true(wl, "Admitted") and wl,
-            timeout=timeout, interval=interval, what=f"{job}'s Workload admitted",
+            timeout=timeout,
+            interval=interval,
+            what=f"{job}'s Workload admitted",
         )
     except TimeoutError as e:
         raise TimeoutError(f"{e}\n{_explain(cluster, kube, namespace, job, operator)}") from None
@@ -218,9 +248,9 @@ def _explain(
     out: list[str] = []
     try:
         out.append(f"job {job} status: {job_status(kube, namespace, job)}")
-        items = custom(kube).list_namespaced_custom_object(
-            GROUP, VERSION, namespace, "workloads"
-        )["items"]
+        items = custom(kube).list_namespaced_custom_object(GROUP, VERSION, namespace, "workloads")[
+            "items"
+        ]
         for wl in items:
             conditions = [
                 (c.get("type"), c.get("status"), c.get("reason"), c.get("message"))
@@ -235,7 +265,8 @@ def _explain(
         out.append(f"operator log:\n{operator.log_tail(40)}")
     kueue_log = cluster.kubeconfig.parent / "logs" / "kueue.log"
     if cluster.local and kueue_log.exists():
-        mine = [line for line in kueue_log.read_text(errors="replace").splitlines()
-                if namespace in line]
+        mine = [
+            line for line in kueue_log.read_text(errors="replace").splitlines() if namespace in line
+        ]
         out.append(f"Kueue's log about {namespace}:\n" + "\n".join(mine[-30:]))
     return "\n".join(out)

@@ -42,8 +42,11 @@ TRAINER_JAX_IMAGE = trainer_image("jax-cpu", IMAGE_TAG)
 #: GPU; `make test-gpu-image` builds and checks it.
 IMAGE_VARIANTS = "cpu jax-cpu"
 #: Archives `hack/images/build.sh --export` writes (name -> file stem).
-ARCHIVES = {OPERATOR_IMAGE: "operator", TRAINER_IMAGE: "trainer-cpu",
-            TRAINER_JAX_IMAGE: "trainer-jax-cpu"}
+ARCHIVES = {
+    OPERATOR_IMAGE: "operator",
+    TRAINER_IMAGE: "trainer-cpu",
+    TRAINER_JAX_IMAGE: "trainer-jax-cpu",
+}
 #: A user's TFJob image, played by examples/tfjob-mnist (build.sh builds it FROM the trainer).
 TFJOB_MNIST_IMAGE = f"kerasjob.local/tfjob-mnist:{IMAGE_TAG}"
 #: Example images' archives (name -> file stem): loaded by the tests that run them.
@@ -232,5 +235,8 @@ def netcut(cid: str, cut: bool) -> None:
     """Drop (cut) or restore all traffic of a container's network namespace but loopback:
     a network partition of one Pod, inside the Pod only."""
     state = "on" if cut else "off"
-    _run([str(REPO_ROOT / "hack/cluster/node.sh"), "netcut", cid, state],
-         f"network cut {state} for container {cid[:12]}", 30)
+    _run(
+        [str(REPO_ROOT / "hack/cluster/node.sh"), "netcut", cid, state],
+        f"network cut {state} for container {cid[:12]}",
+        30,
+    )

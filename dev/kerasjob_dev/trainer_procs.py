@@ -63,23 +63,28 @@ def keras3_weights(path: Path) -> list[Any]:
 
     arrays: list[Any] = []
     with zipfile.ZipFile(path) as z, h5py.File(io.BytesIO(z.read("model.weights.h5"))) as f:
-        f.visititems(lambda name, obj: arrays.append(obj[()])
-                     if isinstance(obj, h5py.Dataset) else None)
+        f.visititems(
+            lambda name, obj: arrays.append(obj[()]) if isinstance(obj, h5py.Dataset) else None
+        )
     return arrays
 
 
 class Trainer:
     """One trainer process."""
 
-    def __init__(self, name: str, log_dir: Path, env: dict[str, str],
-                 args: list[str] | None = None) -> None:
+    def __init__(
+        self, name: str, log_dir: Path, env: dict[str, str], args: list[str] | None = None
+    ) -> None:
         self.name = name
         self.log = log_dir / f"{name}.log"
         full_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "kerasjob_trainer", *(args or [])],
-                env=full_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                env=full_env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         self.started = time.monotonic()
 
@@ -137,9 +142,16 @@ class Trainer:
 class Group:
     """A set of trainers sharing one checkpoint dir: `start()` launches one generation."""
 
-    def __init__(self, tmp: Path, config: dict[str, Any], workers: int = 2,
-                 chief: bool = False, evaluator: bool = False,
-                 env: dict[str, str] | None = None, backend: str = "tensorflow") -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        config: dict[str, Any],
+        workers: int = 2,
+        chief: bool = False,
+        evaluator: bool = False,
+        env: dict[str, str] | None = None,
+        backend: str = "tensorflow",
+    ) -> None:
         self.tmp = tmp
         #: "jax": Keras 3 processes with the identity env the operator gives backend jax.
         self.backend = backend
@@ -159,8 +171,7 @@ class Group:
 
     @property
     def roles(self) -> list[tuple[str, int]]:
-        return ([("chief", 0)] if self.chief else []) + [
-            ("worker", i) for i in range(self.workers)]
+        return ([("chief", 0)] if self.chief else []) + [("worker", i) for i in range(self.workers)]
 
     def start(self, workers: int | None = None) -> list[Trainer]:
         """One generation; `workers` changes the group's size from now on (an elastic
@@ -176,9 +187,11 @@ class Group:
         self.generation += 1
         self.trainers = []
         for role, index in roles:
-            identity = (jax_identity(cluster["worker"][0], self.workers, index)
-                        if self.backend == "jax" else
-                        {Env.TF_CONFIG.value: tf_config(cluster, role, index)})
+            identity = (
+                jax_identity(cluster["worker"][0], self.workers, index)
+                if self.backend == "jax"
+                else {Env.TF_CONFIG.value: tf_config(cluster, role, index)}
+            )
             env = {
                 **identity,
                 **self.env,
@@ -221,8 +234,7 @@ class Group:
             return keras3_weights(self.output / "model.keras")
         import tf_keras
 
-        return tf_keras.models.load_model(self.output / "model.keras",
-                                          compile=False).get_weights()
+        return tf_keras.models.load_model(self.output / "model.keras", compile=False).get_weights()
 
 
 @contextlib.contextmanager

@@ -34,12 +34,18 @@ SHUFFLE_SEED = 7
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--batch-size", type=int, default=32,
-                   help="examples per worker and step (the global batch is this times the "
-                        "number of workers)")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=32,
+        help="examples per worker and step (the global batch is this times the number of workers)",
+    )
     p.add_argument("--learning-rate", type=float, default=2e-3)
-    p.add_argument("--log-dir", default="/tmp/tf-mnist/logs",
-                   help="TensorBoard summaries (the chief's; other workers' are discarded)")
+    p.add_argument(
+        "--log-dir",
+        default="/tmp/tf-mnist/logs",
+        help="TensorBoard summaries (the chief's; other workers' are discarded)",
+    )
     return p.parse_args(argv)
 
 
@@ -56,16 +62,18 @@ def load_data() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
 
 
 def build_model(learning_rate: float) -> keras.Model:
-    model = keras.Sequential([
-        keras.Input(shape=(28, 28, 1)),
-        keras.layers.Conv2D(16, 3, activation="relu"),
-        keras.layers.MaxPooling2D(),
-        keras.layers.Conv2D(32, 3, activation="relu"),
-        keras.layers.MaxPooling2D(),
-        keras.layers.Flatten(),
-        keras.layers.Dense(64, activation="relu"),
-        keras.layers.Dense(10),
-    ])
+    model = keras.Sequential(
+        [
+            keras.Input(shape=(28, 28, 1)),
+            keras.layers.Conv2D(16, 3, activation="relu"),
+            keras.layers.MaxPooling2D(),
+            keras.layers.Conv2D(32, 3, activation="relu"),
+            keras.layers.MaxPooling2D(),
+            keras.layers.Flatten(),
+            keras.layers.Dense(64, activation="relu"),
+            keras.layers.Dense(10),
+        ]
+    )
     model.compile(
         optimizer=keras.optimizers.Adam(learning_rate),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -92,12 +100,16 @@ def main(argv: list[str] | None = None) -> int:
     workers = len((tf_config.get("cluster") or {}).get("worker") or []) or 1
     # Worker 0 is the chief when the cluster has no "chief" task (as in the TFJob).
     is_chief = task.get("type", "worker") == "chief" or (
-        task.get("type", "worker") == "worker" and int(task.get("index", 0)) == 0
-        and "chief" not in (tf_config.get("cluster") or {}))
+        task.get("type", "worker") == "worker"
+        and int(task.get("index", 0)) == 0
+        and "chief" not in (tf_config.get("cluster") or {})
+    )
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
-    say(f"task {task.get('type', 'worker')}/{task.get('index', 0)} of "
+    say(
+        f"task {task.get('type', 'worker')}/{task.get('index', 0)} of "
         f"{sorted((tf_config.get('cluster') or {}).items())}; "
-        f"replicas in sync: {strategy.num_replicas_in_sync}")
+        f"replicas in sync: {strategy.num_replicas_in_sync}"
+    )
 
     x_train, y_train, x_test, y_test = load_data()
     global_batch = args.batch_size * workers
@@ -106,16 +118,22 @@ def main(argv: list[str] | None = None) -> int:
 
     log_dir = args.log_dir if is_chief else tempfile.mkdtemp(prefix="tf-mnist-logs-")
     callbacks = [keras.callbacks.TensorBoard(log_dir=log_dir, update_freq=20)]
-    history = model.fit(dataset(x_train, y_train, global_batch, train=True),
-                        epochs=args.epochs, callbacks=callbacks, verbose=2)
-    loss, accuracy = model.evaluate(dataset(x_test, y_test, global_batch, train=False),
-                                    verbose=0)
+    history = model.fit(
+        dataset(x_train, y_train, global_batch, train=True),
+        epochs=args.epochs,
+        callbacks=callbacks,
+        verbose=2,
+    )
+    loss, accuracy = model.evaluate(dataset(x_test, y_test, global_batch, train=False), verbose=0)
     steps = len(x_train) // global_batch * args.epochs
-    say(f"trained {args.epochs} epoch(s), {steps} steps of {global_batch} examples; "
-        f"train accuracy {history.history['accuracy'][-1]:.4f}")
+    say(
+        f"trained {args.epochs} epoch(s), {steps} steps of {global_batch} examples; "
+        f"train accuracy {history.history['accuracy'][-1]:.4f}"
+    )
     if is_chief:
-        events = sum(len([f for f in files if ".tfevents." in f])
-                     for _, _, files in os.walk(log_dir))
+        events = sum(
+            len([f for f in files if ".tfevents." in f]) for _, _, files in os.walk(log_dir)
+        )
         say(f"TensorBoard summaries: {events} event file(s) in {log_dir}")
     else:
         shutil.rmtree(log_dir, ignore_errors=True)

@@ -58,10 +58,14 @@ class Accounting:
         if code is not None:
             last["exitCode"] = code
         if verdict.count_disruption:
-            last.update(restart_loop.record(
-                self.status.get("lastRestart"), reason, self.status,
-                was_running=self.prev_phase == st.RUNNING,
-            ))
+            last.update(
+                restart_loop.record(
+                    self.status.get("lastRestart"),
+                    reason,
+                    self.status,
+                    was_running=self.prev_phase == st.RUNNING,
+                )
+            )
         self.status["lastRestart"] = last
         exit_text = f" (exit code {code})" if code is not None else ""
         if verdict.count_disruption:

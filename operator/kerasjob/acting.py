@@ -60,11 +60,14 @@ async def probe_priority_class(ctx: Acting) -> str | None:
     name = ctx.config.probe_priority_class or None
     if name is not None:
         body = {
-            "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
             "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "kerasjob"}},
-            "value": PROBE_PRIORITY, "preemptionPolicy": "Never", "globalDefault": False,
+            "value": PROBE_PRIORITY,
+            "preemptionPolicy": "Never",
+            "globalDefault": False,
             "description": "kerasjob elastic jobs' probe Pods: they wait for capacity and "
-                           "give way to every Pod of default priority.",
+            "give way to every Pod of default priority.",
         }
         try:
             await ctx.api.create(priority_class_path(), body, "priorityclasses")
@@ -77,7 +80,7 @@ async def probe_priority_class(ctx: Acting) -> str | None:
 
 
 async def act(
-ctx: Acting, key: Key, seen: Observed, plan: rc.Plan, actions: list[rc.Action]
+    ctx: Acting, key: Key, seen: Observed, plan: rc.Plan, actions: list[rc.Action]
 ) -> Rejection | None:
     """Carry out the actions; a child the API server refused to create is returned (and
     kept for the next plan) instead of raised."""
@@ -89,8 +92,10 @@ ctx: Acting, key: Key, seen: Observed, plan: rc.Plan, actions: list[rc.Action]
     updates = await ctx.kueue.pod_updates(seen, actions) if ctx.kueue else {}
     # Native gang scheduling: the job's PodGroup (and its Workload) before any of its Pods.
     in_gang = plan.gang if ctx.gang is not None else None
-    if ctx.gang is not None and in_gang is not None and any(
-        isinstance(a, rc.CreatePod) for a in actions
+    if (
+        ctx.gang is not None
+        and in_gang is not None
+        and any(isinstance(a, rc.CreatePod) for a in actions)
     ):
         await ctx.gang.ensure(seen.body, job, in_gang)
     for action in actions:
@@ -98,9 +103,7 @@ ctx: Acting, key: Key, seen: Observed, plan: rc.Plan, actions: list[rc.Action]
             # The job's shared children: its Service and, unless switched off, the
             # NetworkPolicy that keeps its TF port to its own Pods (before any Pod).
             if ctx.config.network_policy:
-                policy = children.build_network_policy(
-                    model, metrics_from=ctx.config.metrics_from
-                )
+                policy = children.build_network_policy(model, metrics_from=ctx.config.metrics_from)
                 create = ctx.api.create(
                     network_policy_path(ns), policy, "networkpolicies", strict=True
                 )
@@ -124,7 +127,9 @@ ctx: Acting, key: Key, seen: Observed, plan: rc.Plan, actions: list[rc.Action]
             calls.append((action.task.name, create))
         elif isinstance(action, CreateProbe) and model is not None:
             manifest = children.build_probe_pod(
-                model, action.index, default_image=default_images(ctx.config),
+                model,
+                action.index,
+                default_image=default_images(ctx.config),
                 priority_class=await probe_priority_class(ctx),
             )
             kueue.apply_update(manifest, updates.get("worker"))
@@ -153,14 +158,19 @@ ctx: Acting, key: Key, seen: Observed, plan: rc.Plan, actions: list[rc.Action]
     errors: list[BaseException] = []
     for (name, _), result in zip(calls, results, strict=True):
         if name in probes and isinstance(result, ApiError):
-            log.warning("%s/%s: probe Pod %s refused (%s): %s", ns, job.name, name,
-                        result.status, result)
+            log.warning(
+                "%s/%s: probe Pod %s refused (%s): %s", ns, job.name, name, result.status, result
+            )
             if ctx.probe_class and "PriorityClass" in str(result):
                 ctx.probe_class = None  # it does not exist: probes go without it
             continue
         if name in probes and not isinstance(result, BaseException):
-            log.info("%s/%s: probe Pod %s created: looking for a place for one more worker",
-                     ns, job.name, name)
+            log.info(
+                "%s/%s: probe Pod %s created: looking for a place for one more worker",
+                ns,
+                job.name,
+                name,
+            )
         if name is not None and not isinstance(result, BaseException):
             ctx.expectations.expect(key, name, now)
         elif isinstance(result, ApiError) and name is not None and refused is None:

@@ -46,10 +46,19 @@ OWNED_POD_SPEC_FIELDS = ("hostname", "subdomain", "restartPolicy")
 #: Variables the operator owns; a template that sets one of them is invalid. The identity
 #: variables of every backend (TF_CONFIG, KERAS_BACKEND, KERAS_DISTRIBUTION_*, JAX_*) are
 #: owned whatever the job's backend: a template never gives a process a second identity.
-OWNED_ENV = frozenset({
-    Env.JOB_NAME.value, Env.NAMESPACE.value, Env.ROLE.value,
-    Env.INDEX.value, Env.CHECKPOINT_DIR.value, Env.RESTART_ATTEMPT.value,
-}) | IDENTITY_NAMES
+OWNED_ENV = (
+    frozenset(
+        {
+            Env.JOB_NAME.value,
+            Env.NAMESPACE.value,
+            Env.ROLE.value,
+            Env.INDEX.value,
+            Env.CHECKPOINT_DIR.value,
+            Env.RESTART_ATTEMPT.value,
+        }
+    )
+    | IDENTITY_NAMES
+)
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -83,8 +92,9 @@ def pod_restart_policy(policy: RestartPolicy) -> str:
     return "Never"
 
 
-def pod_labels(job_name: str, role: ReplicaRole | str, index: int, *,
-               is_chief: bool) -> dict[str, str]:
+def pod_labels(
+    job_name: str, role: ReplicaRole | str, index: int, *, is_chief: bool
+) -> dict[str, str]:
     """Labels of one task's Pod."""
     out = {
         **common_labels(job_name),
@@ -123,8 +133,10 @@ def trainer_config(job: JobLike) -> dict[str, Any]:
     out = j.spec.trainer.model_dump(by_alias=True, exclude_none=True, mode="json")
     out["saveFreq"] = j.spec.checkpoint.save_freq
     if j.spec.elastic is not None:  # the TF_CONFIG may name fewer workers than preferred
-        out["elastic"] = {"preferredWorkers": j.spec.workers,
-                          "batchPolicy": j.spec.elastic.batch_policy.value}
+        out["elastic"] = {
+            "preferredWorkers": j.spec.workers,
+            "batchPolicy": j.spec.elastic.batch_policy.value,
+        }
     return out
 
 
@@ -175,10 +187,16 @@ def build_network_policy(
     )
 
 
-def build_pod(job: JobLike, role: ReplicaRole | str, index: int, *,
-              default_image: DefaultImages,
-              restart_attempt: int = 0, workers: int | None = None,
-              node_lost_toleration: int | None = None) -> dict[str, Any]:
+def build_pod(
+    job: JobLike,
+    role: ReplicaRole | str,
+    index: int,
+    *,
+    default_image: DefaultImages,
+    restart_attempt: int = 0,
+    workers: int | None = None,
+    node_lost_toleration: int | None = None,
+) -> dict[str, Any]:
     """The Pod of task (role, index): <job>-<role>-<index>.
 
     default_image: the operator's trainer image, used unless spec.image or the template's
@@ -196,8 +214,7 @@ def build_pod(job: JobLike, role: ReplicaRole | str, index: int, *,
     name = pod_name(j.name, role, index)
     runtime = runtime_for(spec.trainer.backend)
     owned_env = {
-        **runtime.identity_env(j.name, j.namespace, spec.replicas(workers), spec.port,
-                               role, index),
+        **runtime.identity_env(j.name, j.namespace, spec.replicas(workers), spec.port, role, index),
         Env.JOB_NAME.value: j.name,
         Env.NAMESPACE.value: j.namespace,
         Env.ROLE.value: role.value,
@@ -257,18 +274,23 @@ def build_pod(job: JobLike, role: ReplicaRole | str, index: int, *,
         # Owned names keep the operator's value; another backend's identity is left out.
         trainer["env"] = [
             {"name": e["name"], "value": owned_env[e["name"]]}
-            if isinstance(e, Mapping) and e.get("name") in owned_env else e
+            if isinstance(e, Mapping) and e.get("name") in owned_env
+            else e
             for e in trainer.get("env") or []
-            if not (isinstance(e, Mapping) and e.get("name") in OWNED_ENV
-                    and e.get("name") not in owned_env)
+            if not (
+                isinstance(e, Mapping)
+                and e.get("name") in OWNED_ENV
+                and e.get("name") not in owned_env
+            )
         ]
     pod_spec["volumes"] = [
         volume if isinstance(v, Mapping) and v.get("name") == CHECKPOINT_VOLUME else v
         for v in pod_spec.get("volumes") or []
     ]
     if node_lost_toleration is not None:
-        pod_spec["tolerations"] = node_lost_tolerations(pod_spec.get("tolerations"),
-                                                        node_lost_toleration)
+        pod_spec["tolerations"] = node_lost_tolerations(
+            pod_spec.get("tolerations"), node_lost_toleration
+        )
     return pod
 
 
@@ -284,12 +306,15 @@ def node_lost_tolerations(have: Any, seconds: int) -> list[Any]:
     the template's choice."""
     tolerations = list(have) if isinstance(have, list) else []
     keys = {t.get("key") for t in tolerations if isinstance(t, Mapping)}
-    if any(isinstance(t, Mapping) and not t.get("key") and t.get("operator") == "Exists"
-           for t in tolerations):
+    if any(
+        isinstance(t, Mapping) and not t.get("key") and t.get("operator") == "Exists"
+        for t in tolerations
+    ):
         return tolerations
     return tolerations + [
         {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": seconds}
-        for key in NODE_LOST_TAINTS if key not in keys
+        for key in NODE_LOST_TAINTS
+        if key not in keys
     ]
 
 
@@ -297,8 +322,9 @@ def node_lost_tolerations(have: Any, seconds: int) -> list[Any]:
 PROBE_COMMAND = ("python", "-c", "import time; time.sleep(86400)")
 
 
-def build_probe_pod(job: JobLike, index: int, *, default_image: DefaultImages,
-                    priority_class: str | None = None) -> dict[str, Any]:
+def build_probe_pod(
+    job: JobLike, index: int, *, default_image: DefaultImages, priority_class: str | None = None
+) -> dict[str, Any]:
     """An elastic job's probe Pod <job>-probe-<index>: worker 0's Pod with everything that
     decides where it may run (resources, nodeSelector, affinity, tolerations, volumes,
     priority), the trainer container only, sleeping; no TF_CONFIG, no hostname. Bound to a
@@ -307,8 +333,11 @@ def build_probe_pod(job: JobLike, index: int, *, default_image: DefaultImages,
     pod = build_pod(j, ReplicaRole.WORKER, 0, default_image=default_image)
     meta, pod_spec = pod["metadata"], pod["spec"]
     meta["name"] = probe_name(j.name, index)
-    meta["labels"] = {**meta["labels"], labels.REPLICA_TYPE: PROBE_ROLE,
-                      labels.REPLICA_INDEX: str(index)}
+    meta["labels"] = {
+        **meta["labels"],
+        labels.REPLICA_TYPE: PROBE_ROLE,
+        labels.REPLICA_INDEX: str(index),
+    }
     meta["labels"].pop(labels.CHIEF, None)
     trainer = _trainer_container(pod_spec) or {}
     trainer.update(command=list(PROBE_COMMAND), args=[], env=[], ports=[])
@@ -325,8 +354,9 @@ def build_probe_pod(job: JobLike, index: int, *, default_image: DefaultImages,
     return pod
 
 
-def desired_pods(job: JobLike, *, default_image: DefaultImages,
-                 restart_attempt: int = 0) -> list[dict[str, Any]]:
+def desired_pods(
+    job: JobLike, *, default_image: DefaultImages, restart_attempt: int = 0
+) -> list[dict[str, Any]]:
     """Every Pod of the job, workers first, then chief, then evaluator."""
     j = _job(job)
     return [
@@ -344,9 +374,14 @@ def _normalise_template(tpl: Mapping[str, Any]) -> dict[str, Any]:
     pod_spec = out.get("spec")
     if isinstance(pod_spec, dict):
         containers = pod_spec.get("containers")
-        if isinstance(containers, list) and containers and not any(
-            isinstance(c, Mapping) and c.get("name") == TRAINER_CONTAINER for c in containers
-        ) and isinstance(containers[0], dict):
+        if (
+            isinstance(containers, list)
+            and containers
+            and not any(
+                isinstance(c, Mapping) and c.get("name") == TRAINER_CONTAINER for c in containers
+            )
+            and isinstance(containers[0], dict)
+        ):
             containers[0]["name"] = TRAINER_CONTAINER
     return out
 

@@ -98,7 +98,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.node_lost_toleration is not None:  # -1: Kubernetes' default (None)
         seconds = args.node_lost_toleration
         config = dataclasses.replace(
-            config, node_lost_toleration_seconds=seconds if seconds >= 0 else None)
+            config, node_lost_toleration_seconds=seconds if seconds >= 0 else None
+        )
     if config.kueue:
         kerasjob.handlers.register_kueue()
     if config.gang_scheduling:
@@ -185,7 +186,7 @@ def parser() -> argparse.ArgumentParser:
         "--node-lost-toleration",
         type=int,
         help="seconds a trainer Pod stays on a NotReady/unreachable node before it is evicted "
-             "(60; -1: Kubernetes' default of 300)",
+        "(60; -1: Kubernetes' default of 300)",
     )
     run.add_argument(
         "--progress-interval",

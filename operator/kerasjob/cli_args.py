@@ -11,8 +11,13 @@ from kerasjob import cli_jobs
 def _common() -> argparse.ArgumentParser:
     """-n, --context and --kubeconfig after the command too, as kubectl takes them."""
     p = argparse.ArgumentParser(add_help=False)
-    p.add_argument("-n", "--namespace", dest="namespace_single", metavar="NAMESPACE",
-                   help="namespace (default: the kubeconfig context's, else 'default')")
+    p.add_argument(
+        "-n",
+        "--namespace",
+        dest="namespace_single",
+        metavar="NAMESPACE",
+        help="namespace (default: the kubeconfig context's, else 'default')",
+    )
     p.add_argument("--context", default=argparse.SUPPRESS, help="kubeconfig context")
     p.add_argument("--kubeconfig", default=argparse.SUPPRESS, help="kubeconfig file")
     return p
@@ -26,8 +31,7 @@ def _timeout(text: str) -> float:
             return float(text[:-1]) * units[text[-1]]
         return float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"not a duration: {text!r} (e.g. 600, 90s, 10m)") from None
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 600, 90s, 10m)") from None
 
 
 def add_job_commands(sub: Any) -> None:
@@ -39,12 +43,20 @@ def add_job_commands(sub: Any) -> None:
         return p
 
     p = command("submit", cli_jobs.submit, "create KerasJobs from files (like kubectl create)")
-    p.add_argument("-f", "--filename", action="append", required=True,
-                   help="a KerasJob YAML/JSON file; repeatable")
+    p.add_argument(
+        "-f",
+        "--filename",
+        action="append",
+        required=True,
+        help="a KerasJob YAML/JSON file; repeatable",
+    )
     p.add_argument("--wait", action="store_true", help="wait until the jobs succeed")
     p.add_argument("--timeout", type=_timeout, default=3600.0, help="for --wait (3600s)")
-    p.add_argument("--dry-run", action="store_true",
-                   help="server-side dry run: validate and default, store nothing")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="server-side dry run: validate and default, store nothing",
+    )
     p.add_argument("-o", "--output", choices=("json", "yaml", "name"))
     p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
 
@@ -62,16 +74,24 @@ def add_job_commands(sub: Any) -> None:
     who = p.add_mutually_exclusive_group()
     who.add_argument("--replica", help="ROLE-INDEX, e.g. worker-1 (default: the chief)")
     who.add_argument("--all", action="store_true", help="every replica, lines prefixed [pod]")
-    p.add_argument("-f", "--follow", action="store_true",
-                   help="stream until the job finishes, across Pod restarts")
+    p.add_argument(
+        "-f",
+        "--follow",
+        action="store_true",
+        help="stream until the job finishes, across Pod restarts",
+    )
     p.add_argument("--tail", type=int, help="last N lines of each Pod")
     p.add_argument("--prefix", action="store_true", help="prefix lines with [pod]")
 
     p = command("wait", cli_jobs.wait, "wait for a phase or condition, showing progress")
     p.add_argument("name")
-    p.add_argument("--for", dest="for_", default="Succeeded",
-                   help="phase or condition, e.g. Running, condition=Suspended "
-                   "(comma-separated: any of them); default Succeeded")
+    p.add_argument(
+        "--for",
+        dest="for_",
+        default="Succeeded",
+        help="phase or condition, e.g. Running, condition=Suspended "
+        "(comma-separated: any of them); default Succeeded",
+    )
     p.add_argument("--timeout", type=_timeout, default=600.0, help="600s")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
 
@@ -92,16 +112,22 @@ def add_job_commands(sub: Any) -> None:
     p.add_argument("name", nargs="?")
     p.add_argument("--json", action="store_true")
 
-    p = sub.add_parser("convert", help="turn a Kubeflow TFJob (kubeflow.org/v1) into a "
-                       "KerasJob; warnings on stderr")
+    p = sub.add_parser(
+        "convert",
+        help="turn a Kubeflow TFJob (kubeflow.org/v1) into a KerasJob; warnings on stderr",
+    )
     p.add_argument("filename", help="TFJob YAML file, - for stdin")
     p.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
-    p.add_argument("--checkpoint-claim", default="kerasjob-ckpt",
-                   help="ReadWriteMany claim for a multi-Pod job's checkpoints")
+    p.add_argument(
+        "--checkpoint-claim",
+        default="kerasjob-ckpt",
+        help="ReadWriteMany claim for a multi-Pod job's checkpoints",
+    )
     p.set_defaults(func=cli_jobs.convert)
 
-    p = sub.add_parser("completion", help="print a shell completion script: "
-                       "source <(kerasjob completion bash)")
+    p = sub.add_parser(
+        "completion", help="print a shell completion script: source <(kerasjob completion bash)"
+    )
     p.add_argument("shell", choices=("bash", "zsh"))
     p.set_defaults(func=_completion)
 

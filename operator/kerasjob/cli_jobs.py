@@ -22,8 +22,9 @@ RESOURCE = "kerasjob.kerasjob.dev"
 
 
 def client(args: argparse.Namespace) -> KerasJobClient:
-    return KerasJobClient(getattr(args, "namespace_single", None),
-                          kubeconfig=args.kubeconfig, context=args.context)
+    return KerasJobClient(
+        getattr(args, "namespace_single", None), kubeconfig=args.kubeconfig, context=args.context
+    )
 
 
 def _dump(obj: Any, fmt: str, out: TextIO | None = None) -> None:
@@ -46,8 +47,10 @@ def progress_line(s: JobSummary) -> str:
     if s.step is not None:
         parts.append(f"epoch {s.epoch if s.epoch is not None else '?'}")
         parts.append(s.progress)
-    parts.append(f"restarts {s.disruptions + s.failures} "
-                 f"({s.disruptions} disruptions, {s.failures} failures)")
+    parts.append(
+        f"restarts {s.disruptions + s.failures} "
+        f"({s.disruptions} disruptions, {s.failures} failures)"
+    )
     return "  ".join(parts)
 
 
@@ -77,8 +80,9 @@ class ProgressPrinter:
             self.out.flush()
 
 
-def _wait(c: KerasJobClient, name: str, until: Iterable[str], timeout: float,
-          quiet: bool) -> KerasJob:
+def _wait(
+    c: KerasJobClient, name: str, until: Iterable[str], timeout: float, quiet: bool
+) -> KerasJob:
     printer = None if quiet else ProgressPrinter()
     try:
         return c.wait(name, until=list(until), timeout=timeout, callback=printer)
@@ -115,14 +119,20 @@ def table(rows: list[JobSummary], wide: bool = False, namespaces: bool = False) 
     lines = [header]
     for s in rows:
         row = ((s.namespace,) if namespaces else ()) + (
-            s.name, s.phase or "-", s.size, str(s.disruptions + s.failures),
-            s.progress, s.age())
+            s.name,
+            s.phase or "-",
+            s.size,
+            str(s.disruptions + s.failures),
+            s.progress,
+            s.age(),
+        )
         if wide:
             row += (str(s.disruptions), str(s.failures), s.reason or "-")
         lines.append(row)
     widths = [max(len(r[i]) for r in lines) for i in range(len(header))]
-    return "\n".join("   ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip()
-                     for r in lines)
+    return "\n".join(
+        "   ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in lines
+    )
 
 
 def get(args: argparse.Namespace) -> int:
@@ -135,16 +145,23 @@ def get(args: argparse.Namespace) -> int:
         if len(args.names) == 1:
             _dump(_manifest(jobs[0]), args.output)
         else:
-            _dump({"apiVersion": "v1", "kind": "List",
-                   "items": [_manifest(j) for j in jobs]}, args.output)
+            _dump(
+                {"apiVersion": "v1", "kind": "List", "items": [_manifest(j) for j in jobs]},
+                args.output,
+            )
     elif args.output == "name":
         for j in jobs:
             print(f"{RESOURCE}/{j.name}")
     elif not jobs:
         print(f"No resources found in {c.namespace} namespace.", file=sys.stderr)
     else:
-        print(table([summarize(j) for j in jobs], wide=args.output == "wide",
-                    namespaces=args.all_namespaces))
+        print(
+            table(
+                [summarize(j) for j in jobs],
+                wide=args.output == "wide",
+                namespaces=args.all_namespaces,
+            )
+        )
     return 0
 
 
@@ -174,11 +191,15 @@ def describe(args: argparse.Namespace) -> int:
     if costs is not None:
         out.append(f"Goodput:      {goodput.describe(costs.model_dump(by_alias=True))}")
     if spec.elastic is not None:
-        out.append(f"Elastic:      {s.workers} of {spec.workers} workers (min "
-                   f"{spec.elastic.min_workers}), {s.resizes} resizes")
+        out.append(
+            f"Elastic:      {s.workers} of {spec.workers} workers (min "
+            f"{spec.elastic.min_workers}), {s.resizes} resizes"
+        )
         for r in (st.elastic.history if st and st.elastic else None) or []:
-            out.append(f"  {format_time(r.time) if r.time else '-'} {r.from_workers} -> "
-                       f"{r.to_workers} {r.reason}: {r.message}")
+            out.append(
+                f"  {format_time(r.time) if r.time else '-'} {r.from_workers} -> "
+                f"{r.to_workers} {r.reason}: {r.message}"
+            )
         if st and st.elastic and st.elastic.growth:
             out.append(f"  growing: {st.elastic.growth}")
     if st and st.last_restart and st.last_restart.reason:
@@ -190,12 +211,13 @@ def describe(args: argparse.Namespace) -> int:
     out.append("Pods:")
     for pod in c.pods(args.name):
         meta, pst = pod.get("metadata") or {}, pod.get("status") or {}
-        out.append(f"  {meta.get('name', ''):<32} {pst.get('phase', '-'):<10} "
-                   f"{pst.get('podIP', '') or '-'}")
+        out.append(
+            f"  {meta.get('name', ''):<32} {pst.get('phase', '-'):<10} "
+            f"{pst.get('podIP', '') or '-'}"
+        )
     out.append("Events:")
     for ev in c.events(args.name)[-20:]:
-        out.append(f"  {ev.get('type', ''):<8} {ev.get('reason', ''):<22} "
-                   f"{ev.get('message', '')}")
+        out.append(f"  {ev.get('type', ''):<8} {ev.get('reason', ''):<22} {ev.get('message', '')}")
     print("\n".join(out))
     return 0
 
@@ -203,8 +225,13 @@ def describe(args: argparse.Namespace) -> int:
 def logs(args: argparse.Namespace) -> int:
     c = client(args)
     multi = args.all
-    for line in c.logs(args.name, replica=args.replica, all_replicas=args.all,
-                       follow=args.follow, tail_lines=args.tail):
+    for line in c.logs(
+        args.name,
+        replica=args.replica,
+        all_replicas=args.all,
+        follow=args.follow,
+        tail_lines=args.tail,
+    ):
         print(str(line) if multi or args.prefix else line.text, flush=args.follow)
     return 0
 
@@ -262,8 +289,10 @@ def status(args: argparse.Namespace) -> int:
         return 0
     print(f"{'NAME':30} {'PHASE':11} {'DISRUPTIONS':>11} {'FAILURES':>8}  PROGRESS")
     for s in rows:
-        print(f"{s['name']:30} {s['phase'] or '-':11} {s['disruptions']:>11} "
-              f"{s['failures']:>8}  {s['progress']}")
+        print(
+            f"{s['name']:30} {s['phase'] or '-':11} {s['disruptions']:>11} "
+            f"{s['failures']:>8}  {s['progress']}"
+        )
         if s.get("goodput"):
             print(f"  {goodput.describe(s['goodput'])}")
         if s["waiting"]:
@@ -277,8 +306,14 @@ def summary_dict(obj: dict[str, Any]) -> dict[str, Any]:
     # Pods do not run yet (e.g. a gang that cannot be placed).
     held = (Phase.QUEUED.value, Phase.SUSPENDED.value, Phase.PENDING.value)
     waiting = s.message if s.phase in held else ""
-    row = {"name": s.name, "phase": s.phase, "disruptions": s.disruptions,
-           "failures": s.failures, "progress": s.progress, "waiting": waiting}
+    row = {
+        "name": s.name,
+        "phase": s.phase,
+        "disruptions": s.disruptions,
+        "failures": s.failures,
+        "progress": s.progress,
+        "waiting": waiting,
+    }
     costs = ((obj.get("status") or {}).get("progress") or {}).get("goodput")
     if costs:
         row["goodput"] = costs
@@ -299,13 +334,13 @@ def convert(args: argparse.Namespace) -> int:
         except (ConversionError, ValueError) as e:
             raise InvalidError(0, f"{args.filename}: {str(e).splitlines()[0]}") from None
         for w in warnings:
-            print(f"kerasjob: warning: {job['metadata'].get('name', '')}: {w}",
-                  file=sys.stderr)
+            print(f"kerasjob: warning: {job['metadata'].get('name', '')}: {w}", file=sys.stderr)
         load_job(job)
         out.append(job)
     if args.output == "json":
-        _dump(out[0] if len(out) == 1 else {"apiVersion": "v1", "kind": "List",
-                                              "items": out}, "json")
+        _dump(
+            out[0] if len(out) == 1 else {"apiVersion": "v1", "kind": "List", "items": out}, "json"
+        )
     else:
         print(yaml.safe_dump_all(out, sort_keys=False).rstrip())
     return 0

@@ -51,7 +51,8 @@ class OperatorConfig:
     """Seconds past a Pod's deletionTimestamp (grace included) before it is force-deleted."""
     node_lost_toleration_seconds: int | None = field(
         default_factory=lambda: (
-            int(v) if (v := _env("KERASJOB_NODE_LOST_TOLERATION_SECONDS", "60")) not in ("", "-1")
+            int(v)
+            if (v := _env("KERASJOB_NODE_LOST_TOLERATION_SECONDS", "60")) not in ("", "-1")
             else None
         )
     )
@@ -87,8 +88,9 @@ class OperatorConfig:
     """A kopf peering name for several replicas (needs kopf's peering CRDs); None: standalone."""
     priority: int = field(default_factory=lambda: int(_env("KERASJOB_PRIORITY", "0")))
     network_policy: bool = field(
-        default_factory=lambda: _env("KERASJOB_NETWORK_POLICY", "true").lower()
-        not in ("0", "false", "no", "off")
+        default_factory=lambda: (
+            _env("KERASJOB_NETWORK_POLICY", "true").lower() not in ("0", "false", "no", "off")
+        )
     )
     """Create a NetworkPolicy per job: its TF port reachable only from its own Pods."""
     metrics_from: tuple[dict[str, Any], ...] = field(

@@ -47,7 +47,6 @@ from kerasjob_contract.times import utcnow
 log = logging.getLogger("kerasjob.controller")
 
 
-
 def _namespace_gone(error: BaseException) -> bool:
     """The job's namespace is being deleted, or is gone: its jobs go with it."""
     if not isinstance(error, ApiError):
@@ -78,7 +77,8 @@ class Controller:
         workloads: Mapping[Key, Iterable[Mapping[str, Any]]] | None = None,
         gang_objects: tuple[
             Mapping[Key, Iterable[Mapping[str, Any]]], Mapping[Key, Iterable[Mapping[str, Any]]]
-        ] | None = None,
+        ]
+        | None = None,
     ) -> None:
         self.config = config
         self.api = api
@@ -322,16 +322,29 @@ class Controller:
         events = [(e.type, e.reason, e.message) for e in plan.events]
         if self.kueue is not None and job.kueue is not None:
             events += await self.kueue.sync(
-                seen.body, seen.parsed.model, seen.workload, plan, len(seen.pods), now,
+                seen.body,
+                seen.parsed.model,
+                seen.workload,
+                plan,
+                len(seen.pods),
+                now,
                 slices=seen.slices,
             )
         if self.gang is not None:
             events += await self.gang.sync(job, plan)
         for type_, reason, message in events:
-            self.events.post(build_event(
-                namespace=job.namespace, name=job.name, uid=job.uid, type_=type_,
-                reason=reason, message=message, now=now, instance=self.config.instance,
-            ))
+            self.events.post(
+                build_event(
+                    namespace=job.namespace,
+                    name=job.name,
+                    uid=job.uid,
+                    type_=type_,
+                    reason=reason,
+                    message=message,
+                    now=now,
+                    instance=self.config.instance,
+                )
+            )
         loop_now = asyncio.get_running_loop().time()
         actions, wait = self.expectations.skip(
             key, plan.actions, {p.name for p in seen.pods}, loop_now
@@ -341,8 +354,10 @@ class Controller:
             refused = await self._act(key, seen, plan, actions)
             if refused is not None:  # plan again with it: fail the job, or show the wait
                 return 0.0 if refused.permanent else refused.retry_after
-        delay = plan.requeue_after if wait is None else (
-            wait if plan.requeue_after is None else min(wait, plan.requeue_after)
+        delay = (
+            plan.requeue_after
+            if wait is None
+            else (wait if plan.requeue_after is None else min(wait, plan.requeue_after))
         )
         log.debug("%s/%s: reconciled at %s; again in %s s", *key, seen.resource_version, delay)
         return delay
@@ -359,10 +374,18 @@ class Controller:
             seen.body, seen.parsed.model, None, plan, 0, utcnow()
         ):
             job = seen.job
-            self.events.post(build_event(
-                namespace=job.namespace, name=job.name, uid=job.uid, type_=type_,
-                reason=reason, message=message, now=utcnow(), instance=self.config.instance,
-            ))
+            self.events.post(
+                build_event(
+                    namespace=job.namespace,
+                    name=job.name,
+                    uid=job.uid,
+                    type_=type_,
+                    reason=reason,
+                    message=message,
+                    now=utcnow(),
+                    instance=self.config.instance,
+                )
+            )
         return None
 
     async def _namespace_terminating(self, seen: Observed, now: datetime) -> bool:
@@ -372,12 +395,21 @@ class Controller:
         works, and needs no read access to Namespaces, which a Role cannot grant)."""
         job = seen.job
         probe = build_event(
-            namespace=job.namespace, name=job.name, uid=job.uid, type_="Normal",
-            reason="NamespaceProbe", message="dry run", now=now, instance=self.config.instance,
+            namespace=job.namespace,
+            name=job.name,
+            uid=job.uid,
+            type_="Normal",
+            reason="NamespaceProbe",
+            message="dry run",
+            now=now,
+            instance=self.config.instance,
         )
         try:
             await self.api.request(
-                "POST", events_path(job.namespace), body=probe, params={"dryRun": "All"},
+                "POST",
+                events_path(job.namespace),
+                body=probe,
+                params={"dryRun": "All"},
                 count_as="create events",  # a dry run: RBAC-wise the same verb
             )
         except ApiError as e:
@@ -421,9 +453,7 @@ class Controller:
         if costs is not None:
             scraped["goodput"] = costs
         now = utcnow()
-        new = progress.progress_patch(
-            old, scraped, total_steps=seen.parsed.total_steps, now=now
-        )
+        new = progress.progress_patch(old, scraped, total_steps=seen.parsed.total_steps, now=now)
         if new is None:
             return
         try:
@@ -434,7 +464,15 @@ class Controller:
         if written and costs is not None:
             job = seen.job
             for reason, message in goodput.goodput_events(old.get("goodput"), costs):
-                self.events.post(build_event(
-                    namespace=job.namespace, name=job.name, uid=job.uid, type_="Normal",
-                    reason=reason, message=message, now=now, instance=self.config.instance,
-                ))
+                self.events.post(
+                    build_event(
+                        namespace=job.namespace,
+                        name=job.name,
+                        uid=job.uid,
+                        type_="Normal",
+                        reason=reason,
+                        message=message,
+                        now=now,
+                        instance=self.config.instance,
+                    )
+                )

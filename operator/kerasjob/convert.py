@@ -35,10 +35,19 @@ TFJOB_API_VERSIONS = ("kubeflow.org/v1",)
 TF_CONTAINER = "tensorflow"
 TF_PORT_NAME = "tfjob-port"
 DEFAULT_CHECKPOINT_CLAIM = "kerasjob-ckpt"
-_ROLE_KEYS = {"worker": "Worker", "chief": "Chief", "master": "Master", "ps": "PS",
-              "evaluator": "Evaluator"}
-_RESTART = {"OnFailure": "OnFailure", "Never": "Never", "ExitCode": "ExitCode",
-            "Always": "OnFailure"}
+_ROLE_KEYS = {
+    "worker": "Worker",
+    "chief": "Chief",
+    "master": "Master",
+    "ps": "PS",
+    "evaluator": "Evaluator",
+}
+_RESTART = {
+    "OnFailure": "OnFailure",
+    "Never": "Never",
+    "ExitCode": "ExitCode",
+    "Always": "OnFailure",
+}
 
 
 class ConversionError(ValueError):
@@ -72,8 +81,10 @@ def convert_tfjob(
         # A lone chief: worker 0 is the chief of a KerasJob without spec.chief.
         assert chief is not None
         worker, chief = chief, None
-        warnings.append("Chief without Workers: it becomes the single worker (worker 0 is the "
-                        "chief of a KerasJob)")
+        warnings.append(
+            "Chief without Workers: it becomes the single worker (worker 0 is the "
+            "chief of a KerasJob)"
+        )
     out_spec["workers"] = int(worker.get("replicas", 1))
     template, port = _template(worker.get("template"), "Worker", warnings)
     out_spec["template"] = template
@@ -91,28 +102,39 @@ def convert_tfjob(
     out_spec.update(_restart_policy(replicas, warnings))
     out_spec.update(_run_policy(spec, out_spec, warnings))
     pods = out_spec["workers"] + sum(
-        (out_spec.get(r) or {}).get("replicas", 0) for r in ("chief", "evaluator"))
+        (out_spec.get(r) or {}).get("replicas", 0) for r in ("chief", "evaluator")
+    )
     if pods > 1:
-        out_spec["checkpoint"] = {"volume": {"persistentVolumeClaim": {
-            "claimName": checkpoint_claim}}}
+        out_spec["checkpoint"] = {
+            "volume": {"persistentVolumeClaim": {"claimName": checkpoint_claim}}
+        }
         warnings.append(
             f"checkpoint: {pods} Pods share the ReadWriteMany claim {checkpoint_claim!r} "
             "(KERASJOB_CHECKPOINT_DIR; create it first, e.g. examples/checkpoint-pvc.yaml)"
         )
     for key in ("successPolicy", "enableDynamicWorker"):
         if spec.get(key):
-            warnings.append(f"{key}: {spec[key]!r} has no KerasJob equivalent (ignored; the "
-                            "chief's success completes a KerasJob)")
+            warnings.append(
+                f"{key}: {spec[key]!r} has no KerasJob equivalent (ignored; the "
+                "chief's success completes a KerasJob)"
+            )
     warnings.append(
         "security: KerasJob Pods run as non-root with a read-only root filesystem (/tmp is "
         "writable); an image that runs as root needs spec.template.spec.securityContext."
         "runAsNonRoot: false"
     )
     meta = tfjob.get("metadata") or {}
-    out_meta = {k: copy.deepcopy(meta[k]) for k in ("name", "namespace", "labels",
-                                                     "annotations") if meta.get(k)}
-    manifest = {"apiVersion": API_VERSION_FULL, "kind": "KerasJob", "metadata": out_meta,
-                "spec": out_spec}
+    out_meta = {
+        k: copy.deepcopy(meta[k])
+        for k in ("name", "namespace", "labels", "annotations")
+        if meta.get(k)
+    }
+    manifest = {
+        "apiVersion": API_VERSION_FULL,
+        "kind": "KerasJob",
+        "metadata": out_meta,
+        "spec": out_spec,
+    }
     KerasJob.model_validate(manifest)  # the API models agree (schema errors raise here)
     return manifest, warnings
 
@@ -138,8 +160,10 @@ def _template(tpl: Any, where: str, warnings: list[str]) -> tuple[dict[str, Any]
     tf = next((c for c in containers if c.get("name") == TF_CONTAINER), None)
     if tf is None and containers:
         tf = containers[0]
-        warnings.append(f"{where}: no container named {TF_CONTAINER!r}; the first one "
-                        f"({tf.get('name')!r}) becomes the trainer")
+        warnings.append(
+            f"{where}: no container named {TF_CONTAINER!r}; the first one "
+            f"({tf.get('name')!r}) becomes the trainer"
+        )
     port = None
     if tf is not None:
         tf["name"] = TRAINER_CONTAINER
@@ -158,41 +182,67 @@ def _template(tpl: Any, where: str, warnings: list[str]) -> tuple[dict[str, Any]
 
 
 def _restart_policy(replicas: Mapping[str, dict], warnings: list[str]) -> dict[str, Any]:
-    policies = {role: policy for role, rs in replicas.items()
-                if role != "ps" and (policy := rs.get("restartPolicy"))}
+    policies = {
+        role: policy
+        for role, rs in replicas.items()
+        if role != "ps" and (policy := rs.get("restartPolicy"))
+    }
     if not policies:
         return {}
     chosen = policies.get("worker") or next(iter(policies.values()))
     if len(set(policies.values())) > 1:
-        warnings.append(f"restartPolicy differs by replica ({policies}); the job uses "
-                        f"{chosen!r} for all (a KerasJob has one)")
+        warnings.append(
+            f"restartPolicy differs by replica ({policies}); the job uses "
+            f"{chosen!r} for all (a KerasJob has one)"
+        )
     if chosen == "Always":
-        warnings.append("restartPolicy Always -> OnFailure (a finished trainer is never "
-                        "restarted; disruptions always are)")
+        warnings.append(
+            "restartPolicy Always -> OnFailure (a finished trainer is never "
+            "restarted; disruptions always are)"
+        )
     return {"restartPolicy": _RESTART.get(chosen, "OnFailure")}
 
 
-def _run_policy(spec: Mapping[str, Any], out_spec: dict[str, Any],
-                warnings: list[str]) -> dict[str, Any]:
+def _run_policy(
+    spec: Mapping[str, Any], out_spec: dict[str, Any], warnings: list[str]
+) -> dict[str, Any]:
     # runPolicy (v1), else the older top-level fields (cleanPodPolicy, ttl... on the spec).
-    run = {**{k: spec[k] for k in ("cleanPodPolicy", "ttlSecondsAfterFinished",
-                                    "activeDeadlineSeconds", "backoffLimit") if k in spec},
-           **(spec.get("runPolicy") or {})}
+    run = {
+        **{
+            k: spec[k]
+            for k in (
+                "cleanPodPolicy",
+                "ttlSecondsAfterFinished",
+                "activeDeadlineSeconds",
+                "backoffLimit",
+            )
+            if k in spec
+        },
+        **(spec.get("runPolicy") or {}),
+    }
     out: dict[str, Any] = {}
-    for key in ("backoffLimit", "ttlSecondsAfterFinished", "activeDeadlineSeconds",
-                "cleanPodPolicy", "suspend"):
+    for key in (
+        "backoffLimit",
+        "ttlSecondsAfterFinished",
+        "activeDeadlineSeconds",
+        "cleanPodPolicy",
+        "suspend",
+    ):
         if run.get(key) is not None:
             out[key] = run[key]
     sched = run.get("schedulingPolicy") or {}
     if sched.get("priorityClass"):
         for tpl in [out_spec["template"]] + [
-                (out_spec.get(r) or {}).get("template") or {} for r in ("chief", "evaluator")]:
+            (out_spec.get(r) or {}).get("template") or {} for r in ("chief", "evaluator")
+        ]:
             tpl.setdefault("spec", {}).setdefault("priorityClassName", sched["priorityClass"])
     dropped = {k: v for k, v in sched.items() if k != "priorityClass"}
     if dropped:
-        warnings.append(f"runPolicy.schedulingPolicy {dropped} (gang scheduling) has no "
-                        "KerasJob equivalent; a gang scheduler's schedulerName in the "
-                        "templates is kept")
+        warnings.append(
+            f"runPolicy.schedulingPolicy {dropped} (gang scheduling) has no "
+            "KerasJob equivalent; a gang scheduler's schedulerName in the "
+            "templates is kept"
+        )
     if run.get("managedBy"):
         warnings.append(f"runPolicy.managedBy {run['managedBy']!r} ignored")
     return out

@@ -53,26 +53,63 @@ ROOT_VALIDATIONS = [
 ]
 
 PRINTER_COLUMNS: list[dict[str, Any]] = [
-    {"name": "Phase", "type": "string", "jsonPath": ".status.phase",
-     "description": "Pending, Running, Restarting, Succeeded, Failed, Suspended or Queued"},
-    {"name": "Workers", "type": "integer", "jsonPath": ".spec.workers",
-     "description": "Number of workers requested"},
-    {"name": "Ready", "type": "integer", "jsonPath": ".status.replicaStatuses.worker.ready",
-     "description": "Workers whose Pod is Ready"},
-    {"name": "Disruptions", "type": "integer", "jsonPath": ".status.restarts.disruptions",
-     "description": "Restarts not caused by the program (never count against backoffLimit)"},
-    {"name": "Failures", "type": "integer", "jsonPath": ".status.restarts.failures",
-     "description": "Error exits, counted against backoffLimit"},
-    {"name": "Step", "type": "integer", "jsonPath": ".status.progress.step",
-     "description": "Global training steps completed"},
-    {"name": "Total", "type": "integer", "jsonPath": ".status.progress.totalSteps",
-     "description": "Total training steps", "priority": 1},
-    {"name": "Loss", "type": "number", "jsonPath": ".status.progress.loss",
-     "description": "Most recent training loss", "priority": 1},
+    {
+        "name": "Phase",
+        "type": "string",
+        "jsonPath": ".status.phase",
+        "description": "Pending, Running, Restarting, Succeeded, Failed, Suspended or Queued",
+    },
+    {
+        "name": "Workers",
+        "type": "integer",
+        "jsonPath": ".spec.workers",
+        "description": "Number of workers requested",
+    },
+    {
+        "name": "Ready",
+        "type": "integer",
+        "jsonPath": ".status.replicaStatuses.worker.ready",
+        "description": "Workers whose Pod is Ready",
+    },
+    {
+        "name": "Disruptions",
+        "type": "integer",
+        "jsonPath": ".status.restarts.disruptions",
+        "description": "Restarts not caused by the program (never count against backoffLimit)",
+    },
+    {
+        "name": "Failures",
+        "type": "integer",
+        "jsonPath": ".status.restarts.failures",
+        "description": "Error exits, counted against backoffLimit",
+    },
+    {
+        "name": "Step",
+        "type": "integer",
+        "jsonPath": ".status.progress.step",
+        "description": "Global training steps completed",
+    },
+    {
+        "name": "Total",
+        "type": "integer",
+        "jsonPath": ".status.progress.totalSteps",
+        "description": "Total training steps",
+        "priority": 1,
+    },
+    {
+        "name": "Loss",
+        "type": "number",
+        "jsonPath": ".status.progress.loss",
+        "description": "Most recent training loss",
+        "priority": 1,
+    },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
-    {"name": "Kueue", "type": "string",
-     "jsonPath": ".status.conditions[?(@.type==\"Admitted\")].message",
-     "description": "Why a job of a Kueue LocalQueue waits, or where it was admitted"},
+    {
+        "name": "Kueue",
+        "type": "string",
+        "jsonPath": '.status.conditions[?(@.type=="Admitted")].message',
+        "description": "Why a job of a Kueue LocalQueue waits, or where it was admitted",
+    },
 ]
 
 # JSON Schema keywords with no meaning (or a different one) in a CRD's OpenAPI v3.0 schema.
@@ -221,11 +258,17 @@ def dump(crd: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kerasjob.crdgen", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m kerasjob.crdgen",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--out", type=Path, default=Path("crds"), help="output directory")
-    parser.add_argument("--check", action="store_true",
-                        help="do not write; exit 1 with a diff if the file is out of date")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="do not write; exit 1 with a diff if the file is out of date",
+    )
     args = parser.parse_args(argv)
     path: Path = args.out / FILENAME
     text = dump(render_crd())
@@ -233,9 +276,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         current = path.read_text() if path.exists() else ""
         if current == text:
             return 0
-        sys.stdout.writelines(difflib.unified_diff(
-            current.splitlines(keepends=True), text.splitlines(keepends=True),
-            fromfile=str(path), tofile=f"{path} (generated)"))
+        sys.stdout.writelines(
+            difflib.unified_diff(
+                current.splitlines(keepends=True),
+                text.splitlines(keepends=True),
+                fromfile=str(path),
+                tofile=f"{path} (generated)",
+            )
+        )
         print(f"\n{path} is out of date: run `make crds`", file=sys.stderr)
         return 1
     path.parent.mkdir(parents=True, exist_ok=True)

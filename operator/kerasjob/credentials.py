@@ -226,24 +226,29 @@ def _exec(spec: dict[str, Any], cluster: dict[str, Any]) -> dict[str, Any]:
     env = dict(os.environ)
     for item in spec.get("env") or []:
         env[str(item["name"])] = str(item["value"])
-    info: dict[str, Any] = {"apiVersion": api_version, "kind": "ExecCredential",
-                            "spec": {"interactive": False}}
+    info: dict[str, Any] = {
+        "apiVersion": api_version,
+        "kind": "ExecCredential",
+        "spec": {"interactive": False},
+    }
     if spec.get("provideClusterInfo"):
         info["spec"]["cluster"] = {k: v for k, v in cluster.items() if k != "extensions"}
     env["KUBERNETES_EXEC_INFO"] = json.dumps(info)
     try:
         done = subprocess.run(
             [command, *map(str, spec.get("args") or [])],
-            env=env, capture_output=True, text=True, timeout=60, check=False,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as e:
         hint = f" ({spec['installHint']})" if spec.get("installHint") else ""
         raise CredentialsError(f"kubeconfig exec plugin {command}: {e}{hint}") from None
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or [""])[-1]
-        raise CredentialsError(
-            f"kubeconfig exec plugin {command} exited {done.returncode}: {last}"
-        )
+        raise CredentialsError(f"kubeconfig exec plugin {command} exited {done.returncode}: {last}")
     try:
         status = json.loads(done.stdout).get("status") or {}
     except (ValueError, AttributeError):

@@ -62,9 +62,12 @@ def waiting_jobs(pods: Mapping[Any, Iterable[PodView]]) -> frozenset[Any]:
     pending Pod may wait minutes, as a Pod that failed to schedule is retried only on
     cluster events that can help it)."""
     return frozenset(
-        key for key, views in pods.items()
-        if any(p.unschedulable_since is not None and p.role != PROBE_ROLE and not p.deleting
-               for p in views)
+        key
+        for key, views in pods.items()
+        if any(
+            p.unschedulable_since is not None and p.role != PROBE_ROLE and not p.deleting
+            for p in views
+        )
     )
 
 
@@ -158,10 +161,18 @@ class Elastic:
             rec["counted"] = True
         elastic = dict(self.status.get("elastic") or {})
         history = list(elastic.get("history") or [])
-        history.append({"time": format_time(self.now), "fromWorkers": self.size,
-                        "toWorkers": to, "reason": reason.value, "message": message})
-        elastic.update(workers=to, resizes=int(elastic.get("resizes") or 0) + 1,
-                       history=history[-HISTORY:])
+        history.append(
+            {
+                "time": format_time(self.now),
+                "fromWorkers": self.size,
+                "toWorkers": to,
+                "reason": reason.value,
+                "message": message,
+            }
+        )
+        elastic.update(
+            workers=to, resizes=int(elastic.get("resizes") or 0) + 1, history=history[-HISTORY:]
+        )
         self.status["elastic"] = elastic
         self.event("Normal", Reason.RESIZED.value, message)
         self.resized_now = True
@@ -191,9 +202,11 @@ class Elastic:
         if admitted is not None and admitted < self.size:
             to = max(admitted, policy.min_workers)
             if to < self.size:
-                self.resize(to, Reason.CAPACITY_LOST,
-                            f"Shrinking from {self.size} to {to} workers: Kueue admitted "
-                            f"{admitted}")
+                self.resize(
+                    to,
+                    Reason.CAPACITY_LOST,
+                    f"Shrinking from {self.size} to {to} workers: Kueue admitted {admitted}",
+                )
                 return
         after = timedelta(seconds=policy.shrink_after_seconds)
         stuck: list[PodView] = []
@@ -264,18 +277,25 @@ class Elastic:
                 self.actions.append(DeletePod(pod.name, pod.uid, force=True))
         if missing <= 0:
             if running and self.size < policy.preferred:
-                return False, ("Not probing: another job waits for a place, and capacity "
-                               "goes to it first")
+                return False, (
+                    "Not probing: another job waits for a place, and capacity goes to it first"
+                )
             return False, ""
         for index in range(missing):
             if index not in probes:
                 self.actions.append(CreateProbe(probe_name(self.job.name, index), index))
         # The wanted probes that still stand; those bound to a node, and when each counts.
-        live = [p for i, p in sorted(probes.items())
-                if i < missing and not p.deleting and not p.finished]
+        live = [
+            p
+            for i, p in sorted(probes.items())
+            if i < missing and not p.deleting and not p.finished
+        ]
         settle = timedelta(seconds=PROBE_SETTLE_SECONDS)
-        placed = [(p, since + settle) for p in live
-                  if p.node_name and (since := p.scheduled_since) is not None]
+        placed = [
+            (p, since + settle)
+            for p in live
+            if p.node_name and (since := p.scheduled_since) is not None
+        ]
         unsettled = [(p, counts) for p, counts in placed if counts > self.now]
         if unsettled:
             self.requeue((min(c for _, c in unsettled) - self.now).total_seconds())
@@ -283,13 +303,16 @@ class Elastic:
         if not settled:
             if unsettled:
                 first = unsettled[0][0]
-                return False, (f"Probe Pod {first.name} was scheduled on node "
-                               f"{first.node_name}: counted as a place once it has stayed "
-                               f"{PROBE_SETTLE_SECONDS:g}s")
+                return False, (
+                    f"Probe Pod {first.name} was scheduled on node "
+                    f"{first.node_name}: counted as a place once it has stayed "
+                    f"{PROBE_SETTLE_SECONDS:g}s"
+                )
             if live and live[0].waiting:
                 return False, f"Probe Pod {live[0].name} waits for a place: {live[0].waiting}"
-            return False, (f"Probing for a place for {missing} more "
-                           f"worker{'s' if missing > 1 else ''}")
+            return False, (
+                f"Probing for a place for {missing} more worker{'s' if missing > 1 else ''}"
+            )
         last = self.last_resize()
         at = parse_time(last.get("time")) if last else None
         where = f"probe Pod {settled[0].name} was scheduled on node {settled[0].node_name}"
@@ -297,8 +320,10 @@ class Elastic:
             due = at + timedelta(seconds=policy.resize_cooldown_seconds)
             if self.now < due:
                 self.requeue((due - self.now).total_seconds())
-                return False, (f"Capacity returned ({where}); growing after the cool-down "
-                               f"(resizeCooldownSeconds), at {format_time(due)}")
+                return False, (
+                    f"Capacity returned ({where}); growing after the cool-down "
+                    f"(resizeCooldownSeconds), at {format_time(due)}"
+                )
         to = self.size + len(settled)
         why = where
         gate = self.job.kueue
@@ -306,10 +331,12 @@ class Elastic:
             if gate.workers < to:
                 self.grow_to = to  # Kueue's admission of that many first (its events wake us)
                 if gate.workers <= self.size:
-                    return False, (f"Capacity returned ({where}); waiting for Kueue to "
-                                   f"admit {to} workers")
+                    return False, (
+                        f"Capacity returned ({where}); waiting for Kueue to admit {to} workers"
+                    )
                 to = gate.workers  # admitted already: as far as that
             why += f"; Kueue admitted {to} workers"
-        self.resize(to, Reason.CAPACITY_RETURNED,
-                    f"Growing from {self.size} to {to} workers: {why}")
+        self.resize(
+            to, Reason.CAPACITY_RETURNED, f"Growing from {self.size} to {to} workers: {why}"
+        )
         return True, ""

@@ -102,8 +102,11 @@ def pod_group_state(body: Mapping[str, Any]) -> PodGroupState:
     meta = body.get("metadata") or {}
     gang = ((body.get("spec") or {}).get("schedulingPolicy") or {}).get("gang") or {}
     cond = next(
-        (c for c in (body.get("status") or {}).get("conditions") or []
-         if c.get("type") == SCHEDULED),
+        (
+            c
+            for c in (body.get("status") or {}).get("conditions") or []
+            if c.get("type") == SCHEDULED
+        ),
         None,
     )
     scheduled = None if cond is None else cond.get("status") == "True"
@@ -154,8 +157,7 @@ def build_workload(job: Mapping[str, Any], gang: Gang) -> dict[str, Any]:
         "kind": "Workload",
         "metadata": _metadata(job, gang.name),
         "spec": {
-            "controllerRef": {"apiGroup": API_GROUP, "kind": KIND,
-                              "name": job["metadata"]["name"]},
+            "controllerRef": {"apiGroup": API_GROUP, "kind": KIND, "name": job["metadata"]["name"]},
             "podGroupTemplates": [{"name": TEMPLATE, "schedulingPolicy": _policy(gang)}],
         },
     }
@@ -197,8 +199,9 @@ def shortage(pod_messages: Iterable[str]) -> str:
     (``0/4 nodes are available: 4 Insufficient cpu``); the others only say that they wait
     for the rest of the gang. '' when there is none."""
     messages = [m for m in pod_messages if m]
-    return next((m for m in messages if "nodes are available" in m),
-                messages[0] if messages else "")
+    return next(
+        (m for m in messages if "nodes are available" in m), messages[0] if messages else ""
+    )
 
 
 def explain(

@@ -51,8 +51,13 @@ class GangSync:
         if have.pod_group(wanted.name) is None:
             group = gang.build_pod_group(body, wanted)
             if await self.api.create(pod_group_path(ns), group, "podgroups"):
-                log.info("%s/%s: PodGroup %s (gang of %d Pods) created", ns, job.name,
-                         wanted.name, wanted.min_count)
+                log.info(
+                    "%s/%s: PodGroup %s (gang of %d Pods) created",
+                    ns,
+                    job.name,
+                    wanted.name,
+                    wanted.min_count,
+                )
 
     async def sync(self, job: JobView, plan: Plan) -> list[tuple[str, str, str]]:
         """Delete the job's PodGroups and Workloads other than the plan's; Events to post."""
@@ -65,9 +70,14 @@ class GangSync:
         for name in workloads:
             await self.api.delete(scheduling_workload_path(ns, name), "workloads")
         if groups:
-            return [("Normal", Reason.GANG_REPLACED.value,
-                     f"PodGroup {', '.join(groups)} replaced by {plan.gang.name} "
-                     f"(a gang of {plan.gang.min_count} Pods)")]
+            return [
+                (
+                    "Normal",
+                    Reason.GANG_REPLACED.value,
+                    f"PodGroup {', '.join(groups)} replaced by {plan.gang.name} "
+                    f"(a gang of {plan.gang.min_count} Pods)",
+                )
+            ]
         return []
 
 
@@ -81,9 +91,11 @@ async def check_api(api: KubeApi) -> str | None:
         found = await api.request("GET", path, count_as="get discovery")
     except ApiError as e:
         if e.status == 404:
-            return (f"the cluster does not serve {gang.GROUP}/{gang.VERSION} (Kubernetes 1.36 "
-                    "with --runtime-config=scheduling.k8s.io/v1alpha2=true and the "
-                    "GenericWorkload and GangScheduling feature gates)")
+            return (
+                f"the cluster does not serve {gang.GROUP}/{gang.VERSION} (Kubernetes 1.36 "
+                "with --runtime-config=scheduling.k8s.io/v1alpha2=true and the "
+                "GenericWorkload and GangScheduling feature gates)"
+            )
         return f"cannot read {path}: {e}"
     names = {r.get("name") for r in (found or {}).get("resources") or []}
     missing = {gang.WORKLOADS, gang.PODGROUPS} - names

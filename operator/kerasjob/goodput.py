@@ -49,8 +49,7 @@ def parse_goodput(text: str) -> dict[str, Any] | None:
     return out
 
 
-def goodput_events(old: Mapping[str, Any] | None,
-                   new: Mapping[str, Any]) -> list[tuple[str, str]]:
+def goodput_events(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(reason, message) of the Events for disruptions accounted since `old`."""
     before = int((old or {}).get("disruptions") or 0)
     after = int(new.get("disruptions") or 0)
@@ -59,9 +58,13 @@ def goodput_events(old: Mapping[str, Any] | None,
     lost = float(new.get("lostSeconds") or 0.0) - float((old or {}).get("lostSeconds") or 0.0)
     redone = int(new.get("stepsRedone") or 0) - int((old or {}).get("stepsRedone") or 0)
     which = f"disruption {after}" if after == before + 1 else f"disruptions {before + 1}-{after}"
-    return [(REASON_DISRUPTION_COST,
-             f"{which} cost {lost:.1f}s ({redone} steps redone); "
-             f"goodput {float(new.get('goodput') or 0.0):.1%}")]
+    return [
+        (
+            REASON_DISRUPTION_COST,
+            f"{which} cost {lost:.1f}s ({redone} steps redone); "
+            f"goodput {float(new.get('goodput') or 0.0):.1%}",
+        )
+    ]
 
 
 def describe(goodput: Mapping[str, Any] | None) -> str:
@@ -69,8 +72,10 @@ def describe(goodput: Mapping[str, Any] | None) -> str:
     if not goodput or not goodput.get("disruptions"):
         return "goodput: no disruption so far"
     n = int(goodput["disruptions"])
-    return (f"goodput {float(goodput.get('goodput') or 0.0):.1%}: "
-            f"{float(goodput.get('productiveSeconds') or 0.0):.1f}s productive, "
-            f"{float(goodput.get('lostSeconds') or 0.0):.1f}s lost to {n} "
-            f"disruption{'s' if n != 1 else ''} ({int(goodput.get('stepsRedone') or 0)} "
-            "steps redone)")
+    return (
+        f"goodput {float(goodput.get('goodput') or 0.0):.1%}: "
+        f"{float(goodput.get('productiveSeconds') or 0.0):.1f}s productive, "
+        f"{float(goodput.get('lostSeconds') or 0.0):.1f}s lost to {n} "
+        f"disruption{'s' if n != 1 else ''} ({int(goodput.get('stepsRedone') or 0)} "
+        "steps redone)"
+    )

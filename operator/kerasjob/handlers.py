@@ -115,9 +115,7 @@ def register_gang() -> None:
     async def kerasjob_pod_groups(namespace: str | None, body: kopf.Body, **_: Any) -> Any:
         return {(namespace, _job(body)): {k: plain(body.get(k)) for k in fields if k in body}}
 
-    @kopf.index(
-        gang.GROUP, gang.VERSION, gang.WORKLOADS, labels=labels, id=GANG_WORKLOADS_INDEX
-    )
+    @kopf.index(gang.GROUP, gang.VERSION, gang.WORKLOADS, labels=labels, id=GANG_WORKLOADS_INDEX)
     async def kerasjob_gang_workloads(namespace: str | None, body: kopf.Body, **_: Any) -> Any:
         return {(namespace, _job(body)): {"metadata": plain(body.get("metadata"))}}
 

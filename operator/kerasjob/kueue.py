@@ -152,13 +152,20 @@ def build_workload(
     if elastic or replaces is not None:
         serial = 0 if replaces is None else slice_serial(replaces) + 1
         metadata["name"] = slice_name(meta["name"], meta["uid"], serial)
-        annotations = {ELASTIC_ANNOTATION: "true", SLICE_ANNOTATION: str(serial),
-                       SLICE_NAME_ANNOTATION: workload_name(meta["name"], meta["uid"])}
+        annotations = {
+            ELASTIC_ANNOTATION: "true",
+            SLICE_ANNOTATION: str(serial),
+            SLICE_NAME_ANNOTATION: workload_name(meta["name"], meta["uid"]),
+        }
         if replaces is not None:
             annotations[REPLACEMENT_FOR_ANNOTATION] = workload_key(replaces)
         metadata["annotations"] = annotations
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Workload", "metadata": metadata,
-            "spec": spec}
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Workload",
+        "metadata": metadata,
+        "spec": spec,
+    }
 
 
 def condition(workload: Mapping[str, Any] | None, type_: str) -> Mapping[str, Any] | None:
@@ -317,8 +324,10 @@ def release_status(workload: Mapping[str, Any], now: datetime) -> dict[str, Any]
     job reconciler writes it. None when nothing is to release."""
     evicted = condition(workload, EVICTED)
     status = workload.get("status") or {}
-    if evicted is None or evicted.get("status") != "True" or not (
-        status.get("admission") or _true(workload, QUOTA_RESERVED)
+    if (
+        evicted is None
+        or evicted.get("status") != "True"
+        or not (status.get("admission") or _true(workload, QUOTA_RESERVED))
     ):
         return None
     gen = (workload.get("metadata") or {}).get("generation")
@@ -458,11 +467,16 @@ def slices(workloads: Iterable[Mapping[str, Any]], job_uid: str) -> Slices:
     pending = newer[-1] if newer else None
     replacing = None
     if not holding:
-        wanted = (current.get("metadata") or {}).get("annotations", {}).get(
-            REPLACEMENT_FOR_ANNOTATION)
+        wanted = (
+            (current.get("metadata") or {}).get("annotations", {}).get(REPLACEMENT_FOR_ANNOTATION)
+        )
         replacing = next(
-            (w for w in mine if workload_key(w) == wanted
-             and (condition(w, FINISHED) or {}).get("reason") == SLICE_REPLACED),
+            (
+                w
+                for w in mine
+                if workload_key(w) == wanted
+                and (condition(w, FINISHED) or {}).get("reason") == SLICE_REPLACED
+            ),
             None,
         )
     return Slices(
@@ -496,7 +510,8 @@ def gate_of(
             if was.admitted:
                 name = (found.current or {}).get("metadata", {}).get("name")
                 return dataclasses.replace(
-                    was, message=f"{was.message}; Kueue is admitting Workload slice {name}",
+                    was,
+                    message=f"{was.message}; Kueue is admitting Workload slice {name}",
                     recheck_after=left,
                 )
     return gate(queue, found.current, job_name_of, elastic=True)
@@ -522,8 +537,11 @@ def reclaimable_status(workload: Mapping[str, Any], workers: int) -> dict[str, A
     give = count - workers
     if give <= reclaimable(workload):
         return None
-    others = [dict(r) for r in (workload.get("status") or {}).get("reclaimablePods") or []
-              if r.get("name") != WORKER]
+    others = [
+        dict(r)
+        for r in (workload.get("status") or {}).get("reclaimablePods") or []
+        if r.get("name") != WORKER
+    ]
     return {"reclaimablePods": [*others, {"name": WORKER, "count": give}]}
 
 
@@ -537,5 +555,4 @@ def replaced_status(
     conds = list((workload.get("status") or {}).get("conditions") or [])
     name = (by.get("metadata") or {}).get("name")
     message = f"Replaced by workload slice {name}"
-    return {"conditions": _set_condition(conds, FINISHED, True, SLICE_REPLACED, message,
-                                         now, gen)}
+    return {"conditions": _set_condition(conds, FINISHED, True, SLICE_REPLACED, message, now, gen)}

@@ -61,6 +61,7 @@ class KueueSync:
         queue = kueue.queue_name((body.get("metadata") or {}).get("labels"))
         if queue is None:
             return job, None, None
+
         def name_of(uid: str) -> str | None:
             return self._job_name(key[0], uid)
 
@@ -109,9 +110,7 @@ class KueueSync:
         if elastic:
             recorded = (plan.status.get("elastic") or {}).get("workers")
             size = recorded if isinstance(recorded, int) else int(model.spec.workers)
-            found = slices or kueue.slices(
-                self.workloads.get((ns, name), ()), str(meta.get("uid"))
-            )
+            found = slices or kueue.slices(self.workloads.get((ns, name), ()), str(meta.get("uid")))
             workload = found.current
             if found.replacing is not None and kueue.gate_of("", found, now).recheck_after:
                 return events  # Kueue is admitting the current slice: its next write wakes us
@@ -128,8 +127,11 @@ class KueueSync:
             if await self.api.create(workload_path(ns), wl, "workloads"):
                 queue = kueue.queue_name(meta.get("labels"))
                 events.append(
-                    ("Normal", "WorkloadCreated",
-                     f"Kueue Workload {wl['metadata']['name']} created in LocalQueue {queue}")
+                    (
+                        "Normal",
+                        "WorkloadCreated",
+                        f"Kueue Workload {wl['metadata']['name']} created in LocalQueue {queue}",
+                    )
                 )
             return events
         wl_name = str(workload["metadata"]["name"])
@@ -142,8 +144,11 @@ class KueueSync:
                 return events
         if phase in TERMINAL_PHASES:
             message = next(
-                (c.get("message", "") for c in plan.status.get("conditions") or []
-                 if c.get("type") == phase and c.get("status") == "True"),
+                (
+                    c.get("message", "")
+                    for c in plan.status.get("conditions") or []
+                    if c.get("type") == phase and c.get("status") == "True"
+                ),
                 "",
             )
             patch = kueue.finished_status(workload, phase == SUCCEEDED, message or phase, now)
@@ -160,9 +165,12 @@ class KueueSync:
                 patch = kueue.release_status(workload, now)
                 if patch is not None:
                     events.append(
-                        ("Normal", "QuotaReleased",
-                         f"Pods stopped after the eviction; Workload {wl_name} gives its quota "
-                         "back")
+                        (
+                            "Normal",
+                            "QuotaReleased",
+                            f"Pods stopped after the eviction; Workload {wl_name} gives its quota "
+                            "back",
+                        )
                     )
             if patch is None:
                 patch = kueue.pods_ready_status(workload, phase == RUNNING, now)
@@ -172,15 +180,18 @@ class KueueSync:
         return events
 
     def _build(
-        self, body: Mapping[str, Any], model: Any, size: int | None,
-        priority: tuple[str, int] | None, replaces: Mapping[str, Any] | None = None,
+        self,
+        body: Mapping[str, Any],
+        model: Any,
+        size: int | None,
+        priority: tuple[str, int] | None,
+        replaces: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """The job's Workload (an elastic job's: a slice at ``size`` workers)."""
         pods_by_role = {
             role.value: (
                 count,
-                children.build_pod(model, role, 0, default_image=self.default_images,
-                                   workers=size),
+                children.build_pod(model, role, 0, default_image=self.default_images, workers=size),
             )
             for role, count in model.spec.replicas(size).items()
         }
@@ -189,8 +200,13 @@ class KueueSync:
         )
 
     async def _slices(
-        self, body: Mapping[str, Any], model: Any, found: kueue.Slices, plan: Plan,
-        size: int, now: datetime,
+        self,
+        body: Mapping[str, Any],
+        model: Any,
+        found: kueue.Slices,
+        plan: Plan,
+        size: int,
+        now: datetime,
     ) -> tuple[list[tuple[str, str, str]], bool]:
         """An elastic job's slices follow its size (see the module's doc): the Events, and
         whether the current slice was written (its next version wakes the job)."""
@@ -203,9 +219,14 @@ class KueueSync:
         for old in found.replaced:  # the scheduler did not finish it (the gate off)
             patch = kueue.replaced_status(old, current, now)
             if patch is not None and await self._status(old, patch):
-                events.append(("Normal", "WorkloadSliceReplaced",
-                               f"Workload slice {old['metadata']['name']} finished: replaced "
-                               f"by {cur_name}, admitted by Kueue"))
+                events.append(
+                    (
+                        "Normal",
+                        "WorkloadSliceReplaced",
+                        f"Workload slice {old['metadata']['name']} finished: replaced "
+                        f"by {cur_name}, admitted by Kueue",
+                    )
+                )
         terminal = plan.status.get("phase") in TERMINAL_PHASES
         want = None if terminal else plan.grow_to
         for extra in found.extra:
@@ -217,21 +238,34 @@ class KueueSync:
             await self._delete(pending)
             pending_name = pending["metadata"]["name"]
             why = "the grow is no longer wanted" if want is None else f"{want} workers wanted"
-            events.append(("Normal", "WorkloadSliceWithdrawn",
-                           f"Workload slice {pending_name} withdrawn before Kueue admitted "
-                           f"it: {why}"))
-        elif (pending is None and want is not None and kueue.reserved(current)
-              and want > kueue.admitted_workers(current)):
+            events.append(
+                (
+                    "Normal",
+                    "WorkloadSliceWithdrawn",
+                    f"Workload slice {pending_name} withdrawn before Kueue admitted it: {why}",
+                )
+            )
+        elif (
+            pending is None
+            and want is not None
+            and kueue.reserved(current)
+            and want > kueue.admitted_workers(current)
+        ):
             try:
                 priority = await self._priority(meta)
             except _MissingPriorityClass:
                 priority = None
             wl = self._build(body, model, want, priority, replaces=current)
             if await self.api.create(workload_path(ns), wl, "workloads"):
-                events.append(("Normal", "GrowWaitingForKueue",
-                               f"Growing to {want} workers waits for Kueue to admit "
-                               f"Workload slice {wl['metadata']['name']} (replacing "
-                               f"{cur_name}, {kueue.admitted_workers(current)} workers)"))
+                events.append(
+                    (
+                        "Normal",
+                        "GrowWaitingForKueue",
+                        f"Growing to {want} workers waits for Kueue to admit "
+                        f"Workload slice {wl['metadata']['name']} (replacing "
+                        f"{cur_name}, {kueue.admitted_workers(current)} workers)",
+                    )
+                )
         if terminal or model is None:
             return events, False
         have = kueue.pod_set_counts(current).get(kueue.WORKER, 0)
@@ -242,21 +276,31 @@ class KueueSync:
             if not kueue.reclaimable(current):
                 outcome = await self._resize(current, size, admitted)
                 if outcome == "done":
-                    events.append(("Normal", "WorkloadResized",
-                                   f"Workload {cur_name} follows the shrink: {admitted} -> "
-                                   f"{size} workers, Kueue charges the smaller size"))
+                    events.append(
+                        (
+                            "Normal",
+                            "WorkloadResized",
+                            f"Workload {cur_name} follows the shrink: {admitted} -> "
+                            f"{size} workers, Kueue charges the smaller size",
+                        )
+                    )
                 if outcome != "refused":
                     return events, True
             # Kueue refuses an admitted Workload's smaller count (its gate
             # ElasticJobsViaWorkloadSlices off): give the workers back as reclaimable.
             patch = kueue.reclaimable_status(current, size)
             if patch is not None and await self._status(current, patch):
-                events.append(("Warning", "WorkloadShrinkRefused",
-                               f"Kueue refused to lower Workload {cur_name}'s worker count "
-                               f"(feature gate ElasticJobsViaWorkloadSlices off?): "
-                               f"{have - size} workers' quota given back through "
-                               "status.reclaimablePods; a grow needs a new admission of the "
-                               "bigger size"))
+                events.append(
+                    (
+                        "Warning",
+                        "WorkloadShrinkRefused",
+                        f"Kueue refused to lower Workload {cur_name}'s worker count "
+                        f"(feature gate ElasticJobsViaWorkloadSlices off?): "
+                        f"{have - size} workers' quota given back through "
+                        "status.reclaimablePods; a grow needs a new admission of the "
+                        "bigger size",
+                    )
+                )
             return events, True
         if have != size and not kueue.finished(current):
             outcome = await self._resize(current, size, have)
@@ -265,13 +309,23 @@ class KueueSync:
             if outcome == "refused":
                 # Not expected unadmitted: a new one is made on the next reconcile.
                 await self._delete(current)
-                events.append(("Normal", "WorkloadReplaced",
-                               f"Kueue refused to change Workload {cur_name}'s worker count: "
-                               f"replaced by one of {size} workers"))
+                events.append(
+                    (
+                        "Normal",
+                        "WorkloadReplaced",
+                        f"Kueue refused to change Workload {cur_name}'s worker count: "
+                        f"replaced by one of {size} workers",
+                    )
+                )
             else:
-                events.append(("Normal", "WorkloadResized",
-                               f"Workload {cur_name} (not admitted) follows the job's size: "
-                               f"{have} -> {size} workers"))
+                events.append(
+                    (
+                        "Normal",
+                        "WorkloadResized",
+                        f"Workload {cur_name} (not admitted) follows the job's size: "
+                        f"{have} -> {size} workers",
+                    )
+                )
             return events, True
         return events, False
 
@@ -293,8 +347,14 @@ class KueueSync:
             if e.status in (404, 409):
                 return "conflict"
             if e.status in (400, 403, 422):
-                log.info("%s/%s: Kueue refused %d -> %d workers: %s", meta["namespace"],
-                         meta["name"], have, workers, e)
+                log.info(
+                    "%s/%s: Kueue refused %d -> %d workers: %s",
+                    meta["namespace"],
+                    meta["name"],
+                    have,
+                    workers,
+                    e,
+                )
                 return "refused"
             raise
         return "done"
@@ -305,7 +365,8 @@ class KueueSync:
         request = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": patch}
         try:
             await self.api.merge_patch(
-                workload_path(str(meta["namespace"]), str(meta["name"]), "status"), request,
+                workload_path(str(meta["namespace"]), str(meta["name"]), "status"),
+                request,
                 "workloads/status",
             )
         except ApiError as e:
@@ -317,7 +378,8 @@ class KueueSync:
     async def _delete(self, workload: Mapping[str, Any]) -> None:
         meta = workload["metadata"]
         await self.api.delete(
-            workload_path(str(meta["namespace"]), str(meta["name"])), "workloads",
+            workload_path(str(meta["namespace"]), str(meta["name"])),
+            "workloads",
             uid=meta.get("uid"),
         )
 

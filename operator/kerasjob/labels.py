@@ -63,5 +63,11 @@ def selector_string(job_name: str) -> str:
 def controller_reference(name: str, uid: str) -> dict[str, Any]:
     """The ownerReference of everything a KerasJob owns (Pods, Service, NetworkPolicy, Kueue
     and gang Workloads, PodGroups): garbage-collected with the job."""
-    return {"apiVersion": f"{API_GROUP}/{API_VERSION}", "kind": KIND, "name": name,
-            "uid": uid, "controller": True, "blockOwnerDeletion": True}
+    return {
+        "apiVersion": f"{API_GROUP}/{API_VERSION}",
+        "kind": KIND,
+        "name": name,
+        "uid": uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }

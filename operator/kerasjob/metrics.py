@@ -66,10 +66,13 @@ def _elastic(controller: Controller) -> list[str]:
                 continue
             meta = body.get("metadata") or {}
             job = f'namespace="{meta.get("namespace", "")}",name="{meta.get("name", "")}"'
-            workers.append(f"kerasjob_operator_elastic_workers{{{job}}} "
-                           f"{int(elastic.get('workers') or 0)}")
-            resizes.append(f"kerasjob_operator_elastic_resizes_total{{{job}}} "
-                           f"{int(elastic.get('resizes') or 0)}")
+            workers.append(
+                f"kerasjob_operator_elastic_workers{{{job}}} {int(elastic.get('workers') or 0)}"
+            )
+            resizes.append(
+                f"kerasjob_operator_elastic_resizes_total{{{job}}} "
+                f"{int(elastic.get('resizes') or 0)}"
+            )
     if not workers:
         return []
     return [

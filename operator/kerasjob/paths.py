@@ -36,9 +36,7 @@ def network_policy_path(namespace: str, name: str | None = None) -> str:
     return f"{path}/{quote(name)}" if name else path
 
 
-def job_path(
-    namespace: str | None, name: str | None = None, subresource: str | None = None
-) -> str:
+def job_path(namespace: str | None, name: str | None = None, subresource: str | None = None) -> str:
     """A KerasJob (or, without a name, the collection; without a namespace, all of them)."""
     path = f"/apis/{API_GROUP}/{API_VERSION}"
     path += f"/namespaces/{quote(namespace)}/{PLURAL}" if namespace else f"/{PLURAL}"

@@ -87,8 +87,12 @@ class PodView:
         """Its trainer has exited 0 and the kubelet has not yet marked the Pod Succeeded
         (its Ready condition turns False first; our Pods' restartPolicy is Never, so it
         will): finishing, not restarting."""
-        return (self.phase == "Running" and not self.deleting
-                and self.termination is not None and self.termination.exit_code == 0)
+        return (
+            self.phase == "Running"
+            and not self.deleting
+            and self.termination is not None
+            and self.termination.exit_code == 0
+        )
 
 
 def _termination(state: Mapping[str, Any] | None) -> Termination | None:
@@ -134,10 +138,15 @@ def _metrics_port(pod: Mapping[str, Any]) -> int | None:
 
 
 #: Container waiting reasons that mean the Pod will not start without a change.
-STUCK_WAITING_REASONS = frozenset({
-    "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError",
-    "CreateContainerError",
-})
+STUCK_WAITING_REASONS = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+    }
+)
 
 
 def _waiting(conditions: list[Mapping[str, Any]], trainer: Mapping[str, Any]) -> str:
@@ -152,8 +161,11 @@ def _waiting(conditions: list[Mapping[str, Any]], trainer: Mapping[str, Any]) ->
 
 def _unschedulable_since(conditions: list[Mapping[str, Any]]) -> datetime | None:
     for c in conditions:
-        if (c.get("type") == "PodScheduled" and c.get("status") == "False"
-                and c.get("reason") == "Unschedulable"):
+        if (
+            c.get("type") == "PodScheduled"
+            and c.get("status") == "False"
+            and c.get("reason") == "Unschedulable"
+        ):
             return parse_time(c.get("lastTransitionTime"))
     return None
 
@@ -210,8 +222,11 @@ def pod_view(pod: Mapping[str, Any]) -> PodView | None:
         disruption_reason=disruption,
         node_name=str((pod.get("spec") or {}).get("nodeName") or ""),
         scheduled_since=next(
-            (parse_time(c.get("lastTransitionTime")) for c in conditions
-             if c.get("type") == "PodScheduled" and c.get("status") == "True"),
+            (
+                parse_time(c.get("lastTransitionTime"))
+                for c in conditions
+                if c.get("type") == "PodScheduled" and c.get("status") == "True"
+            ),
             None,
         ),
         unschedulable_since=_unschedulable_since(conditions),

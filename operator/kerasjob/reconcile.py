@@ -47,8 +47,19 @@ from kerasjob_contract.times import format_time, parse_time
 #: What `rc.<name>` offers its users (controller, acting, observed, the tests): the planner's
 #: vocabulary from `planning`, and `plan`.
 __all__ = [
-    "CLEANUP_GRACE_SECONDS", "REGROUP_RECHECK_SECONDS", "Action", "CreatePod", "CreateService",
-    "DeleteJob", "DeletePod", "Event", "JobView", "Plan", "Task", "newest_incarnations", "plan",
+    "CLEANUP_GRACE_SECONDS",
+    "REGROUP_RECHECK_SECONDS",
+    "Action",
+    "CreatePod",
+    "CreateService",
+    "DeleteJob",
+    "DeletePod",
+    "Event",
+    "JobView",
+    "Plan",
+    "Task",
+    "newest_incarnations",
+    "plan",
 ]
 
 REASON_INVALID_SPEC = Reason.INVALID_SPEC.value
@@ -285,8 +296,9 @@ class _Planner(Accounting, Elastic, Running):
         if pod is None or pod.termination is None or not pod.termination.message:
             return
         old = self.status.get("progress") or {}
-        new = progress.from_termination(old, pod.termination.message,
-                                        total_steps=self.job.total_steps, now=self.now)
+        new = progress.from_termination(
+            old, pod.termination.message, total_steps=self.job.total_steps, now=self.now
+        )
         if new is None:
             return
         self.status["progress"] = new
@@ -308,8 +320,10 @@ class _Planner(Accounting, Elastic, Running):
         ]
         owned = [p for p in self.owned.values() if p.name in names]
         stopped = {
-            name for name, rec in self.tracked.items()
-            if rec.get("stopped") and (p := self.owned.get(name)) is not None
+            name
+            for name, rec in self.tracked.items()
+            if rec.get("stopped")
+            and (p := self.owned.get(name)) is not None
             and p.uid == rec.get("uid")
         }
         self.status["replicaStatuses"] = st.replica_statuses(

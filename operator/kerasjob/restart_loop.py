@@ -50,9 +50,7 @@ def record(
     as progress too (a trainer that exports no step is not held back after preemptions)."""
     step = progress_step(status)
     prev = previous or {}
-    same = (
-        not was_running and prev.get("reason") == reason and prev.get("disruption") is not False
-    )
+    same = not was_running and prev.get("reason") == reason and prev.get("disruption") is not False
     start = prev.get("progressStep")
     if same and isinstance(start, int) and start == step:
         return {"repeated": int(prev.get("repeated") or 1) + 1, "progressStep": step}

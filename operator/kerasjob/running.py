@@ -190,7 +190,8 @@ class Running:
         success is forgotten; they resume from the backup with the others."""
         training = [t for t in self.job.tasks if t.role != ReplicaRole.EVALUATOR.value]
         restarting = [
-            t.name for t in training
+            t.name
+            for t in training
             if t.name not in succeeded
             and ((p := self.owned.get(t.name)) is None or p.finished or p.deleting)
         ]
@@ -199,10 +200,13 @@ class Running:
             return succeeded
         for name in done:  # their finished Pods go with the others' (the loop below)
             self.tracked[name]["succeeded"] = False  # the old Pod's exit stays counted
-        self.event("Normal", Reason.REGROUPING.value,
-                   f"{', '.join(done)} had finished training; re-created with "
-                   f"{', '.join(restarting)} (TensorFlow forms the cluster only with every "
-                   f"worker): resuming from the last backup")
+        self.event(
+            "Normal",
+            Reason.REGROUPING.value,
+            f"{', '.join(done)} had finished training; re-created with "
+            f"{', '.join(restarting)} (TensorFlow forms the cluster only with every "
+            f"worker): resuming from the last backup",
+        )
         return succeeded - set(done)
 
     def explain_waiting(self, wanted: list[Task]) -> None:
@@ -211,8 +215,10 @@ class Running:
         condition Running False with the Pod's reason and message, one Warning per change;
         a gang that cannot be placed as a whole, with its PodGroup's verdict (`gang.explain`)."""
         unschedulable = [
-            p.waiting.partition(":")[2].strip() for t in wanted
-            if (p := self.owned.get(t.name)) is not None and not p.deleting
+            p.waiting.partition(":")[2].strip()
+            for t in wanted
+            if (p := self.owned.get(t.name)) is not None
+            and not p.deleting
             and p.waiting.startswith("Unschedulable")
         ]
         found = gangs.explain(self.job.gang, self.gang, gangs.shortage(unschedulable))

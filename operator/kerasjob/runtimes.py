@@ -37,9 +37,15 @@ class Runtime(Protocol):
     #: none (neither spec.image nor the template's trainer container).
     default_image_setting: str
 
-    def identity_env(self, job_name: str, namespace: str,
-                     replicas: RoleCounts, port: int,
-                     role: ReplicaRole | str, index: int) -> dict[str, str]:
+    def identity_env(
+        self,
+        job_name: str,
+        namespace: str,
+        replicas: RoleCounts,
+        port: int,
+        role: ReplicaRole | str,
+        index: int,
+    ) -> dict[str, str]:
         """The variables that tell task (role, index) who it is and where its peers are.
 
         replicas: the job's Pods per role now (`KerasJobSpec.replicas(workers)`: an elastic
@@ -61,9 +67,15 @@ class TensorFlowRuntime:
     identity_names: tuple[str, ...] = (Env.TF_CONFIG.value,)
     default_image_setting: str = "default_image"  # $KERASJOB_DEFAULT_IMAGE
 
-    def identity_env(self, job_name: str, namespace: str,
-                     replicas: RoleCounts, port: int,
-                     role: ReplicaRole | str, index: int) -> dict[str, str]:
+    def identity_env(
+        self,
+        job_name: str,
+        namespace: str,
+        replicas: RoleCounts,
+        port: int,
+        role: ReplicaRole | str,
+        index: int,
+    ) -> dict[str, str]:
         tf_config = build_tf_config(job_name, namespace, replicas, port, role, index)
         return {Env.TF_CONFIG.value: tf_config_json(tf_config)}
 
@@ -81,17 +93,24 @@ class JaxRuntime:
     identity_names: tuple[str, ...] = tuple(e.value for e in JAX_IDENTITY_ENV)
     default_image_setting: str = "default_jax_image"  # $KERASJOB_DEFAULT_JAX_IMAGE
 
-    def identity_env(self, job_name: str, namespace: str,
-                     replicas: RoleCounts, port: int,
-                     role: ReplicaRole | str, index: int) -> dict[str, str]:
+    def identity_env(
+        self,
+        job_name: str,
+        namespace: str,
+        replicas: RoleCounts,
+        port: int,
+        role: ReplicaRole | str,
+        index: int,
+    ) -> dict[str, str]:
         counts = {ReplicaRole(r): int(n) for r, n in replicas.items()}
         workers = counts.get(ReplicaRole.WORKER, 0)
         others = sorted(r.value for r, n in counts.items() if r is not ReplicaRole.WORKER and n)
         if others:
             raise ValueError(f"backend jax runs workers only, not {', '.join(others)}")
         if ReplicaRole(role) is not ReplicaRole.WORKER or not 0 <= index < workers:
-            raise ValueError(f"task {ReplicaRole(role).value}:{index} is not in the job "
-                             f"(worker={workers})")
+            raise ValueError(
+                f"task {ReplicaRole(role).value}:{index} is not in the job (worker={workers})"
+            )
         coordinator = task_address(job_name, namespace, ReplicaRole.WORKER, 0, port)
         values = {
             Env.KERAS_BACKEND: Backend.JAX.value,
@@ -137,8 +156,10 @@ DefaultImages = str | Mapping[str, str]
 def default_images(config: Any) -> dict[str, str]:
     """backend value -> the trainer image of that backend's jobs that name none: the
     `OperatorConfig` field each runtime names (`Runtime.default_image_setting`)."""
-    return {backend.value: str(getattr(config, runtime.default_image_setting))
-            for backend, runtime in RUNTIMES.items()}
+    return {
+        backend.value: str(getattr(config, runtime.default_image_setting))
+        for backend, runtime in RUNTIMES.items()
+    }
 
 
 def default_image_for(images: DefaultImages, backend: Backend | str) -> str:

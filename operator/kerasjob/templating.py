@@ -119,8 +119,13 @@ def _shape(template: str) -> _Shape | None:
                 continue
             if isinstance(node, nodes.Name):
                 how = _as_bare
-            elif (isinstance(node, nodes.Filter) and node.name == "to_json"
-                  and isinstance(node.node, nodes.Name) and not node.args and not node.kwargs):
+            elif (
+                isinstance(node, nodes.Filter)
+                and node.name == "to_json"
+                and isinstance(node.node, nodes.Name)
+                and not node.args
+                and not node.kwargs
+            ):
                 how, node = _as_json, node.node
             else:
                 return None

@@ -30,8 +30,9 @@ def pod_name(job_name: str, role: ReplicaRole | str, index: int) -> str:
     return f"{job_name}-{ReplicaRole(role).value}-{index}"
 
 
-def task_address(job_name: str, namespace: str, role: ReplicaRole | str, index: int,
-                 port: int) -> str:
+def task_address(
+    job_name: str, namespace: str, role: ReplicaRole | str, index: int, port: int
+) -> str:
     """<job>-<role>-<index>.<job>.<namespace>.svc:<port> (the headless Service's DNS name).
 
     The cluster domain (cluster.local) is left to the resolver's search path, so this works
@@ -40,8 +41,14 @@ def task_address(job_name: str, namespace: str, role: ReplicaRole | str, index: 
     return f"{pod_name(job_name, role, index)}.{job_name}.{namespace}.svc:{port}"
 
 
-def build_tf_config(job_name: str, namespace: str, roles: RoleCounts,
-                    port: int, task_role: ReplicaRole | str, task_index: int) -> dict[str, Any]:
+def build_tf_config(
+    job_name: str,
+    namespace: str,
+    roles: RoleCounts,
+    port: int,
+    task_role: ReplicaRole | str,
+    task_index: int,
+) -> dict[str, Any]:
     """TF_CONFIG for one task of a job.
 
     roles: replicas per role, e.g. {"worker": 3, "chief": 1}; roles with 0 replicas are

@@ -112,21 +112,24 @@ def _elastic_problems(j: KerasJob) -> list[str]:
     if elastic is None:
         return []
     if elastic.min_workers > spec.workers:
-        return [f"spec.elastic.minWorkers ({elastic.min_workers}) must be at most "
-                f"spec.workers ({spec.workers}), the preferred size"]
+        return [
+            f"spec.elastic.minWorkers ({elastic.min_workers}) must be at most "
+            f"spec.workers ({spec.workers}), the preferred size"
+        ]
     if spec.trainer.command:  # a user's program picks its own batch (the session checks)
         return []
     chief = 1 if spec.has_dedicated_chief() else 0
     per_replica = spec.trainer.batch_size_per_replica
     global_batch = per_replica * (spec.workers + chief)
-    uneven = [n for n in range(elastic.min_workers, spec.workers + 1)
-              if global_batch % (n + chief)]
+    uneven = [n for n in range(elastic.min_workers, spec.workers + 1) if global_batch % (n + chief)]
     if uneven:
-        return [f"spec.trainer.batchSizePerReplica {per_replica}: the global batch "
-                f"{global_batch} (kept by elastic.batchPolicy KeepGlobalBatch) cannot be split "
-                f"evenly across {uneven[0]} worker(s){' and the chief' if chief else ''}; "
-                f"choose a batch size that every size from elastic.minWorkers "
-                f"({elastic.min_workers}) to workers ({spec.workers}) divides"]
+        return [
+            f"spec.trainer.batchSizePerReplica {per_replica}: the global batch "
+            f"{global_batch} (kept by elastic.batchPolicy KeepGlobalBatch) cannot be split "
+            f"evenly across {uneven[0]} worker(s){' and the chief' if chief else ''}; "
+            f"choose a batch size that every size from elastic.minWorkers "
+            f"({elastic.min_workers}) to workers ({spec.workers}) divides"
+        ]
     return []
 
 
@@ -181,8 +184,7 @@ def _template_problems(where: str, tpl: Any, mount_path: str) -> list[str]:
         owned = sorted(OWNED_ENV.intersection(e.get("name") for e in env if isinstance(e, Mapping)))
         if owned:
             problems.append(
-                f"{where}.spec.containers[{i}].env sets {', '.join(owned)}, which the "
-                "operator sets"
+                f"{where}.spec.containers[{i}].env sets {', '.join(owned)}, which the operator sets"
             )
         for m in c.get("volumeMounts") or []:
             if isinstance(m, Mapping) and m.get("mountPath") == mount_path:
@@ -197,5 +199,3 @@ def _template_problems(where: str, tpl: Any, mount_path: str) -> list[str]:
                 "spec.checkpoint.volume"
             )
     return problems
-
-

@@ -38,8 +38,12 @@ class Deployment:
 
     def operator_logs(self, tail: int = 200) -> str:
         proc = self.cluster.kubectl(
-            "logs", "-n", self.operator_namespace, f"deployment/{self.release}-kerasjob-operator",
-            f"--tail={tail}", check=False,
+            "logs",
+            "-n",
+            self.operator_namespace,
+            f"deployment/{self.release}-kerasjob-operator",
+            f"--tail={tail}",
+            check=False,
         )
         return proc.stdout + proc.stderr
 
@@ -94,5 +98,3 @@ def deployment(cluster: Cluster, images: localdeploy.Images | None) -> Iterator[
 @pytest.fixture
 def kj(cluster: Cluster) -> Kube:
     return Kube(str(cluster.kubeconfig))
-
-

@@ -35,10 +35,14 @@ pytestmark = [pytest.mark.cluster, pytest.mark.e2e, pytest.mark.slow]
 TFJOB = REPO_ROOT / "tests" / "data" / "tfjobs" / "simple.yaml"
 CLAIM = "tfjob-ckpt"
 MIN_TEST_ACCURACY = 0.8  # one epoch (62 steps) of a small CNN: ~0.9 (0.7 train accuracy)
-TASK = re.compile(r"^\[(\S+)-worker-(\d)\] mnist: task worker/(\d) of (.+); "
-                  r"replicas in sync: (\d+)$")
-TRAINED = re.compile(r"^\[\S+-worker-(\d)\] mnist: trained 1 epoch\(s\), (\d+) steps of "
-                     r"(\d+) examples")
+TASK = re.compile(
+    r"^\[(\S+)-worker-(\d)\] mnist: task worker/(\d) of (.+); "
+    r"replicas in sync: (\d+)$"
+)
+TRAINED = re.compile(
+    r"^\[\S+-worker-(\d)\] mnist: trained 1 epoch\(s\), (\d+) steps of "
+    r"(\d+) examples"
+)
 ACCURACY = re.compile(r"^\[\S+-worker-(\d)\] mnist: test loss [\d.]+, test accuracy ([\d.]+)$")
 SUMMARIES = re.compile(r"^\[\S+-worker-0\] mnist: TensorBoard summaries: (\d+) event file")
 
@@ -57,15 +61,18 @@ def _convert(capsys: pytest.CaptureFixture[str]) -> tuple[dict[str, Any], str]:
 
 
 def test_converted_kubeflow_mnist_tfjob_trains(
-    deployment: Any, images: localdeploy.Images | None, tmp_path: Path,
+    deployment: Any,
+    images: localdeploy.Images | None,
+    tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     if not deployment.cluster.local or images is None:
-        pytest.skip("loads the stand-in image into the local real node and binds the "
-                    "checkpoint claim to its hostPath")
+        pytest.skip(
+            "loads the stand-in image into the local real node and binds the "
+            "checkpoint claim to its hostPath"
+        )
     tfjob = yaml.safe_load(TFJOB.read_text())
-    (tf_container,) = tfjob["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"][
-        "containers"]
+    (tf_container,) = tfjob["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
     job, warnings = _convert(capsys)
     name = job["metadata"]["name"]
     (trainer,) = job["spec"]["template"]["spec"]["containers"]
@@ -103,8 +110,11 @@ def test_converted_kubeflow_mnist_tfjob_trains(
         follower.join(60)
     except BaseException:
         print("\n".join(followed[-80:]), deployment.operator_logs(), sep="\n")
-        print(deployment.cluster.kubectl("get", "kerasjobs,pods", "-n", ns, "-o", "wide",
-                                         check=False).stdout)
+        print(
+            deployment.cluster.kubectl(
+                "get", "kerasjobs,pods", "-n", ns, "-o", "wide", check=False
+            ).stdout
+        )
         raise
     finally:
         jobs.delete(name, wait=True, timeout=120)
@@ -114,8 +124,10 @@ def test_converted_kubeflow_mnist_tfjob_trains(
     lines = list(dict.fromkeys([*followed, *after]))  # each line once, in order
     context = "\n".join(lines[-60:])
     # Both workers were tasks of one MultiWorkerMirroredStrategy cluster of two replicas.
-    tasks = {(int(pod_index), int(task), cluster, int(replicas))
-             for _, pod_index, task, cluster, replicas in _matches(lines, TASK)}
+    tasks = {
+        (int(pod_index), int(task), cluster, int(replicas))
+        for _, pod_index, task, cluster, replicas in _matches(lines, TASK)
+    }
     assert {(i, t) for i, t, _, _ in tasks} == {(0, 0), (1, 1)}, context
     assert {r for *_, r in tasks} == {2}, context
     (cluster,) = {c for _, _, c, _ in tasks}
@@ -133,7 +145,12 @@ def test_converted_kubeflow_mnist_tfjob_trains(
     restarts = done.status.restarts if done.status else None
     assert restarts is None or restarts.failures == 0, restarts  # the program never failed
     status = done.status
-    took = (status.completion_time - status.start_time
-            if status and status.completion_time and status.start_time else None)
-    print(f"converted TFJob {name}: Succeeded in {took}; test accuracy {accuracy[0]:.4f}, "
-          f"(worker, steps, global batch) {sorted(trained)}, restarts {restarts}")
+    took = (
+        status.completion_time - status.start_time
+        if status and status.completion_time and status.start_time
+        else None
+    )
+    print(
+        f"converted TFJob {name}: Succeeded in {took}; test accuracy {accuracy[0]:.4f}, "
+        f"(worker, steps, global batch) {sorted(trained)}, restarts {restarts}"
+    )

@@ -49,8 +49,12 @@ FINAL = re.compile(contract.LOG_FINAL_RE, re.M)
 
 def _slots(kj: Any, n: int | None) -> None:
     value = None if n is None else str(n)
-    kj.request("PATCH", f"/api/v1/nodes/{NODE}/status", content_type=MERGE,
-               body={"status": {"capacity": {SLOT: value}, "allocatable": {SLOT: value}}})
+    kj.request(
+        "PATCH",
+        f"/api/v1/nodes/{NODE}/status",
+        content_type=MERGE,
+        body={"status": {"capacity": {SLOT: value}, "allocatable": {SLOT: value}}},
+    )
 
 
 def _pods_and_slots(kj: Any, ns: str) -> str:
@@ -59,15 +63,20 @@ def _pods_and_slots(kj: Any, ns: str) -> str:
     lines = []
     for pod in kj.request("GET", f"/api/v1/namespaces/{ns}/pods")["items"]:
         meta, st = pod["metadata"], pod.get("status") or {}
-        scheduled = next((c for c in st.get("conditions") or []
-                          if c.get("type") == "PodScheduled"), {})
-        lines.append(f"pod {meta['name']}: {st.get('phase')} node={pod['spec'].get('nodeName')}"
-                     f" deleting={bool(meta.get('deletionTimestamp'))} scheduled="
-                     f"{scheduled.get('status')}/{scheduled.get('reason')} at "
-                     f"{scheduled.get('lastTransitionTime')} {scheduled.get('message') or ''}")
+        scheduled = next(
+            (c for c in st.get("conditions") or [] if c.get("type") == "PodScheduled"), {}
+        )
+        lines.append(
+            f"pod {meta['name']}: {st.get('phase')} node={pod['spec'].get('nodeName')}"
+            f" deleting={bool(meta.get('deletionTimestamp'))} scheduled="
+            f"{scheduled.get('status')}/{scheduled.get('reason')} at "
+            f"{scheduled.get('lastTransitionTime')} {scheduled.get('message') or ''}"
+        )
     node = (kj.get(f"/api/v1/nodes/{NODE}") or {}).get("status") or {}
-    lines.append(f"node {NODE}: capacity {(node.get('capacity') or {}).get(SLOT)} allocatable "
-                 f"{(node.get('allocatable') or {}).get(SLOT)}")
+    lines.append(
+        f"node {NODE}: capacity {(node.get('capacity') or {}).get(SLOT)} allocatable "
+        f"{(node.get('allocatable') or {}).get(SLOT)}"
+    )
     return "\n".join(lines)
 
 
@@ -81,8 +90,10 @@ def _job() -> dict[str, Any]:
     spec["trainer"].update(epochs=EPOCHS, stepsPerEpoch=STEPS_PER_EPOCH)
     spec["checkpoint"]["volume"] = {"persistentVolumeClaim": {"claimName": CLAIM}}
     (trainer,) = spec["template"]["spec"]["containers"]
-    trainer["resources"] = {"requests": {"cpu": "100m", "memory": "512Mi", SLOT: "1"},
-                            "limits": {"memory": "2Gi", SLOT: "1"}}
+    trainer["resources"] = {
+        "requests": {"cpu": "100m", "memory": "512Mi", SLOT: "1"},
+        "limits": {"memory": "2Gi", SLOT: "1"},
+    }
     return job
 
 
@@ -110,8 +121,12 @@ def test_elastic_job_shrinks_trains_on_and_grows_back(deployment: Any, tmp_path:
         text = log()
         small = "elastic: 2 of 3 preferred workers" in text
         steps = [int(s[0]) for s in STEP.findall(text)]
-        return (bool(RESUMED.search(text)) and small == (size == 2)
-                and bool(steps) and steps[-1] > after)
+        return (
+            bool(RESUMED.search(text))
+            and small == (size == 2)
+            and bool(steps)
+            and steps[-1] > after
+        )
 
     marks: dict[str, str] = {}  # when (UTC) the test changed capacity: to read the logs by
 
@@ -123,10 +138,18 @@ def test_elastic_job_shrinks_trains_on_and_grows_back(deployment: Any, tmp_path:
     _slots(kj, 3)
     try:
         kj.request("POST", jobs, body=_job())
-        wait_for(lambda: status().get("phase") == "Running" and workers() == 3, timeout=300,
-                 interval=0.5, what="the job running with 3 workers")
-        wait_for(lambda: (s := STEP.findall(log())) and int(s[-1][0]) >= 100, timeout=300,
-                 interval=0.5, what="the chief past step 100")
+        wait_for(
+            lambda: status().get("phase") == "Running" and workers() == 3,
+            timeout=300,
+            interval=0.5,
+            what="the job running with 3 workers",
+        )
+        wait_for(
+            lambda: (s := STEP.findall(log())) and int(s[-1][0]) >= 100,
+            timeout=300,
+            interval=0.5,
+            what="the chief past step 100",
+        )
 
         # Capacity lost: 2 slots; worker 2 evicted; its group comes back, one Pod stays
         # Pending (Insufficient slots), the job shrinks to 2 and trains on.
@@ -134,39 +157,60 @@ def test_elastic_job_shrinks_trains_on_and_grows_back(deployment: Any, tmp_path:
         _slots(kj, 2)
         lost = mark("capacity lost")
         victim = f"{NAME}-worker-2"
-        kj.request("POST", pod_path(ns, victim, "eviction"), body={
-            "apiVersion": "policy/v1", "kind": "Eviction",
-            "metadata": {"name": victim, "namespace": ns}})
+        kj.request(
+            "POST",
+            pod_path(ns, victim, "eviction"),
+            body={
+                "apiVersion": "policy/v1",
+                "kind": "Eviction",
+                "metadata": {"name": victim, "namespace": ns},
+            },
+        )
         wait_for(lambda: workers() == 2, timeout=180, interval=0.5, what="a shrink to 2")
         shrunk = time.monotonic()
-        wait_for(lambda: training_at(2, 0), timeout=240, interval=0.5,
-                 what="training at 2 workers")
+        wait_for(lambda: training_at(2, 0), timeout=240, interval=0.5, what="training at 2 workers")
         at_two = time.monotonic()
         resumed_small = int(RESUMED.findall(log())[-1])
-        wait_for(lambda: training_at(2, resumed_small + 40), timeout=240, interval=0.5,
-                 what="40 steps at 2 workers")
+        wait_for(
+            lambda: training_at(2, resumed_small + 40),
+            timeout=240,
+            interval=0.5,
+            what="40 steps at 2 workers",
+        )
 
         # Capacity back: the probe is scheduled; after the cool-down the job grows to 3.
         _slots(kj, 3)
         back = mark("capacity back")
         wait_for(lambda: workers() == 3, timeout=180, interval=0.5, what="a grow to 3")
         grown = time.monotonic()
-        wait_for(lambda: training_at(3, 0), timeout=240, interval=0.5,
-                 what="training at 3 workers again")
+        wait_for(
+            lambda: training_at(3, 0), timeout=240, interval=0.5, what="training at 3 workers again"
+        )
         at_three = time.monotonic()
 
-        done = wait_for(lambda: status().get("phase") in ("Succeeded", "Failed") and status(),
-                        timeout=600, interval=1, what="the job to finish")
+        done = wait_for(
+            lambda: status().get("phase") in ("Succeeded", "Failed") and status(),
+            timeout=600,
+            interval=1,
+            what="the job to finish",
+        )
         final_log = log()
     except BaseException:
-        print(status(), marks, _pods_and_slots(kj, ns), log()[-3000:],
-              deployment.operator_logs(tail=600), sep="\n")
+        print(
+            status(),
+            marks,
+            _pods_and_slots(kj, ns),
+            log()[-3000:],
+            deployment.operator_logs(tail=600),
+            sep="\n",
+        )
         raise
     finally:
         with contextlib.suppress(ApiError):
             kj.request("DELETE", f"{jobs}/{NAME}")
-        wait_for(lambda: not kj.get(f"{jobs}/{NAME}"), timeout=120, interval=0.5,
-                 what="the job deleted")
+        wait_for(
+            lambda: not kj.get(f"{jobs}/{NAME}"), timeout=120, interval=0.5, what="the job deleted"
+        )
         with contextlib.suppress(ApiError):
             kj.request("DELETE", f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{CLAIM}")
         localdeploy.delete_volume(kj, pv)
@@ -178,14 +222,21 @@ def test_elastic_job_shrinks_trains_on_and_grows_back(deployment: Any, tmp_path:
     elastic = done["elastic"]
     assert elastic["workers"] == 3 and elastic["resizes"] == 2, elastic
     assert [(r["fromWorkers"], r["toWorkers"], r["reason"]) for r in elastic["history"]] == [
-        (3, 2, "CapacityLost"), (2, 3, "CapacityReturned")]
+        (3, 2, "CapacityLost"),
+        (2, 3, "CapacityReturned"),
+    ]
     assert done["restarts"]["failures"] == 0
-    events = kj.request("GET", f"/api/v1/namespaces/{ns}/events", query={
-        "fieldSelector": f"involvedObject.name={NAME},reason=Resized"})["items"]
+    events = kj.request(
+        "GET",
+        f"/api/v1/namespaces/{ns}/events",
+        query={"fieldSelector": f"involvedObject.name={NAME},reason=Resized"},
+    )["items"]
     assert len(events) == 2, [e["message"] for e in events]
-    print(f"\nelastic: capacity lost at step ~{before}: shrink decided after "
-          f"{shrunk - lost:.1f}s (shrinkAfterSeconds 10), training at 2 workers after "
-          f"{at_two - lost:.1f}s (resumed at step {resumed_small}); capacity back: grow decided "
-          f"after {grown - back:.1f}s (cool-down 15s from the shrink), training at 3 workers "
-          f"after {at_three - back:.1f}s; final accuracy {accuracy}, {steps} steps; "
-          f"restarts {done['restarts']}")
+    print(
+        f"\nelastic: capacity lost at step ~{before}: shrink decided after "
+        f"{shrunk - lost:.1f}s (shrinkAfterSeconds 10), training at 2 workers after "
+        f"{at_two - lost:.1f}s (resumed at step {resumed_small}); capacity back: grow decided "
+        f"after {grown - back:.1f}s (cool-down 15s from the shrink), training at 3 workers "
+        f"after {at_three - back:.1f}s; final accuracy {accuracy}, {steps} steps; "
+        f"restarts {done['restarts']}"
+    )

@@ -51,8 +51,9 @@ def test_the_cpu_examples_are_found() -> None:
     assert "cifar10-gpu.yaml" not in CPU_EXAMPLES
     assert "gpu-dra.yaml" not in CPU_EXAMPLES
     # By its DRA claims, not its image name alone.
-    (dra_job,) = [d for d in _docs(REPO_ROOT / "examples" / "gpu-dra.yaml")
-                  if d.get("kind") == "KerasJob"]
+    (dra_job,) = [
+        d for d in _docs(REPO_ROOT / "examples" / "gpu-dra.yaml") if d.get("kind") == "KerasJob"
+    ]
     assert _needs_gpu([{**dra_job, "spec": {**dra_job["spec"], "image": "kerasjob/trainer:x"}}])
 
 
@@ -79,8 +80,11 @@ def test_example_trains_to_succeeded(example: str, deployment: Any, tmp_path: Pa
         try:
             statuses = wait_for(done, timeout=600, interval=1, what=f"{example} to succeed")
         except TimeoutError:
-            print(deployment.cluster.kubectl("get", "kerasjobs,pods", "-n", ns, "-o", "wide",
-                                             check=False).stdout)
+            print(
+                deployment.cluster.kubectl(
+                    "get", "kerasjobs,pods", "-n", ns, "-o", "wide", check=False
+                ).stdout
+            )
             print(deployment.operator_logs())
             raise
         restarts = [s.get("restarts") for s in statuses]
@@ -90,13 +94,20 @@ def test_example_trains_to_succeeded(example: str, deployment: Any, tmp_path: Pa
             assert restarts.get("failures", 0) == 0, s
     finally:
         deployment.cluster.kubectl(
-            "delete", "-n", ns, "-f", str(REPO_ROOT / "examples" / example), "--wait=true",
-            check=False, timeout=180,
+            "delete",
+            "-n",
+            ns,
+            "-f",
+            str(REPO_ROOT / "examples" / example),
+            "--wait=true",
+            check=False,
+            timeout=180,
         )
         with contextlib.suppress(ApiError):
             kj.request("DELETE", f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{CLAIM}")
         wait_for(
             lambda: kj.get(f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{CLAIM}") is None,
-            timeout=60, what="the claim to go",
+            timeout=60,
+            what="the claim to go",
         )
         localdeploy.delete_volume(kj, pv)

@@ -57,9 +57,18 @@ def test_operator_image_holds_the_operator_and_the_contract_only(
 ) -> None:
     packages = python_packages(_archive(images, localdeploy.OPERATOR_IMAGE))
     assert {"kerasjob", "kerasjob_contract", "kopf", "pydantic", "urllib3"} <= packages
-    shipped_by_mistake = packages & {"tensorflow", "tf_keras", "keras", "kerasjob_trainer",
-                                     "kerasjob_dev", "mlxtend", "numpy", "pytest", "tests",
-                                     "kubernetes"}
+    shipped_by_mistake = packages & {
+        "tensorflow",
+        "tf_keras",
+        "keras",
+        "kerasjob_trainer",
+        "kerasjob_dev",
+        "mlxtend",
+        "numpy",
+        "pytest",
+        "tests",
+        "kubernetes",
+    }
     assert not shipped_by_mistake, f"in the operator image: {sorted(shipped_by_mistake)}"
 
 
@@ -67,10 +76,22 @@ def test_trainer_image_holds_the_trainer_and_the_contract_only(
     images: localdeploy.Images | None,
 ) -> None:
     packages = python_packages(_archive(images, localdeploy.TRAINER_IMAGE))
-    assert {"kerasjob_trainer", "kerasjob_contract", "tensorflow", "tf_keras",
-            "mlxtend"} <= packages
-    shipped_by_mistake = packages & {"kopf", "kubernetes", "pydantic", "kerasjob",
-                                     "kerasjob_dev", "pytest", "tests"}
+    assert {
+        "kerasjob_trainer",
+        "kerasjob_contract",
+        "tensorflow",
+        "tf_keras",
+        "mlxtend",
+    } <= packages
+    shipped_by_mistake = packages & {
+        "kopf",
+        "kubernetes",
+        "pydantic",
+        "kerasjob",
+        "kerasjob_dev",
+        "pytest",
+        "tests",
+    }
     assert not shipped_by_mistake, f"in the trainer image: {sorted(shipped_by_mistake)}"
     # mlxtend's own dependencies: tf_keras imports pandas (and Keras sklearn, matplotlib)
     # whenever installed, ~0.9 s of every worker's start-up at every restart.
@@ -82,10 +103,26 @@ def test_keras3_image_holds_jax_keras3_and_the_trainer_but_no_tensorflow(
     images: localdeploy.Images | None,
 ) -> None:
     packages = python_packages(_archive(images, localdeploy.TRAINER_JAX_IMAGE))
-    assert {"kerasjob_trainer", "kerasjob_contract", "jax", "jaxlib", "keras", "h5py",
-            "mlxtend"} <= packages
-    shipped_by_mistake = packages & {"tensorflow", "tf_keras", "kopf", "kubernetes",
-                                     "pydantic", "kerasjob", "kerasjob_dev", "pytest", "tests"}
+    assert {
+        "kerasjob_trainer",
+        "kerasjob_contract",
+        "jax",
+        "jaxlib",
+        "keras",
+        "h5py",
+        "mlxtend",
+    } <= packages
+    shipped_by_mistake = packages & {
+        "tensorflow",
+        "tf_keras",
+        "kopf",
+        "kubernetes",
+        "pydantic",
+        "kerasjob",
+        "kerasjob_dev",
+        "pytest",
+        "tests",
+    }
     assert not shipped_by_mistake, f"in the Keras 3 image: {sorted(shipped_by_mistake)}"
     # scipy is JAX's own dependency; mlxtend's are not.
     slow_to_import = packages & {"pandas", "sklearn", "matplotlib"}

@@ -47,8 +47,12 @@ def kueue_deployment(cluster: Any, images: Any) -> Iterator[tuple[Kube, str]]:
     kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": jobs_ns}})
     try:
         localdeploy.install_operator(
-            cluster.tool("helm"), str(cluster.kubeconfig), release=release, namespace=op_ns,
-            watch_namespaces=[jobs_ns], extra={"kueue": {"enabled": True}},
+            cluster.tool("helm"),
+            str(cluster.kubeconfig),
+            release=release,
+            namespace=op_ns,
+            watch_namespaces=[jobs_ns],
+            extra={"kueue": {"enabled": True}},
         )
         yield kube, jobs_ns
     finally:
@@ -112,21 +116,33 @@ def test_preempted_training_saves_stops_and_resumes_exactly(
         with cluster_queue(
             cluster.api_client(), ns, cpu="1", memory="64Gi", priorities=prio
         ) as queue:
-            kube.request("POST", JOBS.format(ns=ns),
-                         body=job("low", "low-ckpt", queue, f"low-{ns}", LOW_STEPS))
+            kube.request(
+                "POST",
+                JOBS.format(ns=ns),
+                body=job("low", "low-ckpt", queue, f"low-{ns}", LOW_STEPS),
+            )
             workers = ["low-worker-0", "low-worker-1"]
             follow = LogFollower(kube, ns, workers)
             follow.start()
-            wait_for(lambda: (m := STEP.findall(follow.text("low-worker-0")))
-                     and int(m[-1][0]) >= 100, timeout=400, interval=0.5, what="low past step 100")
+            wait_for(
+                lambda: (m := STEP.findall(follow.text("low-worker-0"))) and int(m[-1][0]) >= 100,
+                timeout=400,
+                interval=0.5,
+                what="low past step 100",
+            )
             step_at = int(STEP.findall(follow.text("low-worker-0"))[-1][0])
             t0 = time.monotonic()
-            kube.request("POST", JOBS.format(ns=ns),
-                         body=job("high", "high-ckpt", queue, f"high-{ns}", 60))
+            kube.request(
+                "POST", JOBS.format(ns=ns), body=job("high", "high-ckpt", queue, f"high-{ns}", 60)
+            )
 
             def low_pods() -> list[str]:
-                items = kube.get(f"/api/v1/namespaces/{ns}/pods",
-                                 labelSelector="kerasjob.dev/job-name=low") or {}
+                items = (
+                    kube.get(
+                        f"/api/v1/namespaces/{ns}/pods", labelSelector="kerasjob.dev/job-name=low"
+                    )
+                    or {}
+                )
                 return [p["metadata"]["name"] for p in items.get("items", [])]
 
             wait_for(lambda: not low_pods(), timeout=120, interval=0.2, what="low stopped")
@@ -137,18 +153,29 @@ def test_preempted_training_saves_stops_and_resumes_exactly(
 
             def phase(name: str) -> str | None:
                 return ((kube.get(f"{JOBS.format(ns=ns)}/{name}") or {}).get("status") or {}).get(
-                    "phase")
+                    "phase"
+                )
 
-            wait_for(lambda: phase("high") == "Succeeded", timeout=400, interval=0.5,
-                     what="high Succeeded")
+            wait_for(
+                lambda: phase("high") == "Succeeded",
+                timeout=400,
+                interval=0.5,
+                what="high Succeeded",
+            )
             t_high_done = time.monotonic()
-            wait_for(lambda: any(RESUMED.search(follow.text(p)) for p in workers),
-                     timeout=300, interval=0.2, what="low resumed")
+            wait_for(
+                lambda: any(RESUMED.search(follow.text(p)) for p in workers),
+                timeout=300,
+                interval=0.2,
+                what="low resumed",
+            )
             t_resumed = time.monotonic()
-            wait_for(lambda: phase("low") == "Succeeded", timeout=400, interval=0.5,
-                     what="low Succeeded")
-            final = wait_for(lambda: FINAL.findall(follow.text("low-worker-0")), timeout=30,
-                             what="final line")
+            wait_for(
+                lambda: phase("low") == "Succeeded", timeout=400, interval=0.5, what="low Succeeded"
+            )
+            final = wait_for(
+                lambda: FINAL.findall(follow.text("low-worker-0")), timeout=30, what="final line"
+            )
             follow.stop.set()
             saved = [int(s) for p in workers for s in PREEMPTED.findall(follow.text(p))]
             resumed = [int(s) for p in workers for s in RESUMED.findall(follow.text(p))]

@@ -72,16 +72,22 @@ def cilium(cluster: Cluster, images: object) -> Iterator[None]:
         pytest.skip("starts Cilium on the local cluster's real node")
     t0 = time.monotonic()
     # (A cold cache builds Cilium first: about 7 min on 2 cores.)
-    up = subprocess.run([str(CILIUM), "up"], env=cluster.env(), capture_output=True, text=True,
-                        timeout=1800)
+    up = subprocess.run(
+        [str(CILIUM), "up"], env=cluster.env(), capture_output=True, text=True, timeout=1800
+    )
     assert up.returncode == 0, f"cilium.sh up failed:\n{up.stderr[-4000:]}"
     print(f"\nCilium up in {time.monotonic() - t0:.1f} s")
     try:
         yield
     finally:
         subprocess.run([str(CILIUM), "down"], env=cluster.env(), timeout=300, check=False)
-        left = subprocess.run([str(CILIUM), "leftovers"], env=cluster.env(),
-                              capture_output=True, text=True, timeout=60)
+        left = subprocess.run(
+            [str(CILIUM), "leftovers"],
+            env=cluster.env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert left.returncode == 0, f"cilium.sh down left: {left.stdout}"
 
 
@@ -94,11 +100,15 @@ def pod(name: str, command: list[str], labels: dict[str, str]) -> dict[str, Any]
             "restartPolicy": "Never",
             "automountServiceAccountToken": False,
             "terminationGracePeriodSeconds": 1,
-            "containers": [{
-                "name": "main", "image": IMAGE, "imagePullPolicy": "Never",
-                "command": command,
-                "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
-            }],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": IMAGE,
+                    "imagePullPolicy": "Never",
+                    "command": command,
+                    "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
+                }
+            ],
         },
     }
 
@@ -114,8 +124,11 @@ def pod_ip(kj: Kube, ns: str, name: str) -> str:
 
 def probe(kj: Kube, ns: str, name: str, targets: list[str]) -> dict[str, str]:
     """Run the outsider Pod ``name`` (labels of no job) probing ``targets``; its verdicts."""
-    kj.request("POST", f"/api/v1/namespaces/{ns}/pods",
-               body=pod(name, ["python3", "-c", PROBE, *targets], {"app": "outsider"}))
+    kj.request(
+        "POST",
+        f"/api/v1/namespaces/{ns}/pods",
+        body=pod(name, ["python3", "-c", PROBE, *targets], {"app": "outsider"}),
+    )
 
     def done() -> dict[str, str] | None:
         p = kj.get(pod_path(ns, name)) or {}
@@ -140,17 +153,27 @@ def test_a_workers_tf_port_takes_connections_from_its_own_job_only(
     try:
         run.make_claim()
         # Long enough to probe while it trains (deleted at the end).
-        kj.request("POST", JOBS.format(ns=ns),
-                   body=mnist_job(run.name, run.claim, epochs=50, stepsPerEpoch=100))
-        kj.request("POST", f"/api/v1/namespaces/{ns}/pods",
-                   body=pod("bystander", ["python3", "-c", LISTEN], {"app": "bystander"}))
+        kj.request(
+            "POST",
+            JOBS.format(ns=ns),
+            body=mnist_job(run.name, run.claim, epochs=50, stepsPerEpoch=100),
+        )
+        kj.request(
+            "POST",
+            f"/api/v1/namespaces/{ns}/pods",
+            body=pod("bystander", ["python3", "-c", LISTEN], {"app": "bystander"}),
+        )
         policy = f"/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies/{run.name}"
         wait_for(lambda: kj.get(policy), timeout=60, interval=0.5, what="the job's NetworkPolicy")
         chief = f"{run.name}-worker-0"
         # The workers reach each other's TF ports through the policy: training advances.
         try:
-            wait_for(lambda: last_step(run.log(chief)) >= 20, timeout=300, interval=1,
-                     what="the chief past step 20 (its peer connected)")
+            wait_for(
+                lambda: last_step(run.log(chief)) >= 20,
+                timeout=300,
+                interval=1,
+                what="the chief past step 20 (its peer connected)",
+            )
         except TimeoutError:
             print(run.status(), run.log(chief)[-3000:], deployment.operator_logs(), sep="\n")
             raise
@@ -162,11 +185,16 @@ def test_a_workers_tf_port_takes_connections_from_its_own_job_only(
         print(f"\nwith the job's NetworkPolicy: {verdict}")
         assert verdict[targets[2]] == "ok", f"the outsider cannot reach anything: {verdict}"
         assert verdict[targets[0]] != "ok" and verdict[targets[1]] != "ok", (
-            f"a worker's TF port took a connection from outside its job: {verdict}")
+            f"a worker's TF port took a connection from outside its job: {verdict}"
+        )
         # The job's own traffic keeps flowing under the policy: 1,000 more steps, no restart.
         step_before = last_step(run.log(chief))
-        wait_for(lambda: last_step(run.log(chief)) >= step_before + 1000, timeout=300,
-                 interval=1, what="1,000 more steps under the policy")
+        wait_for(
+            lambda: last_step(run.log(chief)) >= step_before + 1000,
+            timeout=300,
+            interval=1,
+            what="1,000 more steps under the policy",
+        )
         restarts = run.status().get("restarts") or {}
         assert not restarts.get("disruptions") and not restarts.get("failures"), restarts
         step_before = last_step(run.log(chief))
@@ -177,18 +205,28 @@ def test_a_workers_tf_port_takes_connections_from_its_own_job_only(
         print(f"without it: {verdict}")
         assert verdict == dict.fromkeys(targets, "ok"), (
             f"with no policy the workers must be reachable (else the enforcer, not the "
-            f"policy, dropped the connections): {verdict}")
+            f"policy, dropped the connections): {verdict}"
+        )
         # And training went on all along.
         assert last_step(run.log(chief)) > step_before
         restarts = run.status().get("restarts") or {}
         assert not restarts.get("disruptions") and not restarts.get("failures"), restarts
     finally:
-        mine = ("bystander", "outsider-1", "outsider-2", f"{run.name}-worker-0",
-                f"{run.name}-worker-1")
+        mine = (
+            "bystander",
+            "outsider-1",
+            "outsider-2",
+            f"{run.name}-worker-0",
+            f"{run.name}-worker-1",
+        )
         for name in mine[:3]:
             with contextlib.suppress(ApiError):
                 kj.request("DELETE", pod_path(ns, name))
         run.cleanup()
         # Gone before Cilium goes down (their teardown still asks its CNI plugin).
-        wait_for(lambda: not any(kj.get(pod_path(ns, n)) for n in mine), timeout=120,
-                 interval=0.5, what="the test's Pods deleted")
+        wait_for(
+            lambda: not any(kj.get(pod_path(ns, n)) for n in mine),
+            timeout=120,
+            interval=0.5,
+            what="the test's Pods deleted",
+        )

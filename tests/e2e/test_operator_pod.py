@@ -47,7 +47,13 @@ def test_operator_runs_in_the_charts_hardened_pod(deployment: Any) -> None:
     logs = deployment.operator_logs()
     assert "Traceback" not in logs, logs
     out = deployment.cluster.kubectl(
-        "exec", "-n", ns, current["metadata"]["name"], "--", "python", "-c",
+        "exec",
+        "-n",
+        ns,
+        current["metadata"]["name"],
+        "--",
+        "python",
+        "-c",
         "import os; open('/probe', 'w')",
         check=False,
     )

@@ -35,11 +35,9 @@ NAME, CLAIM = "own-sdk", "own-ckpt"
 EPOCHS, STEPS_PER_EPOCH = 3, 400
 TOTAL = EPOCHS * STEPS_PER_EPOCH
 STEP = re.compile(r"^\[own-sdk-worker-0\] kerasjob: step (\d+)/")
-PREEMPTED = re.compile(
-    r"^\[(own-sdk-worker-\d)\] kerasjob: preempted: state saved at step (\d+)")
+PREEMPTED = re.compile(r"^\[(own-sdk-worker-\d)\] kerasjob: preempted: state saved at step (\d+)")
 RESUMED = re.compile(r"^\[(own-sdk-worker-\d)\] kerasjob: resumed at step (\d+)")
-FINAL = re.compile(
-    r"^\[own-sdk-worker-0\] kerasjob: final test_accuracy=([\d.]+) steps=(\d+)")
+FINAL = re.compile(r"^\[own-sdk-worker-0\] kerasjob: final test_accuracy=([\d.]+) steps=(\d+)")
 ANY_STEP = re.compile(r"^kerasjob: step (\d+)/")
 NEW_PROCESS = re.compile(r"^kerasjob: (?:starting at step 0|resumed at step (\d+))")
 DISRUPTION = re.compile(contract.LOG_DISRUPTION_RE)
@@ -80,12 +78,18 @@ def check_goodput_against_log_times(followed: list[LogLine], costs: Any) -> str:
         last = max(s for s, _ in old_c + old_w)
         at = max(t for s, t in old_c + old_w if s == last)
         resumed, first_at = new_c[0][0] - 1, new_c[0][1]
-        step_s = statistics.median((g[-1][1] - g[0][1]) / (g[-1][0] - g[0][0])
-                                   for g in (old_c, old_w) if g[-1][0] > g[0][0])
+        step_s = statistics.median(
+            (g[-1][1] - g[0][1]) / (g[-1][0] - g[0][0])
+            for g in (old_c, old_w)
+            if g[-1][0] > g[0][0]
+        )
         lost += first_at - at + (last - resumed) * step_s
         redone += last - resumed
-    ledger = [m.groups() for ln in followed if ln.pod == f"{NAME}-worker-0"
-              and (m := DISRUPTION.match(ln.text))]
+    ledger = [
+        m.groups()
+        for ln in followed
+        if ln.pod == f"{NAME}-worker-0" and (m := DISRUPTION.match(ln.text))
+    ]
     assert costs is not None and costs.disruptions == len(chief) - 1 == len(ledger), costs
     assert costs.steps_redone == redone, (costs, redone)
     assert abs(costs.lost_seconds - lost) < 1.0, (costs, lost)
@@ -94,10 +98,12 @@ def check_goodput_against_log_times(followed: list[LogLine], costs: Any) -> str:
     span = costs.productive_seconds + costs.lost_seconds
     assert abs(span - (last_logged - first)) < 1.0, (costs, first, last_logged)
     assert costs.goodput == pytest.approx(costs.productive_seconds / span, abs=1e-3)
-    return (f"goodput in status: {costs.lost_seconds:.2f} s lost "
-            f"(runtime log times: {lost:.2f} s), {costs.productive_seconds:.1f} s productive "
-            f"(log times: {last_logged - first - lost:.1f} s), "
-            f"{costs.disruptions} disruption(s), {costs.steps_redone} steps redone")
+    return (
+        f"goodput in status: {costs.lost_seconds:.2f} s lost "
+        f"(runtime log times: {lost:.2f} s), {costs.productive_seconds:.1f} s productive "
+        f"(log times: {last_logged - first - lost:.1f} s), "
+        f"{costs.disruptions} disruption(s), {costs.steps_redone} steps redone"
+    )
 
 
 def test_own_script_trains_through_an_eviction_via_the_sdk(
@@ -107,8 +113,9 @@ def test_own_script_trains_through_an_eviction_via_the_sdk(
         pytest.skip("binds the checkpoint claim to a hostPath of the local real node")
     kj, ns = deployment.kube, deployment.namespace
     pv = localdeploy.shared_claim(kj, ns, CLAIM, tmp_path / "ckpt")
-    docs = [d for d in yaml.safe_load_all((REPO_ROOT / "examples" / "own-script.yaml")
-                                          .read_text()) if d]
+    docs = [
+        d for d in yaml.safe_load_all((REPO_ROOT / "examples" / "own-script.yaml").read_text()) if d
+    ]
     (cm,) = [d for d in docs if d["kind"] == "ConfigMap"]
     (job,) = [d for d in docs if d["kind"] == "KerasJob"]
     job["spec"]["checkpoint"]["volume"]["persistentVolumeClaim"]["claimName"] = CLAIM
@@ -116,7 +123,9 @@ def test_own_script_trains_through_an_eviction_via_the_sdk(
     command = job["spec"]["trainer"]["command"]
     job["spec"]["trainer"]["command"] = [
         *[a for a in command if not a.startswith(("--epochs=", "--steps-per-epoch="))],
-        f"--epochs={EPOCHS}", f"--steps-per-epoch={STEPS_PER_EPOCH}"]
+        f"--epochs={EPOCHS}",
+        f"--steps-per-epoch={STEPS_PER_EPOCH}",
+    ]
     job["spec"]["trainer"]["logEverySteps"] = 1  # every step's time, for the goodput check
     jobs = KerasJobClient(ns, kubeconfig=str(deployment.cluster.kubeconfig))
     followed: list[LogLine] = []
@@ -132,8 +141,13 @@ def test_own_script_trains_through_an_eviction_via_the_sdk(
 
         follower = threading.Thread(target=follow, daemon=True)
         follower.start()
-        wait_for(lambda: any(int(s) >= 30 for (s,) in _matches(list(lines), STEP)),
-                 timeout=300, interval=0.5, what="the chief past step 30 (followed log)")
+        wait_for(
+            lambda: any(int(s) >= 30 for (s,) in _matches(list(lines), STEP)),
+            timeout=300,
+            interval=0.5,
+            what="the chief past step 30 (followed log)",
+        )
+
         # status.progress is reported (the operator scrapes the chief every few seconds);
         # asked before the eviction: after it the resumed run may end between two scrapes.
         def progress_step() -> int | None:
@@ -144,8 +158,11 @@ def test_own_script_trains_through_an_eviction_via_the_sdk(
         reported = wait_for(progress_step, timeout=60, interval=0.5, what="status.progress")
         before = max(int(s) for (s,) in _matches(list(lines), STEP))
         assert before < TOTAL - 200, f"training nearly over (step {before}) before the eviction"
-        eviction = {"apiVersion": "policy/v1", "kind": "Eviction",
-                    "metadata": {"name": f"{NAME}-worker-1", "namespace": ns}}
+        eviction = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": f"{NAME}-worker-1", "namespace": ns},
+        }
         kj.request("POST", pod_path(ns, f"{NAME}-worker-1", "eviction"), body=eviction)
 
         seen: list[Any] = []
@@ -158,8 +175,10 @@ def test_own_script_trains_through_an_eviction_via_the_sdk(
         # The CLI on the finished job: every replica's log, prefixed; the wide table.
         kubeconfig = str(deployment.cluster.kubeconfig)
         capsys.readouterr()
-        assert cli.main(["--kubeconfig", kubeconfig, "logs", NAME, "--all", "-n", ns,
-                         "--tail", "3"]) == 0
+        assert (
+            cli.main(["--kubeconfig", kubeconfig, "logs", NAME, "--all", "-n", ns, "--tail", "3"])
+            == 0
+        )
         out = capsys.readouterr().out
         assert f"[{NAME}-worker-0] kerasjob: " in out and f"[{NAME}-worker-1] " in out
         assert cli.main(["--kubeconfig", kubeconfig, "get", NAME, "-n", ns, "-o", "wide"]) == 0

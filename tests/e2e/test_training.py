@@ -28,9 +28,14 @@ from kerasjob_dev.synckube import pod_path
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e, pytest.mark.slow]
 
+
 def run_and_disrupt(
-    run: Run, disrupt: Callable[[], None], *, resumes: bool = True,
-    example: str = "mnist.yaml", **trainer: Any,
+    run: Run,
+    disrupt: Callable[[], None],
+    *,
+    resumes: bool = True,
+    example: str = "mnist.yaml",
+    **trainer: Any,
 ) -> dict[str, Any]:
     """Start the job, call `disrupt()` once the chief is past step 100 (two backups made),
     wait for Succeeded; return what the assertions need.
@@ -65,7 +70,8 @@ def run_and_disrupt(
 
     recovery_s = (
         wait_for(resumed, timeout=600 if slow else 180, interval=0.2, what="a resume")
-        if resumes else float("nan")
+        if resumes
+        else float("nan")
     )
 
     def finished() -> dict[str, Any] | None:
@@ -82,8 +88,10 @@ def run_and_disrupt(
     final = wait_for(lambda: FINAL.findall(run.log(chief)), timeout=30, what="final line")
     # "" is also what a log read that timed out gives (a loaded API server or kubelet): the
     # full suite once read no "resumed" line from either worker that way.
-    logs = {p: wait_for(lambda p=p: run.log(p), timeout=60, interval=1, what=f"{p}'s log")
-            for p in workers}
+    logs = {
+        p: wait_for(lambda p=p: run.log(p), timeout=60, interval=1, what=f"{p}'s log")
+        for p in workers
+    }
     resumed_at = [int(s) for p in workers for s in RESUMED.findall(logs[p])]
     print(
         f"disrupted at step {step_at_disruption}, resumed at {sorted(set(resumed_at))} "
@@ -106,7 +114,8 @@ def assert_exact_resume(result: dict[str, Any], save_freq: int = 50, total: int 
     assert int(steps) == total, f"final step count {steps} != {total}"
     assert accuracy and float(accuracy) >= 0.85
     assert result["resumed_at"], (
-        f"no worker resumed from the backup\n{result['logs']}\n{result['operator'][-6000:]}")
+        f"no worker resumed from the backup\n{result['logs']}\n{result['operator'][-6000:]}"
+    )
     for step in result["resumed_at"]:
         # From a BackupAndRestore backup (a multiple of saveFreq) or from the state saved at
         # SIGTERM; never from scratch and never past the disruption.
@@ -147,8 +156,11 @@ def test_keras3_jax_eviction_resumes_at_the_saved_step(run: Run) -> None:
 
     def evict() -> None:
         pod = f"{run.name}-worker-1"
-        body = {"apiVersion": "policy/v1", "kind": "Eviction",
-                "metadata": {"name": pod, "namespace": run.ns}}
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": pod, "namespace": run.ns},
+        }
         run.kj.request("POST", pod_path(run.ns, pod, "eviction"), body=body)
 
     result = run_and_disrupt(run, evict, example="keras3-jax.yaml", epochs=6)
@@ -156,8 +168,12 @@ def test_keras3_jax_eviction_resumes_at_the_saved_step(run: Run) -> None:
     # The evicted generation's Pods (and logs) are gone; the new chief's goodput line says
     # where the old one stopped: saved at SIGTERM, so nothing is redone.
     (disruption,) = re.findall(contract.LOG_DISRUPTION_RE, result["logs"], re.M)
-    cause, last_step, resumed_step, redone = (disruption[1], int(disruption[2]),
-                                              int(disruption[4]), int(disruption[6]))
+    cause, last_step, resumed_step, redone = (
+        disruption[1],
+        int(disruption[2]),
+        int(disruption[4]),
+        int(disruption[6]),
+    )
     assert (cause, redone) == ("preempted", 0) and last_step == resumed_step, disruption
     assert set(result["resumed_at"]) == {resumed_step}, result["logs"]
     assert "on jax" in result["logs"], result["logs"]
@@ -188,7 +204,8 @@ def test_operator_upgraded_mid_training(run: Run) -> None:
     def operator_images() -> set[str]:
         pods = dep.kube.get(f"/api/v1/namespaces/{dep.operator_namespace}/pods") or {}
         return {
-            c["image"] for p in pods.get("items", [])
+            c["image"]
+            for p in pods.get("items", [])
             if not p["metadata"].get("deletionTimestamp")
             for c in p["spec"]["containers"]
         }
@@ -196,20 +213,29 @@ def test_operator_upgraded_mid_training(run: Run) -> None:
     def upgrade() -> None:
         t0 = time.monotonic()
         localdeploy.install_operator(
-            dep.cluster.tool("helm"), str(dep.cluster.kubeconfig), release=dep.release,
-            namespace=dep.operator_namespace, watch_namespaces=[dep.namespace],
+            dep.cluster.tool("helm"),
+            str(dep.cluster.kubeconfig),
+            release=dep.release,
+            namespace=dep.operator_namespace,
+            watch_namespaces=[dep.namespace],
             extra={"image": {"tag": new_tag, "pullPolicy": "Never"}},
         )
-        wait_for(lambda: operator_images() == {f"kerasjob/operator:{new_tag}"}, timeout=120,
-                 what="only the upgraded operator Pod left")
+        wait_for(
+            lambda: operator_images() == {f"kerasjob/operator:{new_tag}"},
+            timeout=120,
+            what="only the upgraded operator Pod left",
+        )
         print(f"operator upgraded to {new_tag} in {time.monotonic() - t0:.1f} s")
 
     try:
         result = run_and_disrupt(run, upgrade, resumes=False)
     finally:  # the session's other tests keep the operator they were given
         localdeploy.install_operator(
-            dep.cluster.tool("helm"), str(dep.cluster.kubeconfig), release=dep.release,
-            namespace=dep.operator_namespace, watch_namespaces=[dep.namespace],
+            dep.cluster.tool("helm"),
+            str(dep.cluster.kubeconfig),
+            release=dep.release,
+            namespace=dep.operator_namespace,
+            watch_namespaces=[dep.namespace],
         )
     accuracy, steps = result["final"][-1]
     assert int(steps) == 300 and float(accuracy) >= 0.85
@@ -234,13 +260,17 @@ def test_worker_network_cut_longer_than_the_collective_timeout(run: Run) -> None
         cut["at"] = time.monotonic()
         counted = wait_for(
             lambda: (run.status().get("restarts") or {}).get("disruptions"),
-            timeout=timeout_s + 120, interval=0.5, what="the partition counted as a disruption",
+            timeout=timeout_s + 120,
+            interval=0.5,
+            what="the partition counted as a disruption",
         )
         cut["counted_after"] = time.monotonic() - cut["at"]
         with contextlib.suppress(localdeploy.DeployError):  # gone with its Pod, usually
             localdeploy.netcut(cid, False)
-        print(f"network cut; {counted} disruption(s) counted {cut['counted_after']:.1f} s later "
-              f"(collective timeout {timeout_s} s)")
+        print(
+            f"network cut; {counted} disruption(s) counted {cut['counted_after']:.1f} s later "
+            f"(collective timeout {timeout_s} s)"
+        )
 
     result = run_and_disrupt(run, partition, collectiveTimeoutSeconds=timeout_s)
     assert_exact_resume(result)
@@ -267,8 +297,13 @@ def test_node_not_ready_evicts_and_the_job_resumes(run: Run) -> None:
 
     def operator(extra: dict[str, Any] | None) -> None:
         localdeploy.install_operator(
-            dep.cluster.tool("helm"), str(dep.cluster.kubeconfig), release=dep.release,
-            namespace=dep.operator_namespace, watch_namespaces=[dep.namespace], extra=extra)
+            dep.cluster.tool("helm"),
+            str(dep.cluster.kubeconfig),
+            release=dep.release,
+            namespace=dep.operator_namespace,
+            watch_namespaces=[dep.namespace],
+            extra=extra,
+        )
 
     def node_ready(name: str) -> bool:
         node = dep.kube.get(f"/api/v1/nodes/{name}") or {}
@@ -282,20 +317,34 @@ def test_node_not_ready_evicts_and_the_job_resumes(run: Run) -> None:
         node = pods[workers[0]]["spec"]["nodeName"]
         uids = {p: pod["metadata"]["uid"] for p, pod in pods.items()}
         t0 = time.monotonic()
-        killer = threading.Thread(target=lambda: seen.setdefault(
-            "kubelet_down_s", dep.cluster.restart_component("kubelet", down=KUBELET_DOWN_S)))
+        killer = threading.Thread(
+            target=lambda: seen.setdefault(
+                "kubelet_down_s", dep.cluster.restart_component("kubelet", down=KUBELET_DOWN_S)
+            )
+        )
         killer.start()
-        wait_for(lambda: not node_ready(node), timeout=KUBELET_DOWN_S, interval=1,
-                 what=f"node {node} NotReady")
+        wait_for(
+            lambda: not node_ready(node),
+            timeout=KUBELET_DOWN_S,
+            interval=1,
+            what=f"node {node} NotReady",
+        )
         seen["not_ready_s"] = time.monotonic() - t0
 
         def stuck() -> bool:  # evicted, still there, not replaced
             now = {p: run.kj.get(pod_path(run.ns, p)) or {} for p in workers}
-            return all(pod.get("metadata", {}).get("uid") == uids[p]
-                       and pod["metadata"].get("deletionTimestamp") for p, pod in now.items())
+            return all(
+                pod.get("metadata", {}).get("uid") == uids[p]
+                and pod["metadata"].get("deletionTimestamp")
+                for p, pod in now.items()
+            )
 
-        wait_for(stuck, timeout=max(KUBELET_DOWN_S - seen["not_ready_s"], 1), interval=1,
-                 what="both Pods evicted and left Terminating")
+        wait_for(
+            stuck,
+            timeout=max(KUBELET_DOWN_S - seen["not_ready_s"], 1),
+            interval=1,
+            what="both Pods evicted and left Terminating",
+        )
         seen["evicted_s"] = time.monotonic() - t0
         killer.join(KUBELET_DOWN_S + 150)
         assert not killer.is_alive(), "the kubelet did not come back"
@@ -311,9 +360,11 @@ def test_node_not_ready_evicts_and_the_job_resumes(run: Run) -> None:
         result = run_and_disrupt(run, node_lost, epochs=NODE_LOST_EPOCHS)
     finally:
         operator(None)  # the session's other tests keep the default
-    print(f"kubelet killed: node NotReady after {seen['not_ready_s']:.0f} s, both Pods "
-          f"evicted (Terminating) after {seen['evicted_s']:.0f} s, node Ready again after "
-          f"{seen['ready_again_s']:.0f} s")
+    print(
+        f"kubelet killed: node NotReady after {seen['not_ready_s']:.0f} s, both Pods "
+        f"evicted (Terminating) after {seen['evicted_s']:.0f} s, node Ready again after "
+        f"{seen['ready_again_s']:.0f} s"
+    )
     accuracy, steps = result["final"][-1]
     total = NODE_LOST_EPOCHS * 100  # examples/mnist.yaml: 100 steps per epoch
     assert int(steps) == total and float(accuracy) >= 0.85

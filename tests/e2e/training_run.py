@@ -61,8 +61,10 @@ class Run:
         self.kj.request("POST", f"/api/v1/namespaces/{self.ns}/persistentvolumeclaims", body=claim)
 
     def cleanup(self) -> None:
-        for path in (f"{JOBS.format(ns=self.ns)}/{self.name}",
-                     f"/api/v1/namespaces/{self.ns}/persistentvolumeclaims/{self.claim}"):
+        for path in (
+            f"{JOBS.format(ns=self.ns)}/{self.name}",
+            f"/api/v1/namespaces/{self.ns}/persistentvolumeclaims/{self.claim}",
+        ):
             with contextlib.suppress(ApiError):
                 self.kj.request("DELETE", path)
         if self.pv:
@@ -92,5 +94,3 @@ def mnist_job(name: str, claim: str, example: str = "mnist.yaml", **trainer: Any
 def last_step(text: str) -> int:
     steps = STEP.findall(text)
     return int(steps[-1][0]) if steps else 0
-
-

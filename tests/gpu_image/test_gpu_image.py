@@ -43,8 +43,10 @@ MAX_IMAGE_BYTES = 16e9
 _SITE = re.compile(r"/(?:site|dist)-packages/([A-Za-z_][A-Za-z0-9_]*)(?:/|\.py$)")
 _DIST = re.compile(r"/(?:site|dist)-packages/([A-Za-z0-9_.]+)-([^/-]+)\.dist-info/")
 #: The libraries kerasjob_trainer.gpu_info loads (any major): extracted to be loaded here.
-_LOADED = re.compile(r"lib(cudart|nvJitLink|cublasLt|cublas|cufft|cusparse|cusolver|cudnn|nccl)"
-                     r"\.so\.\d+")
+_LOADED = re.compile(
+    r"lib(cudart|nvJitLink|cublasLt|cublas|cufft|cusparse|cusolver|cudnn|nccl)"
+    r"\.so\.\d+"
+)
 
 
 def archive_path() -> Path:
@@ -93,8 +95,12 @@ def _read(archive: Path, extract_to: Path) -> Image:
                         img.dists[d.group(1).lower().replace("_", "-")] = d.group(2)
                     if m.name == RECORD and m.isfile():
                         img.record = json.load(layer.extractfile(m))  # type: ignore[arg-type]
-                    elif "-packages/nvidia/" in path and "/lib/" in path and ".so" in base \
-                            and (m.isfile() or m.issym()):
+                    elif (
+                        "-packages/nvidia/" in path
+                        and "/lib/" in path
+                        and ".so" in base
+                        and (m.isfile() or m.issym())
+                    ):
                         img.nvidia_libs[path] = m.size
                         if not _LOADED.fullmatch(base):
                             continue
@@ -116,8 +122,10 @@ def _read(archive: Path, extract_to: Path) -> Image:
 def image(tmp_path_factory: pytest.TempPathFactory) -> Image:
     archive = archive_path()
     if not archive.is_file():
-        pytest.fail(f"{archive} does not exist: `make test-gpu-image` builds and exports it "
-                    "(IMAGE_VARIANTS=gpu hack/images/build.sh --export DIR)")
+        pytest.fail(
+            f"{archive} does not exist: `make test-gpu-image` builds and exports it "
+            "(IMAGE_VARIANTS=gpu hack/images/build.sh --export DIR)"
+        )
     return _read(archive, tmp_path_factory.mktemp("gpu-image"))
 
 
@@ -145,10 +153,24 @@ def test_one_tensorflow_the_cuda_one(image: Image) -> None:
     assert "tensorflow-cpu" not in image.dists, "tensorflow_cpu-*.dist-info in the gpu image"
     assert image.record is not None
     assert image.record["distributions"] == {"tensorflow": _pinned_tf()}
-    assert {"tensorflow", "tf_keras", "kerasjob_trainer", "kerasjob_contract",
-            "mlxtend", "nvidia"} <= image.packages
-    shipped_by_mistake = image.packages & {"kopf", "kubernetes", "pydantic", "kerasjob",
-                                           "kerasjob_dev", "pytest", "tests", "jax"}
+    assert {
+        "tensorflow",
+        "tf_keras",
+        "kerasjob_trainer",
+        "kerasjob_contract",
+        "mlxtend",
+        "nvidia",
+    } <= image.packages
+    shipped_by_mistake = image.packages & {
+        "kopf",
+        "kubernetes",
+        "pydantic",
+        "kerasjob",
+        "kerasjob_dev",
+        "pytest",
+        "tests",
+        "jax",
+    }
     assert not shipped_by_mistake, sorted(shipped_by_mistake)
     slow_to_import = image.packages & {"pandas", "sklearn", "matplotlib", "scipy"}
     assert not slow_to_import, sorted(slow_to_import)
@@ -161,8 +183,14 @@ def test_the_nvidia_wheels_match_the_build(image: Image) -> None:
     cudnn_major = info["cudnn_version"].split(".")[0]
     assert image.dists["nvidia-cuda-runtime-cu12"].split(".")[0] == cuda_major
     assert image.dists["nvidia-cudnn-cu12"].split(".")[0] == cudnn_major
-    for wheel in ("nvidia-cublas-cu12", "nvidia-cufft-cu12", "nvidia-cusolver-cu12",
-                  "nvidia-cusparse-cu12", "nvidia-nccl-cu12", "nvidia-nvjitlink-cu12"):
+    for wheel in (
+        "nvidia-cublas-cu12",
+        "nvidia-cufft-cu12",
+        "nvidia-cusolver-cu12",
+        "nvidia-cusparse-cu12",
+        "nvidia-nccl-cu12",
+        "nvidia-nvjitlink-cu12",
+    ):
         assert wheel in image.dists, wheel
 
 
@@ -176,12 +204,19 @@ def test_the_libraries_it_names_are_in_the_image_and_load(image: Image) -> None:
     # Load them here, from the archive, in the record's order (dependencies first), in a
     # fresh interpreter: present, complete, and loadable without a GPU or the driver.
     paths = [str(image.extracted / lib["path"].lstrip("/")) for lib in libs]
-    code = ("import ctypes, sys\n"
-            "for p in sys.argv[1:]:\n"
-            "    ctypes.CDLL(p, mode=ctypes.RTLD_GLOBAL)\n"
-            "print(len(sys.argv) - 1)\n")
-    proc = subprocess.run([sys.executable, "-c", code, *paths],
-                          capture_output=True, text=True, timeout=300, check=False)
+    code = (
+        "import ctypes, sys\n"
+        "for p in sys.argv[1:]:\n"
+        "    ctypes.CDLL(p, mode=ctypes.RTLD_GLOBAL)\n"
+        "print(len(sys.argv) - 1)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *paths],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == str(len(paths))
 
@@ -198,12 +233,13 @@ def test_size_is_recorded(image: Image) -> None:
         "tensorflow": image.record["tensorflow"],
         "build_info": image.record["build_info"],
         "libraries": {lib["soname"]: lib["path"] for lib in image.record["libraries"]},
-        "nvidia_wheels": {k: v for k, v in sorted(image.dists.items())
-                          if k.startswith("nvidia-")},
+        "nvidia_wheels": {k: v for k, v in sorted(image.dists.items()) if k.startswith("nvidia-")},
     }
     out = Path(os.environ.get("KERASJOB_RUN", REPO_ROOT / ".run")) / "images" / "trainer-gpu.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"\n{report['image']}: {image.layer_bytes / 1e9:.2f} GB in layers "
-          f"({nvidia / 1e9:.2f} GB NVIDIA libraries); report: {out}")
+    print(
+        f"\n{report['image']}: {image.layer_bytes / 1e9:.2f} GB in layers "
+        f"({nvidia / 1e9:.2f} GB NVIDIA libraries); report: {out}"
+    )
     assert 1e9 < image.layer_bytes < MAX_IMAGE_BYTES

@@ -205,5 +205,3 @@ def forbidden(log: Path) -> list[str]:
         if (re.search(r"(?<![\d,.:])403(?!\d)", line) or "orbidden" in line)
         and not any(h in line for h in _HARMLESS)
     ]
-
-

@@ -32,7 +32,12 @@ def _quick(cluster: Cluster, script: str, out: Path, *args: str) -> tuple[dict[s
     env["KERASJOB_TEST_CLUSTER"] = "current"
     proc = subprocess.run(
         [sys.executable, str(ROOT / "bench" / script), "--quick", "--out", str(out), *args],
-        capture_output=True, text=True, timeout=540, check=False, env=env)
+        capture_output=True,
+        text=True,
+        timeout=540,
+        check=False,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads(out.read_text()), proc.stdout
 
@@ -49,8 +54,13 @@ def test_scale_bench_quick(cluster: Cluster, kwok_placement: Any, tmp_path: Path
     result, _ = _quick(cluster, "scale.py", tmp_path / "scale.json")
     assert result["quick"] and [lv["jobs"] for lv in result["levels"]] == [5]
     level = result["levels"][0]
-    assert {"create_to_all_running_s", "disrupt_to_all_running_s", "finish_to_all_succeeded_s",
-            "delete_to_all_pods_gone_s", "operator_peak_rss_mib"} <= set(level)
+    assert {
+        "create_to_all_running_s",
+        "disrupt_to_all_running_s",
+        "finish_to_all_succeeded_s",
+        "delete_to_all_pods_gone_s",
+        "operator_peak_rss_mib",
+    } <= set(level)
 
 
 def test_gang_bench_quick(cluster: Cluster, kwok_placement: Any, tmp_path: Path) -> None:
@@ -60,8 +70,7 @@ def test_gang_bench_quick(cluster: Cluster, kwok_placement: Any, tmp_path: Path)
     assert on["succeeded"] == on["jobs"] == 6, on  # with gangs every job gets its turn
 
 
-def test_compare_tfjob_bench_quick(cluster: Cluster, kwok_placement: Any,
-                                   tmp_path: Path) -> None:
+def test_compare_tfjob_bench_quick(cluster: Cluster, kwok_placement: Any, tmp_path: Path) -> None:
     result, stdout = _quick(cluster, "compare_tfjob.py", tmp_path / "compare_tfjob.json")
     assert result["quick"] and result["jobs"] == 5
     assert "quick: skipping the TFJob side" in stdout and result["tfjob_skipped"]

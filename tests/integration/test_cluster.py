@@ -233,8 +233,9 @@ def test_gang_scheduling_api_is_served_and_a_cluster_with_other_gates_is_not_reu
     if not cluster.local:
         pytest.skip("hack/cluster/up.sh manages the local cluster only")
     found = client.ApisApi(kube).get_api_versions()
-    versions = {v.group_version for g in found.groups if g.name == "scheduling.k8s.io"
-                for v in g.versions}
+    versions = {
+        v.group_version for g in found.groups if g.name == "scheduling.k8s.io" for v in g.versions
+    }
     if os.environ.get("KUBE_RUNTIME_CONFIG", None) == "":
         assert "scheduling.k8s.io/v1alpha2" not in versions
     else:
@@ -243,8 +244,13 @@ def test_gang_scheduling_api_is_served_and_a_cluster_with_other_gates_is_not_reu
     same = subprocess.run(check, capture_output=True, text=True, timeout=60)
     assert same.returncode == 0, same.stderr
     other = os.environ.get("KUBE_FEATURE_GATES", "GenericWorkload=true") + ",Other=true"
-    changed = subprocess.run(check, capture_output=True, text=True, timeout=60,
-                             env={**os.environ, "KUBE_FEATURE_GATES": other})
+    changed = subprocess.run(
+        check,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "KUBE_FEATURE_GATES": other},
+    )
     assert changed.returncode == 1
 
 

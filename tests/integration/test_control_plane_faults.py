@@ -78,16 +78,23 @@ def converged(kube: Any, ns: str, expected: dict[str, dict[str, int]]) -> bool:
     for name, restarts in expected.items():
         status = job_status(kube, ns, name)
         children = pods(kube, ns, name)
-        if (status.get("phase") != "Running" or status.get("restarts") != restarts
-                or len(children) != WORKERS):
-            running = next((c for c in status.get("conditions") or []
-                            if c.get("type") == "Running"), {})
+        if (
+            status.get("phase") != "Running"
+            or status.get("restarts") != restarts
+            or len(children) != WORKERS
+        ):
+            running = next(
+                (c for c in status.get("conditions") or [] if c.get("type") == "Running"), {}
+            )
             raise AssertionError(
                 f"{name}: {status.get('phase')}, restarts {status.get('restarts')} (want "
                 f"{restarts}), Running condition {running.get('reason')}: "
-                f"{running.get('message')}; Pods " + ", ".join(
+                f"{running.get('message')}; Pods "
+                + ", ".join(
                     f"{n} {p.status.phase} on {p.spec.node_name}"
-                    for n, p in sorted(children.items())))
+                    for n, p in sorted(children.items())
+                )
+            )
     return True
 
 
@@ -115,13 +122,17 @@ def control_plane_settled(kube: Any, ns: str, placement: dict[str, Any]) -> floa
     disrupt only once the scheduler and KWOK are serving again."""
     start = time.monotonic()
     name = f"probe-{int(start * 1000) % 100000}"
-    core(kube).create_namespaced_pod(ns, {
-        "metadata": {"name": name},
-        "spec": {**placement, "containers": [{"name": "c", "image": "probe"}]},
-    })
+    core(kube).create_namespaced_pod(
+        ns,
+        {
+            "metadata": {"name": name},
+            "spec": {**placement, "containers": [{"name": "c", "image": "probe"}]},
+        },
+    )
     wait_for(
         lambda: core(kube).read_namespaced_pod(name, ns).status.phase == "Running",
-        timeout=60, what="a probe Pod scheduled and Running after the restart",
+        timeout=60,
+        what="a probe Pod scheduled and Running after the restart",
     )
     core(kube).delete_namespaced_pod(name, ns, grace_period_seconds=0)
     wait_for(
@@ -139,7 +150,8 @@ def total_requests(op: OperatorProcess) -> float:
 def delete_a_pod(kube: Any, ns: str, name: str) -> None:
     pod = core(kube).read_namespaced_pod(name, ns)
     core(kube).delete_namespaced_pod(
-        name, ns,
+        name,
+        ns,
         body=client.V1DeleteOptions(
             grace_period_seconds=0, preconditions=client.V1Preconditions(uid=pod.metadata.uid)
         ),
@@ -172,7 +184,8 @@ def test_control_plane_restart_mid_training(
     delete_a_pod(kube, namespace, "a-worker-1")
     wait_for(
         lambda: converged(
-            kube, namespace,
+            kube,
+            namespace,
             {"a": {"disruptions": 1, "failures": 0}, "b": {"disruptions": 0, "failures": 0}},
         ),
         timeout=60,
@@ -181,9 +194,11 @@ def test_control_plane_restart_mid_training(
     recovered = time.monotonic() - back
     no_duplicates_or_orphans(kube, namespace, jobs)
     requests = total_requests(operator) - before
-    print(f"\n{component} down {down:.1f} s; scheduler and KWOK serving {settled:.1f} s after; "
-          f"the disruption then handled {recovered:.1f} s after the restart; "
-          f"{requests:.0f} API requests by the operator")
+    print(
+        f"\n{component} down {down:.1f} s; scheduler and KWOK serving {settled:.1f} s after; "
+        f"the disruption then handled {recovered:.1f} s after the restart; "
+        f"{requests:.0f} API requests by the operator"
+    )
     assert requests <= MAX_REQUESTS_PER_FAULT_SECOND * (down + recovered), requests
 
 
@@ -213,7 +228,9 @@ def test_api_server_restart_mid_reconcile(
         timeout=240,
         what="every job Running with its Pods, nothing counted",
     )
-    print(f"\nkube-apiserver down {down:.1f} s mid-creation; all {len(jobs)} jobs' Pods created "
-          f"{created:.1f} s and Running {time.monotonic() - back:.1f} s after it came back")
+    print(
+        f"\nkube-apiserver down {down:.1f} s mid-creation; all {len(jobs)} jobs' Pods created "
+        f"{created:.1f} s and Running {time.monotonic() - back:.1f} s after it came back"
+    )
     no_duplicates_or_orphans(kube, namespace, jobs)
     assert operator.alive() and operator.starts == 1

@@ -27,14 +27,26 @@ def test_converted_tfjob_passes_server_dry_run(
     install_crds(cluster)
     job, _ = convert_tfjob(yaml.safe_load(path.read_text()))
     job["metadata"]["namespace"] = namespace
-    stored = KerasJobClient(namespace, kubeconfig=str(cluster.kubeconfig)).create(
-        job, dry_run=True)
+    stored = KerasJobClient(namespace, kubeconfig=str(cluster.kubeconfig)).create(job, dry_run=True)
     assert stored.spec.workers == job["spec"]["workers"]
 
     # The same through the CLI: convert to a file, submit it as a dry run.
     converted = tmp_path / "kerasjob.yaml"
     assert cli.main(["convert", str(path)]) == 0
     converted.write_text(capsys.readouterr().out)
-    assert cli.main(["--kubeconfig", str(cluster.kubeconfig), "submit", "--dry-run",
-                     "-f", str(converted), "-n", namespace]) == 0
+    assert (
+        cli.main(
+            [
+                "--kubeconfig",
+                str(cluster.kubeconfig),
+                "submit",
+                "--dry-run",
+                "-f",
+                str(converted),
+                "-n",
+                namespace,
+            ]
+        )
+        == 0
+    )
     assert capsys.readouterr().out.endswith("created (server dry run)\n")

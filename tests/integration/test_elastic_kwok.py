@@ -66,16 +66,20 @@ def _set_slots(kube: Any, slots: dict[str, int | None]) -> None:
     """Each node's slots (None: remove the resource)."""
     for name, n in slots.items():
         value = None if n is None else str(n)
-        core(kube).patch_node_status(name, {"status": {"capacity": {SLOT: value},
-                                                       "allocatable": {SLOT: value}}})
+        core(kube).patch_node_status(
+            name, {"status": {"capacity": {SLOT: value}, "allocatable": {SLOT: value}}}
+        )
 
 
 def _elastic_job(name: str) -> dict[str, Any]:
-    body = job_manifest(name, workers=PREFERRED, elastic={
-        "minWorkers": 1, "shrinkAfterSeconds": 1, "resizeCooldownSeconds": COOLDOWN})
-    body["spec"]["template"]["spec"]["containers"] = [{
-        "name": "trainer",
-        "resources": {"requests": {SLOT: "1"}, "limits": {SLOT: "1"}}}]
+    body = job_manifest(
+        name,
+        workers=PREFERRED,
+        elastic={"minWorkers": 1, "shrinkAfterSeconds": 1, "resizeCooldownSeconds": COOLDOWN},
+    )
+    body["spec"]["template"]["spec"]["containers"] = [
+        {"name": "trainer", "resources": {"requests": {SLOT: "1"}, "limits": {SLOT: "1"}}}
+    ]
     return body
 
 
@@ -117,18 +121,25 @@ def _describe(kube: Any, ns: str) -> str:
     lines = []
     for name, s in _statuses(kube, ns).items():
         running = next((c for c in s.get("conditions") or [] if c["type"] == "Running"), {})
-        lines.append(f"{name}: {s.get('phase')} {s.get('elastic')} ready "
-                     f"{s.get('replicaStatuses', {}).get('worker')} restarts "
-                     f"{s.get('restarts')} | {running.get('reason')}: "
-                     f"{running.get('message', '')[:100]}")
+        lines.append(
+            f"{name}: {s.get('phase')} {s.get('elastic')} ready "
+            f"{s.get('replicaStatuses', {}).get('worker')} restarts "
+            f"{s.get('restarts')} | {running.get('reason')}: "
+            f"{running.get('message', '')[:100]}"
+        )
     for name, p in sorted(pods(kube, ns).items()):
-        lines.append(f"  {name}: {p.status.phase} {p.spec.node_name} "
-                     f"{'deleting' if p.metadata.deletion_timestamp else ''}")
+        lines.append(
+            f"  {name}: {p.status.phase} {p.spec.node_name} "
+            f"{'deleting' if p.metadata.deletion_timestamp else ''}"
+        )
     return "\n".join(lines)
 
 
 def test_twenty_elastic_jobs_follow_the_capacity(
-    kube: Any, cluster: Cluster, operator: OperatorProcess, namespace: str,
+    kube: Any,
+    cluster: Cluster,
+    operator: OperatorProcess,
+    namespace: str,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     ns = namespace
@@ -136,7 +147,7 @@ def test_twenty_elastic_jobs_follow_the_capacity(
     if len(nodes) < 2 or len(nodes) % 2:
         pytest.skip("needs an even number of KWOK nodes (hack/cluster/up.sh makes 4)")
     per_node = SLOTS // len(nodes)
-    reclaimed = nodes[len(nodes) // 2:]
+    reclaimed = nodes[len(nodes) // 2 :]
     full = dict.fromkeys(nodes, per_node)
     _set_slots(kube, full)
     lost_s: list[float] = []
@@ -145,8 +156,12 @@ def test_twenty_elastic_jobs_follow_the_capacity(
     try:
         for i in range(JOBS):
             create_job(kube, ns, _elastic_job(f"e{i}"))
-        wait_for(lambda: _settled(kube, ns, PREFERRED), timeout=300, interval=0.5,
-                 what="20 jobs running at 3 workers")
+        wait_for(
+            lambda: _settled(kube, ns, PREFERRED),
+            timeout=300,
+            interval=0.5,
+            what="20 jobs running at 3 workers",
+        )
         for cycle in range(3):
             # Spot capacity reclaimed: half the nodes lose their slots and their Pods.
             _set_slots(kube, dict.fromkeys(reclaimed, 0))
@@ -154,8 +169,12 @@ def test_twenty_elastic_jobs_follow_the_capacity(
             for name, pod in pods(kube, ns).items():
                 if pod.spec.node_name in reclaimed:
                     core(kube).delete_namespaced_pod(name, ns)
-            shrunk = wait_for(lambda: _converged(kube, ns, SLOTS // 2), timeout=180,
-                              interval=0.5, what=f"cycle {cycle}: converged on 30 slots")
+            shrunk = wait_for(
+                lambda: _converged(kube, ns, SLOTS // 2),
+                timeout=180,
+                interval=0.5,
+                what=f"cycle {cycle}: converged on 30 slots",
+            )
             lost_s.append(time.monotonic() - start)
             sizes = sorted(st["elastic"]["workers"] for st in shrunk.values())
             # Stable: no resize for two cool-downs, all 30 slots still in use.
@@ -163,31 +182,48 @@ def test_twenty_elastic_jobs_follow_the_capacity(
             time.sleep(2 * COOLDOWN)
             still = _converged(kube, ns, SLOTS // 2)
             assert still and {n: st["elastic"]["resizes"] for n, st in still.items()} == (
-                resizes), "resizes went on without a change of capacity"
+                resizes
+            ), "resizes went on without a change of capacity"
             # Each running job below its preferred size says where its grow stands (a probe
             # waiting for a place, or another job waiting for one); one waiting for a place
             # itself at minWorkers is not running, and its Running condition says why.
-            growth = {n: st["elastic"].get("growth") for n, st in still.items()
-                      if st["elastic"]["workers"] < PREFERRED and st["phase"] == "Running"}
+            growth = {
+                n: st["elastic"].get("growth")
+                for n, st in still.items()
+                if st["elastic"]["workers"] < PREFERRED and st["phase"] == "Running"
+            }
             assert all(growth.values()), growth
             if growth and not described:  # and `kerasjob describe` shows it
                 name = min(growth)
-                assert cli.main(["--kubeconfig", str(cluster.kubeconfig), "describe", name,
-                                 "-n", ns]) == 0
+                assert (
+                    cli.main(["--kubeconfig", str(cluster.kubeconfig), "describe", name, "-n", ns])
+                    == 0
+                )
                 # (the scheduler's words in it may have changed since)
-                shown = [line for line in capsys.readouterr().out.splitlines()
-                         if line.startswith("  growing: ")]
+                shown = [
+                    line
+                    for line in capsys.readouterr().out.splitlines()
+                    if line.startswith("  growing: ")
+                ]
                 assert len(shown) == 1 and shown[0].split()[1] == growth[name].split()[0], (
-                    shown, growth[name])
+                    shown,
+                    growth[name],
+                )
                 described = True
 
             _set_slots(kube, full)
             start = time.monotonic()
-            wait_for(lambda: _settled(kube, ns, PREFERRED), timeout=180, interval=0.5,
-                     what=f"cycle {cycle}: all grown back to 3")
+            wait_for(
+                lambda: _settled(kube, ns, PREFERRED),
+                timeout=180,
+                interval=0.5,
+                what=f"cycle {cycle}: all grown back to 3",
+            )
             back_s.append(time.monotonic() - start)
-            print(f"cycle {cycle}: sizes on 30 slots {sizes}; lost -> converged "
-                  f"{lost_s[-1]:.1f}s, back -> full size {back_s[-1]:.1f}s")
+            print(
+                f"cycle {cycle}: sizes on 30 slots {sizes}; lost -> converged "
+                f"{lost_s[-1]:.1f}s, back -> full size {back_s[-1]:.1f}s"
+            )
 
         assert described, "no cycle had a running job below its preferred size"
         # No job flapped: a grow never came sooner than the cool-down after a resize.
@@ -202,18 +238,32 @@ def test_twenty_elastic_jobs_follow_the_capacity(
             labels = f'namespace="{ns}",name="{name}"'
             scraped = operator.metrics()
             assert scraped[f"kerasjob_operator_elastic_workers{{{labels}}}"] == PREFERRED
-            assert scraped[f"kerasjob_operator_elastic_resizes_total{{{labels}}}"] == s[
-                "elastic"]["resizes"]
+            assert (
+                scraped[f"kerasjob_operator_elastic_resizes_total{{{labels}}}"]
+                == s["elastic"]["resizes"]
+            )
 
         # Finish: every chief exits 0; the jobs succeed, no probe or running Pod is left.
         for i in range(JOBS):
             set_container_exit(cluster, ns, f"e{i}-worker-0", 0, in_place=False)
-        wait_for(lambda: all(s.get("phase") == "Succeeded"
-                             for s in _statuses(kube, ns).values()),
-                 timeout=120, interval=0.5, what="every job Succeeded")
-        wait_for(lambda: not [p for p in pods(kube, ns).values()
-                              if p.status.phase not in ("Succeeded", "Failed")],
-                 timeout=120, interval=0.5, what="no running Pod or probe left")
+        wait_for(
+            lambda: all(s.get("phase") == "Succeeded" for s in _statuses(kube, ns).values()),
+            timeout=120,
+            interval=0.5,
+            what="every job Succeeded",
+        )
+        wait_for(
+            lambda: (
+                not [
+                    p
+                    for p in pods(kube, ns).values()
+                    if p.status.phase not in ("Succeeded", "Failed")
+                ]
+            ),
+            timeout=120,
+            interval=0.5,
+            what="no running Pod or probe left",
+        )
         assert not [n for n in pods(kube, ns) if "-probe-" in n]
     except BaseException:
         print(_describe(kube, ns), operator.log_tail(), sep="\n")
@@ -223,6 +273,8 @@ def test_twenty_elastic_jobs_follow_the_capacity(
             delete_job(kube, ns, f"e{i}")
         _set_slots(kube, dict.fromkeys(nodes, None))
     wait_for(lambda: not pods(kube, ns), timeout=120, interval=0.5, what="every Pod gone")
-    print(f"elastic x{JOBS}: capacity lost -> converged: median "
-          f"{statistics.median(lost_s):.1f}s, max {max(lost_s):.1f}s; capacity back -> all at "
-          f"3 workers: median {statistics.median(back_s):.1f}s, max {max(back_s):.1f}s")
+    print(
+        f"elastic x{JOBS}: capacity lost -> converged: median "
+        f"{statistics.median(lost_s):.1f}s, max {max(lost_s):.1f}s; capacity back -> all at "
+        f"3 workers: median {statistics.median(back_s):.1f}s, max {max(back_s):.1f}s"
+    )

@@ -64,80 +64,140 @@ def few(fields: dict[str, Any], most: int) -> Any:
 
 
 json_leaf = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**40), 2**40),
-    st.floats(allow_nan=False, allow_infinity=False, width=32), st.text(max_size=12),
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**40), 2**40),
+    st.floats(allow_nan=False, allow_infinity=False, width=32),
+    st.text(max_size=12),
 )
 json_any = st.recursive(
     json_leaf,
-    lambda inner: st.lists(inner, max_size=3)
-    | st.dictionaries(st.text(min_size=1, max_size=8), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.text(min_size=1, max_size=8), inner, max_size=3)
+    ),
     max_leaves=12,
 )
 quantity = st.sampled_from(["1", "100m", "0.5", "1Gi", "lots", "-1", "1e3", "", "2Ki"])
 container = st.fixed_dictionaries(
     {"name": st.sampled_from(["trainer", "trainer", "sidecar", "Bad_Name"])}
-).flatmap(lambda named: few({
-        "image": st.sampled_from(["busybox", "", "kerasjob/trainer:test", None]),
-        "resources": st.fixed_dictionaries({}, optional={
-            "requests": st.dictionaries(st.sampled_from(["cpu", "memory"]), quantity, max_size=2),
-            "limits": st.dictionaries(st.sampled_from(["cpu", "memory"]), quantity, max_size=2),
-        }),
-        "resorces": json_any,
-        "env": st.lists(
-            st.fixed_dictionaries({
-                "name": st.sampled_from(["A", "TF_CONFIG", "KERASJOB_ROLE", "bad name"]),
-                "value": st.text(max_size=6),
-            }),
-            max_size=2,
+).flatmap(
+    lambda named: few(
+        {
+            "image": st.sampled_from(["busybox", "", "kerasjob/trainer:test", None]),
+            "resources": st.fixed_dictionaries(
+                {},
+                optional={
+                    "requests": st.dictionaries(
+                        st.sampled_from(["cpu", "memory"]), quantity, max_size=2
+                    ),
+                    "limits": st.dictionaries(
+                        st.sampled_from(["cpu", "memory"]), quantity, max_size=2
+                    ),
+                },
+            ),
+            "resorces": json_any,
+            "env": st.lists(
+                st.fixed_dictionaries(
+                    {
+                        "name": st.sampled_from(["A", "TF_CONFIG", "KERASJOB_ROLE", "bad name"]),
+                        "value": st.text(max_size=6),
+                    }
+                ),
+                max_size=2,
+            ),
+            "args": st.lists(st.text(max_size=6), max_size=2),
+            "ports": st.lists(
+                st.fixed_dictionaries({"containerPort": st.integers(-1, 70000)}), max_size=1
+            ),
+            "volumeMounts": st.lists(
+                st.fixed_dictionaries(
+                    {
+                        "name": st.sampled_from(["data", "kerasjob-checkpoint"]),
+                        "mountPath": st.sampled_from(["/data", "/kerasjob/checkpoint", "relative"]),
+                    }
+                ),
+                max_size=1,
+            ),
+        },
+        2,
+    ).map(lambda extra: {**named, **extra})
+)
+pod_spec = few(
+    {
+        "containers": st.none() | st.lists(container, max_size=2),
+        "nodeSelector": st.dictionaries(
+            st.sampled_from(["type", "zone"]), st.sampled_from(["kwok", "nowhere"]), max_size=1
         ),
-        "args": st.lists(st.text(max_size=6), max_size=2),
-        "ports": st.lists(st.fixed_dictionaries(
-            {"containerPort": st.integers(-1, 70000)}), max_size=1),
-        "volumeMounts": st.lists(st.fixed_dictionaries({
-            "name": st.sampled_from(["data", "kerasjob-checkpoint"]),
-            "mountPath": st.sampled_from(["/data", "/kerasjob/checkpoint", "relative"]),
-        }), max_size=1),
-    }, 2).map(lambda extra: {**named, **extra}))
-pod_spec = few({
-    "containers": st.none() | st.lists(container, max_size=2),
-    "nodeSelector": st.dictionaries(st.sampled_from(["type", "zone"]),
-                                    st.sampled_from(["kwok", "nowhere"]), max_size=1),
-    "restartPolicy": st.sampled_from(["Always", "Never"]),
-    "priority": st.integers(-5, 5) | st.text(max_size=3),
-    "securityContext": st.fixed_dictionaries({}, optional={
-        "runAsNonRoot": st.booleans(), "runAsUser": st.integers(-1, 2000)}),
-    "volumes": st.lists(st.fixed_dictionaries({
-        "name": st.sampled_from(["data", "kerasjob-checkpoint", "BAD"]),
-        "emptyDir": st.just({}),
-    }), max_size=1),
-    "junk": json_any,
-}, 2)
-template = few({
-    "metadata": st.fixed_dictionaries({}, optional={
-        "labels": st.dictionaries(st.sampled_from(["a", "b/c", "bad key!"]),
-                                  st.text(max_size=6), max_size=2),
-        "annotations": st.dictionaries(st.sampled_from(["a", "b"]),
-                                       st.sampled_from(["x", "y" * 300_000]), max_size=1),
-    }),
-    "spec": pod_spec,
-    "replicas": st.integers(0, 3),
-}, 2)
-checkpoint = few({
-    "volume": st.sampled_from([
-        {"hostPath": {"path": "/tmp/kerasjob-ckpt"}}, {"emptyDir": {}},
-        {"persistentVolumeclaim": {"claimName": "c"}}, {"hostPath": {"path": "/a"}, "nfs": {}},
-    ]),
-    "mountPath": st.sampled_from(
-        ["/kerasjob/checkpoint", "/", "/../../etc", "/data/ckpt", "relative", "/tmp", "//x"]),
-    "saveFreq": st.integers(-1, 100),
-}, 1)
-trainer = few({
-    "model": st.sampled_from(["mnist-mlp", "Bad Model!", "pkg.mod:fn", ""]),
-    "epochs": st.integers(-1, 3),
-    "learningRate": st.floats(-1, 1, allow_nan=False),
-    "dataset": st.sampled_from([{"source": "synthetic"}, {"source": "path"}, {"source": "s3"},
-                                {"source": "path", "path": "/data/x.npz"}]),
-}, 2)
+        "restartPolicy": st.sampled_from(["Always", "Never"]),
+        "priority": st.integers(-5, 5) | st.text(max_size=3),
+        "securityContext": st.fixed_dictionaries(
+            {}, optional={"runAsNonRoot": st.booleans(), "runAsUser": st.integers(-1, 2000)}
+        ),
+        "volumes": st.lists(
+            st.fixed_dictionaries(
+                {
+                    "name": st.sampled_from(["data", "kerasjob-checkpoint", "BAD"]),
+                    "emptyDir": st.just({}),
+                }
+            ),
+            max_size=1,
+        ),
+        "junk": json_any,
+    },
+    2,
+)
+template = few(
+    {
+        "metadata": st.fixed_dictionaries(
+            {},
+            optional={
+                "labels": st.dictionaries(
+                    st.sampled_from(["a", "b/c", "bad key!"]), st.text(max_size=6), max_size=2
+                ),
+                "annotations": st.dictionaries(
+                    st.sampled_from(["a", "b"]), st.sampled_from(["x", "y" * 300_000]), max_size=1
+                ),
+            },
+        ),
+        "spec": pod_spec,
+        "replicas": st.integers(0, 3),
+    },
+    2,
+)
+checkpoint = few(
+    {
+        "volume": st.sampled_from(
+            [
+                {"hostPath": {"path": "/tmp/kerasjob-ckpt"}},
+                {"emptyDir": {}},
+                {"persistentVolumeclaim": {"claimName": "c"}},
+                {"hostPath": {"path": "/a"}, "nfs": {}},
+            ]
+        ),
+        "mountPath": st.sampled_from(
+            ["/kerasjob/checkpoint", "/", "/../../etc", "/data/ckpt", "relative", "/tmp", "//x"]
+        ),
+        "saveFreq": st.integers(-1, 100),
+    },
+    1,
+)
+trainer = few(
+    {
+        "model": st.sampled_from(["mnist-mlp", "Bad Model!", "pkg.mod:fn", ""]),
+        "epochs": st.integers(-1, 3),
+        "learningRate": st.floats(-1, 1, allow_nan=False),
+        "dataset": st.sampled_from(
+            [
+                {"source": "synthetic"},
+                {"source": "path"},
+                {"source": "s3"},
+                {"source": "path", "path": "/data/x.npz"},
+            ]
+        ),
+    },
+    2,
+)
 replica = few({"replicas": st.integers(-1, 2), "template": template}, 2)
 spec_fields = {
     "workers": st.integers(-1, 4) | st.just("two") | st.just(1001),
@@ -186,7 +246,8 @@ def outcome(status: dict[str, Any]) -> str | None:
         for type_ in ("Running", "Created"):
             cond = condition(status, type_) or {}
             if cond.get("status") == "False" and cond.get("reason") in (
-                "Unschedulable", "CreateForbidden",
+                "Unschedulable",
+                "CreateForbidden",
             ):
                 assert cond.get("message"), status
                 return "waiting"
@@ -222,8 +283,11 @@ OUTCOMES: dict[str, int] = {}
     deadline=None,
     derandomize=SEED == 0,
     database=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                           HealthCheck.data_too_large],
+    suppress_health_check=[
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+    ],
 )
 @given(spec=spec, prefix=name_prefix)
 def test_every_job_is_rejected_runs_fails_or_waits_with_a_reason(
@@ -246,8 +310,7 @@ def test_every_job_is_rejected_runs_fails_or_waits_with_a_reason(
         lambda: outcome(job_status(kube, fuzz_ns, name)),
         timeout=SETTLE_SECONDS,
         interval=0.2,
-        what=f"KerasJob {name} to run, fail with a reason or wait with one "
-        f"(spec {spec!r:.2000})",
+        what=f"KerasJob {name} to run, fail with a reason or wait with one (spec {spec!r:.2000})",
     )
     OUTCOMES[end] = OUTCOMES.get(end, 0) + 1
     assert operator.alive(), operator.log_tail()

@@ -55,6 +55,7 @@ from kerasjob_dev.harness import (
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 
+
 @pytest.fixture
 def namespace(kube: Any, kwok_placement: dict[str, Any]) -> Iterator[str]:
     yield from own_namespace(kube, "gang")
@@ -82,13 +83,15 @@ def slots(kube: Any) -> Iterator[Callable[[int], None]]:
 
 
 def pod_groups(kube: Any, ns: str) -> list[dict[str, Any]]:
-    return custom(kube).list_namespaced_custom_object(
-        gang.GROUP, gang.VERSION, ns, gang.PODGROUPS)["items"]
+    return custom(kube).list_namespaced_custom_object(gang.GROUP, gang.VERSION, ns, gang.PODGROUPS)[
+        "items"
+    ]
 
 
 def workloads(kube: Any, ns: str) -> list[dict[str, Any]]:
-    return custom(kube).list_namespaced_custom_object(
-        gang.GROUP, gang.VERSION, ns, gang.WORKLOADS)["items"]
+    return custom(kube).list_namespaced_custom_object(gang.GROUP, gang.VERSION, ns, gang.WORKLOADS)[
+        "items"
+    ]
 
 
 def test_a_job_larger_than_the_free_capacity_binds_no_pod_and_says_why(
@@ -113,13 +116,13 @@ def test_a_job_larger_than_the_free_capacity_binds_no_pod_and_says_why(
     assert s["phase"] == "Pending"
     (group,) = pod_groups(kube, ns)
     assert group["spec"]["schedulingPolicy"] == {"gang": {"minCount": 9}}
-    scheduled = next(c for c in group["status"]["conditions"]
-                     if c["type"] == "PodGroupScheduled")
+    scheduled = next(c for c in group["status"]["conditions"] if c["type"] == "PodGroupScheduled")
     assert (scheduled["status"], scheduled["reason"]) == ("False", "Unschedulable")
     everyone = pods(kube, ns, "big")
     assert len(everyone) == 9
     assert {p.spec.scheduling_group.pod_group_name for p in everyone.values()} == {
-        group["metadata"]["name"]}
+        group["metadata"]["name"]
+    }
     # Nothing bound, and it stays so (8 of the 9 would fit one by one).
     for _ in range(10):
         assert bound(kube, ns) == {"big": 0}
@@ -188,12 +191,12 @@ def test_a_fitting_job_runs_normally_in_its_own_gang(
     for obj in (group, workload):
         (ref,) = obj["metadata"]["ownerReferences"]
         assert (ref["kind"], ref["uid"], ref["controller"]) == ("KerasJob", uid, True)
-    assert workload["spec"]["podGroupTemplates"][0]["schedulingPolicy"] == {
-        "gang": {"minCount": 4}}
-    assert group["spec"]["podGroupTemplateRef"]["workload"]["workloadName"] == (
-        workload["metadata"]["name"])
-    scheduled = next(c for c in group["status"]["conditions"]
-                     if c["type"] == "PodGroupScheduled")
+    assert workload["spec"]["podGroupTemplates"][0]["schedulingPolicy"] == {"gang": {"minCount": 4}}
+    assert (
+        group["spec"]["podGroupTemplateRef"]["workload"]["workloadName"]
+        == (workload["metadata"]["name"])
+    )
+    scheduled = next(c for c in group["status"]["conditions"] if c["type"] == "PodGroupScheduled")
     assert scheduled["status"] == "True"
     s = job_status(kube, ns, "fit")
     assert s["replicaStatuses"]["worker"]["ready"] == 4
@@ -203,8 +206,11 @@ def test_a_fitting_job_runs_normally_in_its_own_gang(
     # Deleted with the job (owner references; the PodGroup's protection finalizer lets it
     # go once its Pods are gone): nothing is left behind.
     delete_job(kube, ns, "fit")
-    wait_for(lambda: not pod_groups(kube, ns) and not workloads(kube, ns) and not pods(kube, ns),
-             timeout=60, what="the PodGroup, Workload and Pods garbage-collected with the job")
+    wait_for(
+        lambda: not pod_groups(kube, ns) and not workloads(kube, ns) and not pods(kube, ns),
+        timeout=60,
+        what="the PodGroup, Workload and Pods garbage-collected with the job",
+    )
 
 
 JOBS, WORKERS, SLOTS_PER_NODE = 50, 8, 6  # 4 nodes x 6 = 24 places: 3 jobs at a time
@@ -218,13 +224,15 @@ def test_fifty_competing_eight_worker_jobs_all_finish(
     assert got["succeeded"] == JOBS, got
     assert len(got["bound_seconds"]) == JOBS  # every job's 8 Pods were bound
     assert len(pod_groups(kube, namespace)) == JOBS
-    print(f"\n{JOBS} jobs x {WORKERS} workers, places for {SLOTS_PER_NODE * 4 // WORKERS} "
-          f"at a time: all Succeeded in {got['total_seconds']:.1f} s; created -> all Pods "
-          f"bound: median {got['bound_median_seconds']:.1f} s, max "
-          f"{got['bound_max_seconds']:.1f} s; places freed -> next gang bound: median "
-          f"{got['freed_to_next_bound_median_seconds']} s; one gang's binds spread over max "
-          f"{got['bind_spread_max_seconds']:.0f} s (1 s resolution); at most "
-          f"{got['most_pods_bound']} Pods bound at once")
+    print(
+        f"\n{JOBS} jobs x {WORKERS} workers, places for {SLOTS_PER_NODE * 4 // WORKERS} "
+        f"at a time: all Succeeded in {got['total_seconds']:.1f} s; created -> all Pods "
+        f"bound: median {got['bound_median_seconds']:.1f} s, max "
+        f"{got['bound_max_seconds']:.1f} s; places freed -> next gang bound: median "
+        f"{got['freed_to_next_bound_median_seconds']} s; one gang's binds spread over max "
+        f"{got['bind_spread_max_seconds']:.0f} s (1 s resolution); at most "
+        f"{got['most_pods_bound']} Pods bound at once"
+    )
 
 
 def test_an_elastic_gang_shrinks_to_what_fits_and_grows_back_in_new_pod_groups(
@@ -236,16 +244,18 @@ def test_an_elastic_gang_shrinks_to_what_fits_and_grows_back_in_new_pod_groups(
     ns = namespace
     nodes = kwok_nodes(kube)
     body = gang_job("el", 3)
-    body["spec"]["elastic"] = {"minWorkers": 1, "shrinkAfterSeconds": 1,
-                               "resizeCooldownSeconds": 4}
+    body["spec"]["elastic"] = {"minWorkers": 1, "shrinkAfterSeconds": 1, "resizeCooldownSeconds": 4}
     try:
         set_slots(kube, nodes[:2], 1)
         create_job(kube, ns, body)
 
         def at(size: int) -> dict[str, Any] | None:
             s = job_status(kube, ns, "el")
-            ok = (s.get("phase") == "Running" and (s.get("elastic") or {}).get("workers") == size
-                  and s.get("replicaStatuses", {}).get("worker", {}).get("ready") == size)
+            ok = (
+                s.get("phase") == "Running"
+                and (s.get("elastic") or {}).get("workers") == size
+                and s.get("replicaStatuses", {}).get("worker", {}).get("ready") == size
+            )
             return s if ok else None
 
         s = wait_for(lambda: at(2), timeout=120, what="the job running at 2 workers")
@@ -253,18 +263,29 @@ def test_an_elastic_gang_shrinks_to_what_fits_and_grows_back_in_new_pod_groups(
         groups = {g["metadata"]["name"]: g for g in pod_groups(kube, ns)}
         live = [g for g in groups.values() if not g["metadata"].get("deletionTimestamp")]
         assert [g["spec"]["schedulingPolicy"]["gang"]["minCount"] for g in live] == [2], groups
-        bound_to = {p.spec.scheduling_group.pod_group_name
-                    for p in pods(kube, ns, "el").values() if p.spec.node_name}
+        bound_to = {
+            p.spec.scheduling_group.pod_group_name
+            for p in pods(kube, ns, "el").values()
+            if p.spec.node_name
+        }
         assert bound_to == {live[0]["metadata"]["name"]}
 
         set_slots(kube, nodes[2:3], 1)  # room for the third worker
         wait_for(lambda: at(3), timeout=120, what="the job grown back to 3 workers")
-        wait_for(lambda: [g["spec"]["schedulingPolicy"]["gang"]["minCount"]
-                          for g in pod_groups(kube, ns)] == [3],
-                 timeout=60, what="only the PodGroup of 3 left")
+        wait_for(
+            lambda: (
+                [g["spec"]["schedulingPolicy"]["gang"]["minCount"] for g in pod_groups(kube, ns)]
+                == [3]
+            ),
+            timeout=60,
+            what="only the PodGroup of 3 left",
+        )
         assert len(workloads(kube, ns)) == 1
-        names = {p.spec.scheduling_group.pod_group_name for p in pods(kube, ns, "el").values()
-                 if p.metadata.labels.get("kerasjob.dev/replica-type") == "worker"}
+        names = {
+            p.spec.scheduling_group.pod_group_name
+            for p in pods(kube, ns, "el").values()
+            if p.metadata.labels.get("kerasjob.dev/replica-type") == "worker"
+        }
         assert names == {pod_groups(kube, ns)[0]["metadata"]["name"]}
         finish(kube, ns, "el")
         wait_phase(kube, ns, "el", "Succeeded", timeout=60)
@@ -295,18 +316,27 @@ def test_the_charts_rbac_is_all_gang_scheduling_needs(
     nodes = kwok_nodes(kube)
     try:
         set_slots(kube, nodes, 1)
-        rel = helm_install(cluster, name, op_ns, {
-            "watchNamespaces": [ns], "gangScheduling.enabled": True, "image.tag": "dev",
-            "trainerImage.tag": "dev", "nodeSelector": NEVER_SCHEDULE,
-        })
+        rel = helm_install(
+            cluster,
+            name,
+            op_ns,
+            {
+                "watchNamespaces": [ns],
+                "gangScheduling.enabled": True,
+                "image.tag": "dev",
+                "trainerImage.tag": "dev",
+                "nodeSelector": NEVER_SCHEDULE,
+            },
+        )
         sa = token_kubeconfig(cluster, op_ns, rel.service_account, tmp_path / "kubeconfig")
         log_path = tmp_path / "operator.log"
         with operator_process(rel, sa, log_path) as run:
             create_job(kube, ns, gang_job("rbac", 3))
             wait_phase(kube, ns, "rbac", "Running", timeout=90)
             (group,) = pod_groups(kube, ns)
-            assert {p.spec.scheduling_group.pod_group_name
-                    for p in pods(kube, ns, "rbac").values()} == {group["metadata"]["name"]}
+            assert {
+                p.spec.scheduling_group.pod_group_name for p in pods(kube, ns, "rbac").values()
+            } == {group["metadata"]["name"]}
             finish(kube, ns, "rbac")
             wait_phase(kube, ns, "rbac", "Succeeded", timeout=60)
             requests = api_requests(run)
@@ -336,15 +366,15 @@ def test_with_kueue_a_queued_job_has_no_gang_until_admitted_then_runs_in_one(
     install_crds(cluster)
     ensure_kueue(cluster)
     ns = create_namespace(kube, "kqgang")
-    op = OperatorProcess(cluster, (ns,), name="kqgang",
-                         extra_args=("--kueue", "--gang-scheduling"))
+    op = OperatorProcess(cluster, (ns,), name="kqgang", extra_args=("--kueue", "--gang-scheduling"))
     try:
         op.start()
         with cluster_queue(kube, ns, cpu="3", node_labels={"type": "kwok"}) as queue:
             for name in ("first", "second"):  # quota in cpu (Kueue's ClusterQueue covers it)
                 body = job_manifest(name, workers=3)
                 body["spec"]["template"]["spec"]["containers"] = [
-                    {"name": "trainer", "resources": {"requests": {"cpu": "1"}}}]
+                    {"name": "trainer", "resources": {"requests": {"cpu": "1"}}}
+                ]
                 body["metadata"]["labels"] = {QUEUE_LABEL: queue}
                 create_job(kube, ns, body)
                 if name == "first":  # admitted first (created together, either could be)
@@ -358,12 +388,15 @@ def test_with_kueue_a_queued_job_has_no_gang_until_admitted_then_runs_in_one(
             wait_phase(kube, ns, "first", "Succeeded", timeout=60)
             wait_admitted(cluster, kube, ns, "second", timeout=90, operator=op)
             wait_phase(kube, ns, "second", "Running", timeout=90)
-            second = [g for g in pod_groups(kube, ns)
-                      if g["metadata"]["labels"]["kerasjob.dev/job-name"] == "second"]
+            second = [
+                g
+                for g in pod_groups(kube, ns)
+                if g["metadata"]["labels"]["kerasjob.dev/job-name"] == "second"
+            ]
             assert [g["spec"]["schedulingPolicy"]["gang"]["minCount"] for g in second] == [3]
-            assert {p.spec.scheduling_group.pod_group_name
-                    for p in pods(kube, ns, "second").values()} == {
-                second[0]["metadata"]["name"]}
+            assert {
+                p.spec.scheduling_group.pod_group_name for p in pods(kube, ns, "second").values()
+            } == {second[0]["metadata"]["name"]}
             finish(kube, ns, "second")
             wait_phase(kube, ns, "second", "Succeeded", timeout=60)
     finally:

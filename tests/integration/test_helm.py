@@ -502,28 +502,45 @@ def test_operator_access_revoked_and_restored_converges(
         }
 
     with operator_process(rel, sa_kubeconfig, log_path) as run:
-        wait_for(lambda: probe(run.probe_url) is not None, timeout=60, interval=0.5,
-                 what="the operator's liveness endpoint")
-        custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "KerasJob",
-            "metadata": {"name": name, "namespace": ns},
-            "spec": {
-                "workers": 2,
-                "checkpoint": {"volume": {"hostPath": {"path": "/tmp/kerasjob-revoked-test"}}},
-                "template": {"spec": kwok_placement},
+        wait_for(
+            lambda: probe(run.probe_url) is not None,
+            timeout=60,
+            interval=0.5,
+            what="the operator's liveness endpoint",
+        )
+        custom.create_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            ns,
+            PLURAL,
+            {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "KerasJob",
+                "metadata": {"name": name, "namespace": ns},
+                "spec": {
+                    "workers": 2,
+                    "checkpoint": {"volume": {"hostPath": {"path": "/tmp/kerasjob-revoked-test"}}},
+                    "template": {"spec": kwok_placement},
+                },
             },
-        })
+        )
         try:
-            wait_for(lambda: status().get("phase") == "Running" and len(live_pods()) == 2,
-                     timeout=90, interval=0.5, what="the job Running")
+            wait_for(
+                lambda: status().get("phase") == "Running" and len(live_pods()) == 2,
+                timeout=90,
+                interval=0.5,
+                what="the job Running",
+            )
             before = live_pods()
 
             rbac.delete_namespaced_role_binding(binding["metadata"]["name"], ns)
             revoked = time.monotonic()
             core.delete_namespaced_pod(f"{name}-worker-1", ns)
-            wait_for(lambda: f"{name}-worker-1" not in live_pods(), timeout=30,
-                     what="the worker gone while access is revoked")
+            wait_for(
+                lambda: f"{name}-worker-1" not in live_pods(),
+                timeout=30,
+                what="the worker gone while access is revoked",
+            )
             requests_then = sum(api_requests(run).values())
             time.sleep(15)
             during = sum(api_requests(run).values()) - requests_then
@@ -532,8 +549,11 @@ def test_operator_access_revoked_and_restored_converges(
             assert during <= 30, f"{during} API requests in 15 s without access"
 
             restore = {k: v for k, v in binding.items() if k != "status"}
-            restore["metadata"] = {"name": binding["metadata"]["name"], "namespace": ns,
-                                   "labels": binding["metadata"].get("labels", {})}
+            restore["metadata"] = {
+                "name": binding["metadata"]["name"],
+                "namespace": ns,
+                "labels": binding["metadata"].get("labels", {}),
+            }
             rbac.create_namespaced_role_binding(ns, restore)
             restored = time.monotonic()
             wait_for(
@@ -542,11 +562,16 @@ def test_operator_access_revoked_and_restored_converges(
                     and status().get("restarts") == {"disruptions": 1, "failures": 0}
                     and live_pods().get(worker) not in (None, before[worker])
                 ),
-                timeout=120, interval=0.5, what="the job Running again, one disruption counted",
+                timeout=120,
+                interval=0.5,
+                what="the job Running again, one disruption counted",
             )
-            print(f"\naccess revoked {restored - revoked:.0f} s ({during} API requests in 15 s of "
-                  f"it); job Running again {time.monotonic() - restored:.1f} s after restoring it")
+            print(
+                f"\naccess revoked {restored - revoked:.0f} s ({during} API requests in 15 s of "
+                f"it); job Running again {time.monotonic() - restored:.1f} s after restoring it"
+            )
         except (TimeoutError, AssertionError) as exc:
-            raise AssertionError(f"{exc}\njob: {status()}\nlog:\n"
-                                 f"{log_path.read_text()[-5000:]}") from exc
+            raise AssertionError(
+                f"{exc}\njob: {status()}\nlog:\n{log_path.read_text()[-5000:]}"
+            ) from exc
         assert len(live_pods()) == 2

@@ -97,11 +97,16 @@ def test_second_job_waits_for_quota_and_starts_when_the_first_finishes(
     with cluster_queue(kube, namespace, cpu="3", node_labels={"type": "kwok"}) as queue:
         t0 = time.monotonic()
         create_job(kube, namespace, queued_job("first", queue))
-        wait_admitted(cluster, kube, namespace, "first", timeout=60, interval=POLL,
-                      operator=operator)
+        wait_admitted(
+            cluster, kube, namespace, "first", timeout=60, interval=POLL, operator=operator
+        )
         t_admitted = time.monotonic()
-        wait_for(lambda: all_pods(kube, namespace, "first"), timeout=60, interval=POLL,
-                 what="first's 3 Pods")
+        wait_for(
+            lambda: all_pods(kube, namespace, "first"),
+            timeout=60,
+            interval=POLL,
+            what="first's 3 Pods",
+        )
         t_pods = time.monotonic()
         wl = workload_of(kube, namespace, "first")
         assert wl is not None
@@ -113,16 +118,24 @@ def test_second_job_waits_for_quota_and_starts_when_the_first_finishes(
         assert pod.spec.node_selector.get("type") == "kwok"
         wait_phase(kube, namespace, "first", "Running")
         # Kueue's waitForPodsReady reads the Workload's PodsReady, which the operator keeps.
-        wait_for(lambda: wl_true(workload_of(kube, namespace, "first"), "PodsReady"),
-                 timeout=30, interval=POLL, what="first's Workload PodsReady")
+        wait_for(
+            lambda: wl_true(workload_of(kube, namespace, "first"), "PodsReady"),
+            timeout=30,
+            interval=POLL,
+            what="first's Workload PodsReady",
+        )
 
         create_job(kube, namespace, queued_job("second", queue))
         # First it waits for its Workload, then for Kueue's verdict on it.
         status = wait_for(
-            lambda: (s := job_status(kube, namespace, "second")).get("phase") == "Queued"
-            and (condition(s, "Admitted") or {}).get("message", "").startswith("queued in")
-            and s,
-            timeout=30, interval=POLL, what="second Queued with Kueue's reason",
+            lambda: (
+                (s := job_status(kube, namespace, "second")).get("phase") == "Queued"
+                and (condition(s, "Admitted") or {}).get("message", "").startswith("queued in")
+                and s
+            ),
+            timeout=30,
+            interval=POLL,
+            what="second Queued with Kueue's reason",
         )
         admitted = condition(status, "Admitted")
         assert admitted is not None and admitted["status"] == "False"
@@ -141,7 +154,10 @@ def test_second_job_waits_for_quota_and_starts_when_the_first_finishes(
         assert "Queued" in row and f"queued in LocalQueue {queue}: " in row, table
         cli = subprocess.run(
             [sys.executable, "-m", "kerasjob", "status", "second", "-n", namespace],
-            env=cluster.env(), capture_output=True, text=True, check=True,
+            env=cluster.env(),
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout
         assert "Queued" in cli and f"waiting: queued in LocalQueue {queue}: " in cli, cli
         print(f"\n{table}{cli}")
@@ -149,10 +165,18 @@ def test_second_job_waits_for_quota_and_starts_when_the_first_finishes(
         t1 = time.monotonic()
         finish(cluster, namespace, "first")
         wait_phase(kube, namespace, "first", "Succeeded")
-        wait_for(lambda: wl_true(workload_of(kube, namespace, "first"), "Finished"),
-                 timeout=30, interval=POLL, what="first's Workload Finished")
-        wait_for(lambda: all_pods(kube, namespace, "second"), timeout=60, interval=POLL,
-                 what="second's 3 Pods")
+        wait_for(
+            lambda: wl_true(workload_of(kube, namespace, "first"), "Finished"),
+            timeout=30,
+            interval=POLL,
+            what="first's Workload Finished",
+        )
+        wait_for(
+            lambda: all_pods(kube, namespace, "second"),
+            timeout=60,
+            interval=POLL,
+            what="second's 3 Pods",
+        )
         t2 = time.monotonic()
         status = wait_phase(kube, namespace, "second", "Running")
         assert condition(status, "Admitted")["status"] == "True"
@@ -173,8 +197,9 @@ def test_a_job_handed_to_multikueue_gets_its_workload_but_no_pod_and_no_status(
         body = queued_job("remote", queue)
         body["spec"]["managedBy"] = "kueue.x-k8s.io/multikueue"
         create_job(kube, namespace, body)
-        wait_admitted(cluster, kube, namespace, "remote", timeout=60, interval=POLL,
-                      operator=operator)
+        wait_admitted(
+            cluster, kube, namespace, "remote", timeout=60, interval=POLL, operator=operator
+        )
         wl = workload_of(kube, namespace, "remote")
         assert wl is not None
         assert [(p["name"], p["count"]) for p in wl["spec"]["podSets"]] == [("worker", 3)]
@@ -189,11 +214,13 @@ def test_high_priority_job_preempts_and_the_victim_resumes_untouched(
     operator: OperatorProcess, cluster: Cluster, kube: Any, namespace: str
 ) -> None:
     prio = {f"low-{namespace}": 100, f"high-{namespace}": 1000}
-    with cluster_queue(kube, namespace, cpu="3", node_labels={"type": "kwok"},
-                       priorities=prio) as queue:
+    with cluster_queue(
+        kube, namespace, cpu="3", node_labels={"type": "kwok"}, priorities=prio
+    ) as queue:
         create_job(kube, namespace, queued_job("low", queue, priority=f"low-{namespace}"))
-        wait_for(lambda: all_pods(kube, namespace, "low"), timeout=60, interval=POLL,
-                 what="low's Pods")
+        wait_for(
+            lambda: all_pods(kube, namespace, "low"), timeout=60, interval=POLL, what="low's Pods"
+        )
         wait_phase(kube, namespace, "low", "Running")
         low_wl = workload_of(kube, namespace, "low")
         assert low_wl is not None and low_wl["spec"]["priority"] == 100
@@ -201,14 +228,23 @@ def test_high_priority_job_preempts_and_the_victim_resumes_untouched(
 
         t0 = time.monotonic()
         create_job(kube, namespace, queued_job("high", queue, priority=f"high-{namespace}"))
-        wait_for(lambda: wl_true(workload_of(kube, namespace, "low"), "Evicted"),
-                 timeout=60, interval=POLL, what="low evicted")
+        wait_for(
+            lambda: wl_true(workload_of(kube, namespace, "low"), "Evicted"),
+            timeout=60,
+            interval=POLL,
+            what="low evicted",
+        )
         t_evicted = time.monotonic()
-        wait_for(lambda: no_pods(kube, namespace, "low"), timeout=60, interval=POLL,
-                 what="low's Pods gone")
+        wait_for(
+            lambda: no_pods(kube, namespace, "low"),
+            timeout=60,
+            interval=POLL,
+            what="low's Pods gone",
+        )
         t_stopped = time.monotonic()
-        wait_for(lambda: all_pods(kube, namespace, "high"), timeout=60, interval=POLL,
-                 what="high's Pods")
+        wait_for(
+            lambda: all_pods(kube, namespace, "high"), timeout=60, interval=POLL, what="high's Pods"
+        )
         t_high = time.monotonic()
         status = job_status(kube, namespace, "low")
         assert status["phase"] == "Queued"
@@ -224,11 +260,16 @@ def test_high_priority_job_preempts_and_the_victim_resumes_untouched(
         # The high job finishes: the low one is admitted again and resumes, counters untouched.
         t1 = time.monotonic()
         finish(cluster, namespace, "high")
-        got = wait_for(lambda: all_pods(kube, namespace, "low"), timeout=60, interval=POLL,
-                       what="low's Pods back")
+        got = wait_for(
+            lambda: all_pods(kube, namespace, "low"),
+            timeout=60,
+            interval=POLL,
+            what="low's Pods back",
+        )
         t_back = time.monotonic()
-        assert set(got) == set(before) and all(p.metadata.uid not in before.values()
-                                               for p in got.values())
+        assert set(got) == set(before) and all(
+            p.metadata.uid not in before.values() for p in got.values()
+        )
         status = wait_phase(kube, namespace, "low", "Running")
         assert status["restarts"] == {"disruptions": 0, "failures": 0}
         assert condition(status, "Admitted")["status"] == "True"
@@ -251,18 +292,31 @@ def test_pods_not_ready_in_time_are_evicted_by_kueue_and_nothing_is_counted(
     with cluster_queue(kube, namespace, cpu="3", node_labels=nowhere) as q:
         t0 = time.monotonic()
         create_job(kube, namespace, queued_job("stuck", q))
-        wait_for(lambda: pods(kube, namespace, "stuck"), timeout=30, interval=POLL,
-                 what="stuck's Pods (Pending)")
+        wait_for(
+            lambda: pods(kube, namespace, "stuck"),
+            timeout=30,
+            interval=POLL,
+            what="stuck's Pods (Pending)",
+        )
         assert not wl_true(workload_of(kube, namespace, "stuck"), "PodsReady")
-        wait_for(lambda: wl_true(workload_of(kube, namespace, "stuck"), "Evicted"),
-                 timeout=90, interval=POLL, what="evicted by the PodsReady timeout")
+        wait_for(
+            lambda: wl_true(workload_of(kube, namespace, "stuck"), "Evicted"),
+            timeout=90,
+            interval=POLL,
+            what="evicted by the PodsReady timeout",
+        )
         t_evicted = time.monotonic()
         evicted = wl_condition(workload_of(kube, namespace, "stuck"), "Evicted")
         assert evicted is not None and evicted["reason"] == "PodsReadyTimeout", evicted
         status = wait_for(
-            lambda: (s := job_status(kube, namespace, "stuck")).get("phase") == "Queued"
-            and no_pods(kube, namespace, "stuck") and s,
-            timeout=30, interval=POLL, what="stuck held with no Pods",
+            lambda: (
+                (s := job_status(kube, namespace, "stuck")).get("phase") == "Queued"
+                and no_pods(kube, namespace, "stuck")
+                and s
+            ),
+            timeout=30,
+            interval=POLL,
+            what="stuck held with no Pods",
         )
         adm = condition(status, "Admitted")
         assert adm is not None and adm["reason"] == "Evicted"
@@ -293,10 +347,18 @@ def test_the_charts_rbac_is_all_the_kueue_integration_needs(
     ns = create_namespace(kube, "kqrbac")  # not a namespace of the session's Kueue operator
     name = f"kj-{uuid.uuid4().hex[:6]}"
     try:
-        rel = helm_install(cluster, name, op_ns, {
-            "watchNamespaces": [ns], "kueue.enabled": True, "image.tag": "dev",
-            "trainerImage.tag": "dev", "nodeSelector": NEVER_SCHEDULE,
-        })
+        rel = helm_install(
+            cluster,
+            name,
+            op_ns,
+            {
+                "watchNamespaces": [ns],
+                "kueue.enabled": True,
+                "image.tag": "dev",
+                "trainerImage.tag": "dev",
+                "nodeSelector": NEVER_SCHEDULE,
+            },
+        )
         sa = token_kubeconfig(cluster, op_ns, rel.service_account, tmp_path / "kubeconfig")
         log_path = tmp_path / "operator.log"
         prio = {f"low-{ns}": 100, f"high-{ns}": 1000}
@@ -308,16 +370,22 @@ def test_the_charts_rbac_is_all_the_kueue_integration_needs(
             wait_for(lambda: all_pods(kube, ns, "low"), timeout=90, interval=0.2, what="low's Pods")
             wait_phase(kube, ns, "low", "Running")
             create_job(kube, ns, queued_job("high", q, priority=f"high-{ns}"))
-            wait_for(lambda: all_pods(kube, ns, "high"), timeout=60, interval=0.2,
-                     what="high's Pods")
+            wait_for(
+                lambda: all_pods(kube, ns, "high"), timeout=60, interval=0.2, what="high's Pods"
+            )
             finish(cluster, ns, "high")
-            wait_for(lambda: all_pods(kube, ns, "low"), timeout=60, interval=0.2,
-                     what="low's Pods back")
+            wait_for(
+                lambda: all_pods(kube, ns, "low"), timeout=60, interval=0.2, what="low's Pods back"
+            )
             status = wait_phase(kube, ns, "low", "Running")
             assert status["restarts"] == {"disruptions": 0, "failures": 0}
             requests = api_requests(run)
-        for call in ("create workloads", "patch workloads/status", "get resourceflavors",
-                     "get workloadpriorityclasses"):
+        for call in (
+            "create workloads",
+            "patch workloads/status",
+            "get resourceflavors",
+            "get workloadpriorityclasses",
+        ):
             assert requests.get(call), (call, requests)
         allowed = granted(rel, ns)
         for call in requests:

@@ -63,8 +63,9 @@ def namespace(kube: Any) -> Iterator[str]:
 def _set_slots(kube: Any, slots: dict[str, int | None]) -> None:
     for name, n in slots.items():
         value = None if n is None else str(n)
-        core(kube).patch_node_status(name, {"status": {"capacity": {SLOT: value},
-                                                       "allocatable": {SLOT: value}}})
+        core(kube).patch_node_status(
+            name, {"status": {"capacity": {SLOT: value}, "allocatable": {SLOT: value}}}
+        )
 
 
 def _workloads(kube: Any, ns: str, job: str) -> list[dict[str, Any]]:
@@ -78,8 +79,12 @@ def _delete_jobs_leaving_no_workload(kube: Any, ns: str, *jobs: str) -> None:
     """No leak: the jobs' Workloads (every slice) go with them."""
     for job in jobs:
         delete_job(kube, ns, job)
-    wait_for(lambda: not any(_workloads(kube, ns, job) for job in jobs),
-             timeout=60, interval=POLL, what="the Workloads gone with their jobs")
+    wait_for(
+        lambda: not any(_workloads(kube, ns, job) for job in jobs),
+        timeout=60,
+        interval=POLL,
+        what="the Workloads gone with their jobs",
+    )
 
 
 def _live(kube: Any, ns: str, job: str) -> list[dict[str, Any]]:
@@ -96,8 +101,11 @@ def _size(kube: Any, ns: str, job: str) -> int | None:
 
 def _running_at(kube: Any, ns: str, job: str, n: int) -> bool:
     s = job_status(kube, ns, job)
-    return (s.get("phase") == "Running" and (s.get("elastic") or {}).get("workers") == n
-            and s.get("replicaStatuses", {}).get("worker", {}).get("ready") == n)
+    return (
+        s.get("phase") == "Running"
+        and (s.get("elastic") or {}).get("workers") == n
+        and s.get("replicaStatuses", {}).get("worker", {}).get("ready") == n
+    )
 
 
 def _describe(kube: Any, ns: str) -> str:
@@ -108,31 +116,47 @@ def _describe(kube: Any, ns: str) -> str:
         except Exception as e:  # not there
             lines.append(f"{job}: {e.__class__.__name__}")
             continue
-        lines.append(f"{job}: {s.get('phase')} {s.get('elastic')} "
-                     f"{s.get('replicaStatuses')} {s.get('conditions')}")
+        lines.append(
+            f"{job}: {s.get('phase')} {s.get('elastic')} "
+            f"{s.get('replicaStatuses')} {s.get('conditions')}"
+        )
         for w in _workloads(kube, ns, job):
-            conds = [(c["type"], c["status"], c.get("reason"), c.get("message", "")[:120])
-                     for c in (w.get("status") or {}).get("conditions") or []]
+            conds = [
+                (c["type"], c["status"], c.get("reason"), c.get("message", "")[:120])
+                for c in (w.get("status") or {}).get("conditions") or []
+            ]
             lines.append(f"  wl {w['metadata']['name']} workers {_workers(w)} {conds}")
         lines += [f"  event {e.reason}: {e.message}" for e in events_for(kube, ns, job)]
     for name, p in sorted(pods(kube, ns).items()):
-        lines.append(f"  pod {name}: {p.status.phase} {p.spec.node_name} "
-                     f"{'deleting' if p.metadata.deletion_timestamp else ''}")
+        lines.append(
+            f"  pod {name}: {p.status.phase} {p.spec.node_name} "
+            f"{'deleting' if p.metadata.deletion_timestamp else ''}"
+        )
     return "\n".join(lines)
 
 
 def _start_both(kube: Any, ns: str, queue: str) -> str:
     """The elastic job running at 3 workers (its Workload's name), the other one queued
     for 1 worker's quota."""
-    body = job_manifest("el", workers=3, elastic={
-        "minWorkers": 2, "shrinkAfterSeconds": 1, "resizeCooldownSeconds": COOLDOWN})
-    body["spec"]["template"]["spec"]["containers"] = [{
-        "name": "trainer",
-        "resources": {"requests": {"cpu": "1", SLOT: "1"}, "limits": {SLOT: "1"}}}]
+    body = job_manifest(
+        "el",
+        workers=3,
+        elastic={"minWorkers": 2, "shrinkAfterSeconds": 1, "resizeCooldownSeconds": COOLDOWN},
+    )
+    body["spec"]["template"]["spec"]["containers"] = [
+        {
+            "name": "trainer",
+            "resources": {"requests": {"cpu": "1", SLOT: "1"}, "limits": {SLOT: "1"}},
+        }
+    ]
     body["metadata"]["labels"] = {QUEUE_LABEL: queue}
     create_job(kube, ns, body)
-    wait_for(lambda: _running_at(kube, ns, "el", 3), timeout=90, interval=POLL,
-             what="el running at 3 workers")
+    wait_for(
+        lambda: _running_at(kube, ns, "el", 3),
+        timeout=90,
+        interval=POLL,
+        what="el running at 3 workers",
+    )
     (first,) = _live(kube, ns, "el")
     first_name = first["metadata"]["name"]
     assert wl_true(first, "Admitted") and _workers(first) == 3
@@ -140,12 +164,16 @@ def _start_both(kube: Any, ns: str, queue: str) -> str:
 
     other = job_manifest("other", workers=1)
     other["spec"]["template"]["spec"]["containers"] = [
-        {"name": "trainer", "resources": {"requests": {"cpu": "1"}}}]
+        {"name": "trainer", "resources": {"requests": {"cpu": "1"}}}
+    ]
     other["metadata"]["labels"] = {QUEUE_LABEL: queue}
     create_job(kube, ns, other)
-    wait_for(lambda: job_status(kube, ns, "other").get("phase") == "Queued"
-             and _live(kube, ns, "other"), timeout=30, interval=POLL,
-             what="other queued for quota")
+    wait_for(
+        lambda: job_status(kube, ns, "other").get("phase") == "Queued" and _live(kube, ns, "other"),
+        timeout=30,
+        interval=POLL,
+        what="other queued for quota",
+    )
     time.sleep(2)
     assert not wl_true(_live(kube, ns, "other")[0], "QuotaReserved")
     return str(first_name)
@@ -165,8 +193,7 @@ def _start_both_and_shrink(kube: Any, ns: str, queue: str, node: str) -> tuple[s
     first_name = _start_both(kube, ns, queue)
     lost_at = time.monotonic()
     _lose_capacity(kube, ns, node)
-    wait_for(lambda: _size(kube, ns, "el") == 2, timeout=60, interval=POLL,
-             what="el shrunk to 2")
+    wait_for(lambda: _size(kube, ns, "el") == 2, timeout=60, interval=POLL, what="el shrunk to 2")
     return first_name, lost_at
 
 
@@ -184,24 +211,40 @@ def slot_nodes(kube: Any) -> Iterator[tuple[str, str]]:
 
 
 def test_kueue_charges_the_current_size_and_admits_the_grow(
-    operator: OperatorProcess, cluster: Cluster, kube: Any, namespace: str,
+    operator: OperatorProcess,
+    cluster: Cluster,
+    kube: Any,
+    namespace: str,
     slot_nodes: tuple[str, str],
 ) -> None:
     ns, small = namespace, slot_nodes[1]
     try:
-        with cluster_queue(kube, ns, cpu="3", node_labels={"type": "kwok"},
-                           extra_quota={SLOT: "100"}) as queue:
+        with cluster_queue(
+            kube, ns, cpu="3", node_labels={"type": "kwok"}, extra_quota={SLOT: "100"}
+        ) as queue:
             first_name, t0 = _start_both_and_shrink(kube, ns, queue, small)
             t_shrunk = time.monotonic() - t0
-            wait_for(lambda: [_workers(w) for w in _live(kube, ns, "el")] == [2], timeout=30,
-                     interval=POLL, what="el's Workload counts 2 workers")
+            wait_for(
+                lambda: [_workers(w) for w in _live(kube, ns, "el")] == [2],
+                timeout=30,
+                interval=POLL,
+                what="el's Workload counts 2 workers",
+            )
             t_counted = time.monotonic() - t0
-            wait_for(lambda: wl_true(_live(kube, ns, "other")[0], "Admitted"), timeout=30,
-                     interval=POLL, what="other admitted with the freed quota")
+            wait_for(
+                lambda: wl_true(_live(kube, ns, "other")[0], "Admitted"),
+                timeout=30,
+                interval=POLL,
+                what="other admitted with the freed quota",
+            )
             t_other = time.monotonic() - t0
             wait_phase(kube, ns, "other", "Running")
-            wait_for(lambda: _running_at(kube, ns, "el", 2), timeout=60, interval=POLL,
-                     what="el running at 2 workers")
+            wait_for(
+                lambda: _running_at(kube, ns, "el", 2),
+                timeout=60,
+                interval=POLL,
+                what="el running at 2 workers",
+            )
             (shrunk,) = _live(kube, ns, "el")
             # The same Workload, changed in place, still admitted: no re-admission.
             assert shrunk["metadata"]["name"] == first_name
@@ -215,12 +258,17 @@ def test_kueue_charges_the_current_size_and_admits_the_grow(
             _set_slots(kube, {small: 1})
             pending = wait_for(
                 lambda: [w for w in _live(kube, ns, "el") if w["metadata"]["name"] != first_name],
-                timeout=60, interval=POLL, what="a 3-worker slice asked of Kueue")
+                timeout=60,
+                interval=POLL,
+                what="a 3-worker slice asked of Kueue",
+            )
             t_asked = time.monotonic() - t1
             (grow,) = pending
             assert _workers(grow) == 3
-            assert grow["metadata"]["annotations"][
-                "kueue.x-k8s.io/workload-slice-replacement-for"] == f"{ns}/{first_name}"
+            assert (
+                grow["metadata"]["annotations"]["kueue.x-k8s.io/workload-slice-replacement-for"]
+                == f"{ns}/{first_name}"
+            )
             time.sleep(COOLDOWN + 2)
             assert _running_at(kube, ns, "el", 2)
             assert not wl_true(_live(kube, ns, "el")[-1], "QuotaReserved")
@@ -231,24 +279,34 @@ def test_kueue_charges_the_current_size_and_admits_the_grow(
             operator.restart()
             time.sleep(3)
             assert [w["metadata"]["name"] for w in _live(kube, ns, "el")] == [
-                first_name, grow["metadata"]["name"]]
+                first_name,
+                grow["metadata"]["name"],
+            ]
             assert _running_at(kube, ns, "el", 2)
-            assert [e.reason for e in events_for(kube, ns, "el")].count(
-                "GrowWaitingForKueue") == 1
+            assert [e.reason for e in events_for(kube, ns, "el")].count("GrowWaitingForKueue") == 1
 
             t2 = time.monotonic()
             set_container_exit(cluster, ns, "other-worker-0", 0, in_place=False)
             wait_phase(kube, ns, "other", "Succeeded")
-            wait_for(lambda: wl_true(_workloads(kube, ns, "el")[-1], "Admitted"), timeout=30,
-                     interval=POLL, what="the 3-worker slice admitted")
+            wait_for(
+                lambda: wl_true(_workloads(kube, ns, "el")[-1], "Admitted"),
+                timeout=30,
+                interval=POLL,
+                what="the 3-worker slice admitted",
+            )
             t_admitted = time.monotonic() - t2
-            wait_for(lambda: _running_at(kube, ns, "el", 3), timeout=60, interval=POLL,
-                     what="el grown back to 3")
+            wait_for(
+                lambda: _running_at(kube, ns, "el", 3),
+                timeout=60,
+                interval=POLL,
+                what="el grown back to 3",
+            )
             t_grown = time.monotonic() - t2
             workloads = _workloads(kube, ns, "el")
             live = [w for w in workloads if not wl_true(w, "Finished")]
             assert [(w["metadata"]["name"], _workers(w)) for w in live] == [
-                (grow["metadata"]["name"], 3)]
+                (grow["metadata"]["name"], 3)
+            ]
             old = next(w for w in workloads if w["metadata"]["name"] == first_name)
             assert (wl_condition(old, "Finished") or {}).get("reason") == "WorkloadSliceReplaced"
             # The grow came after Kueue's admission of the slice, never before.
@@ -258,10 +316,12 @@ def test_kueue_charges_the_current_size_and_admits_the_grow(
             assert status["elastic"]["history"][-1]["reason"] == "CapacityReturned"
             assert grown_at >= admitted_at, (grown_at, admitted_at)
             assert status["restarts"]["failures"] == 0
-            print(f"\nKUEUE-ELASTIC capacity lost -> shrunk {t_shrunk:.2f}s, -> Workload "
-                  f"counts 2 {t_counted:.2f}s, -> other job admitted {t_other:.2f}s; capacity "
-                  f"back -> 3-worker slice asked {t_asked:.2f}s; other finished -> slice "
-                  f"admitted {t_admitted:.2f}s, -> running at 3 {t_grown:.2f}s")
+            print(
+                f"\nKUEUE-ELASTIC capacity lost -> shrunk {t_shrunk:.2f}s, -> Workload "
+                f"counts 2 {t_counted:.2f}s, -> other job admitted {t_other:.2f}s; capacity "
+                f"back -> 3-worker slice asked {t_asked:.2f}s; other finished -> slice "
+                f"admitted {t_admitted:.2f}s, -> running at 3 {t_grown:.2f}s"
+            )
 
             # No leak: the job's Workloads go with it.
             _delete_jobs_leaving_no_workload(kube, ns, "el", "other")
@@ -271,7 +331,10 @@ def test_kueue_charges_the_current_size_and_admits_the_grow(
 
 
 def test_without_kueues_gate_a_shrink_gives_the_quota_back_as_reclaimable_pods(
-    operator: OperatorProcess, cluster: Cluster, kube: Any, namespace: str,
+    operator: OperatorProcess,
+    cluster: Cluster,
+    kube: Any,
+    namespace: str,
     slot_nodes: tuple[str, str],
 ) -> None:
     """Kueue with ElasticJobsViaWorkloadSlices off refuses a smaller count on an admitted
@@ -283,23 +346,36 @@ def test_without_kueues_gate_a_shrink_gives_the_quota_back_as_reclaimable_pods(
     ns, small = namespace, slot_nodes[1]
     ensure_kueue(cluster, feature_gates="VisibilityOnDemand=false")
     try:
-        with cluster_queue(kube, ns, cpu="3", node_labels={"type": "kwok"},
-                           extra_quota={SLOT: "100"}) as queue:
+        with cluster_queue(
+            kube, ns, cpu="3", node_labels={"type": "kwok"}, extra_quota={SLOT: "100"}
+        ) as queue:
             first_name, t0 = _start_both_and_shrink(kube, ns, queue, small)
-            wait_for(lambda: wl_true(_live(kube, ns, "other")[0], "Admitted"), timeout=30,
-                     interval=POLL, what="other admitted with the reclaimed quota")
+            wait_for(
+                lambda: wl_true(_live(kube, ns, "other")[0], "Admitted"),
+                timeout=30,
+                interval=POLL,
+                what="other admitted with the reclaimed quota",
+            )
             t_other = time.monotonic() - t0
             (wl,) = _live(kube, ns, "el")
             assert wl["metadata"]["name"] == first_name and _workers(wl) == 3
             assert wl["status"]["reclaimablePods"] == [{"name": "worker", "count": 1}]
             assert wl_true(wl, "Admitted")
-            wait_for(lambda: _running_at(kube, ns, "el", 2), timeout=60, interval=POLL,
-                     what="el running at 2 workers")
+            wait_for(
+                lambda: _running_at(kube, ns, "el", 2),
+                timeout=60,
+                interval=POLL,
+                what="el running at 2 workers",
+            )
 
             # Capacity back: the 3-worker slice waits (3 more cpu than the queue has).
             _set_slots(kube, {small: 1})
-            wait_for(lambda: len(_live(kube, ns, "el")) == 2, timeout=60, interval=POLL,
-                     what="a 3-worker slice asked of Kueue")
+            wait_for(
+                lambda: len(_live(kube, ns, "el")) == 2,
+                timeout=60,
+                interval=POLL,
+                what="a 3-worker slice asked of Kueue",
+            )
             set_container_exit(cluster, ns, "other-worker-0", 0, in_place=False)
             wait_phase(kube, ns, "other", "Succeeded")
             time.sleep(COOLDOWN + 2)
@@ -311,8 +387,10 @@ def test_without_kueues_gate_a_shrink_gives_the_quota_back_as_reclaimable_pods(
             # Said once, never retried in a loop; nothing claims the Workload followed.
             assert reasons.count("WorkloadShrinkRefused") == 1, reasons
             assert "WorkloadResized" not in reasons, reasons
-            print(f"\nKUEUE-ELASTIC gate off: capacity lost -> other job admitted "
-                  f"{t_other:.2f}s (reclaimablePods)")
+            print(
+                f"\nKUEUE-ELASTIC gate off: capacity lost -> other job admitted "
+                f"{t_other:.2f}s (reclaimablePods)"
+            )
             _delete_jobs_leaving_no_workload(kube, ns, "el", "other")
     except BaseException:
         print(_describe(kube, ns), operator.log_tail(), sep="\n")

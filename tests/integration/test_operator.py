@@ -124,13 +124,17 @@ def test_a_job_managed_by_another_controller_is_left_alone(
     running_job(kube, namespace, "after", workers=1)
     time.sleep(2)
     assert not pods(kube, namespace, "handed")
-    assert [s.metadata.name for s in core(kube).list_namespaced_service(namespace).items
-            if s.metadata.name == "handed"] == []
+    assert [
+        s.metadata.name
+        for s in core(kube).list_namespaced_service(namespace).items
+        if s.metadata.name == "handed"
+    ] == []
     assert get_job(kube, namespace, "handed").get("status") in (None, {})
     # What the manager writes (here, by hand) stays, and still no Pod comes.
     copied = {"phase": "Running", "restarts": {"disruptions": 0, "failures": 0}}
     client.CustomObjectsApi(kube).patch_namespaced_custom_object_status(
-        "kerasjob.dev", "v1alpha1", namespace, "kerasjobs", "handed", {"status": copied})
+        "kerasjob.dev", "v1alpha1", namespace, "kerasjobs", "handed", {"status": copied}
+    )
     time.sleep(2)
     assert job_status(kube, namespace, "handed") == copied
     assert not pods(kube, namespace, "handed")

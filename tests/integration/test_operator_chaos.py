@@ -284,8 +284,9 @@ def test_two_operators_at_once_still_count_every_restart_once(
                 ledger.expected[job]["failures"] += 1
             try:
                 wait_for(
-                    lambda j=job: job_status(kube, chaos_ns, j).get("restarts")
-                    == ledger.expected[j],
+                    lambda j=job: (
+                        job_status(kube, chaos_ns, j).get("restarts") == ledger.expected[j]
+                    ),
                     timeout=30,
                     what=f"{job} counted",
                 )
@@ -318,8 +319,11 @@ def test_a_forced_delete_is_one_disruption_and_its_replacement_lives(
     def statuses() -> dict[str, dict[str, Any]]:
         return {name: job_status(kube, chaos_ns, name) for name in jobs}
 
-    wait_for(lambda: all(s.get("phase") == "Running" for s in statuses().values()),
-             timeout=90, what="all Running")
+    wait_for(
+        lambda: all(s.get("phase") == "Running" for s in statuses().values()),
+        timeout=90,
+        what="all Running",
+    )
     for name in jobs:
         core(kube).delete_namespaced_pod(f"{name}-worker-1", chaos_ns, grace_period_seconds=0)
 

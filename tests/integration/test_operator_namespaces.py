@@ -55,8 +55,7 @@ def test_namespaces_created_while_the_operator_starts_are_served(
             return [ns for ns in made if not job_status(kube, ns, "j").get("phase")]
 
         try:
-            wait_for(lambda: not unserved(), timeout=60, interval=0.5,
-                     what="a status on every job")
+            wait_for(lambda: not unserved(), timeout=60, interval=0.5, what="a status on every job")
         except TimeoutError as e:
             raise AssertionError(
                 f"{e}: {len(unserved())} of {len(made)} namespaces never served: "

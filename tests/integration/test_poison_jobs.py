@@ -192,8 +192,10 @@ def test_a_forbidden_pod_waits_with_the_reason_and_runs_once_allowed(
 ) -> None:
     cluster.kubectl("create", "quota", "one-pod", "--hard=pods=1", "-n", poison_ns)
     wait_for(
-        lambda: "pods" in (core(kube).read_namespaced_resource_quota("one-pod", poison_ns)
-                           .status.hard or {}),
+        lambda: (
+            "pods"
+            in (core(kube).read_namespaced_resource_quota("one-pod", poison_ns).status.hard or {})
+        ),
         timeout=20,
         what="the quota's status",
     )

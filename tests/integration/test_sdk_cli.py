@@ -53,8 +53,12 @@ def test_submit_wait_suspend_resume_succeed_delete(
     assert capsys.readouterr().out == "kerasjob.kerasjob.dev/life created\n"
 
     seen: list[str | None] = []
-    running = jobs.wait("life", until="Running", timeout=120,
-                        callback=lambda j: seen.append(j.status.phase if j.status else None))
+    running = jobs.wait(
+        "life",
+        until="Running",
+        timeout=120,
+        callback=lambda j: seen.append(j.status.phase if j.status else None),
+    )
     assert running.status and running.status.replica_statuses["worker"].active == 2
     assert seen[-1] == "Running" and len(seen) >= 2  # called on every change, then done
     assert jobs.is_running("life") and not jobs.is_succeeded("life")
@@ -65,8 +69,20 @@ def test_submit_wait_suspend_resume_succeed_delete(
     assert got["status"]["phase"] == "Running" and "managedFields" not in got["metadata"]
 
     assert kj(cluster, "suspend", "life", "-n", namespace) == 0
-    assert kj(cluster, "wait", "life", "-n", namespace, "--for", "condition=Suspended",
-              "--timeout", "120s") == 0
+    assert (
+        kj(
+            cluster,
+            "wait",
+            "life",
+            "-n",
+            namespace,
+            "--for",
+            "condition=Suspended",
+            "--timeout",
+            "120s",
+        )
+        == 0
+    )
     out, err = capsys.readouterr()
     assert out.endswith("kerasjob.kerasjob.dev/life Suspended\n")
     assert "restarts 0" in err  # the live progress line
@@ -89,7 +105,8 @@ def test_submit_wait_suspend_resume_succeed_delete(
     capsys.readouterr()
     assert kj(cluster, "get", "life", "-n", namespace) == 3
     assert capsys.readouterr().err == (
-        f"kerasjob: KerasJob 'life' not found in namespace '{namespace}'\n")
+        f"kerasjob: KerasJob 'life' not found in namespace '{namespace}'\n"
+    )
 
 
 def test_failed_job_raises_with_reason_and_exits_5(
@@ -106,8 +123,9 @@ def test_failed_job_raises_with_reason_and_exits_5(
     assert err.startswith("kerasjob: KerasJob 'fails' failed: PodFailed") and err.count("\n") == 1
 
 
-def test_wait_timeout_exits_6(cluster: Cluster, namespace: str, jobs: KerasJobClient,
-                              capsys) -> None:
+def test_wait_timeout_exits_6(
+    cluster: Cluster, namespace: str, jobs: KerasJobClient, capsys
+) -> None:
     jobs.create(job_manifest("slow", workers=1))
     with pytest.raises(WaitTimeoutError):
         jobs.wait("slow", timeout=2)
@@ -115,8 +133,9 @@ def test_wait_timeout_exits_6(cluster: Cluster, namespace: str, jobs: KerasJobCl
     assert "not Succeeded after 2s" in capsys.readouterr().err
 
 
-def test_api_errors_are_typed(cluster: Cluster, namespace: str, jobs: KerasJobClient,
-                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_api_errors_are_typed(
+    cluster: Cluster, namespace: str, jobs: KerasJobClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
     jobs.create(job_manifest("dup", workers=1))
     with pytest.raises(AlreadyExistsError):
         jobs.create(job_manifest("dup", workers=1))
@@ -132,8 +151,9 @@ def test_api_errors_are_typed(cluster: Cluster, namespace: str, jobs: KerasJobCl
         jobs.list()
 
 
-def test_forbidden_namespace_exits_4(cluster: Cluster, namespace: str, tmp_path: Path,
-                                     capsys) -> None:
+def test_forbidden_namespace_exits_4(
+    cluster: Cluster, namespace: str, tmp_path: Path, capsys
+) -> None:
     """A ServiceAccount without RBAC: ForbiddenError, `kerasjob get` exits 4, one line."""
     token = cluster.kubectl("create", "token", "default", "-n", namespace).stdout.strip()
     admin = yaml.safe_load(Path(cluster.kubeconfig).read_text())
@@ -158,14 +178,22 @@ def build_model(config):
 def test_function_job_ships_code_owned_by_the_job(
     cluster: Cluster, namespace: str, jobs: KerasJobClient, kwok_placement: dict[str, Any]
 ) -> None:
-    job = jobs.train(build_model, "fn", workers=2, trainer={"epochs": 1},
-                     spec={"template": {"spec": kwok_placement},
-                           "checkpoint": {"volume": {"hostPath": {"path": "/tmp/ck"}}}})
+    job = jobs.train(
+        build_model,
+        "fn",
+        workers=2,
+        trainer={"epochs": 1},
+        spec={
+            "template": {"spec": kwok_placement},
+            "checkpoint": {"volume": {"hostPath": {"path": "/tmp/ck"}}},
+        },
+    )
     assert isinstance(job, KerasJob) and job.spec.trainer.model.endswith(":build_model")
     cm = jobs.transport.request("GET", f"/api/v1/namespaces/{namespace}/configmaps/fn-code")
     assert "def build_model(config):" in cm["data"]["kerasjob_user_code.py"]
     assert cm["metadata"]["ownerReferences"][0]["uid"] == job.uid
     jobs.wait("fn", until="Running", timeout=120)
     pod = jobs.pods("fn")[0]
-    assert {"name": "PYTHONPATH", "value": "/opt/kerasjob-user"} in \
-        pod["spec"]["containers"][0]["env"]
+    assert {"name": "PYTHONPATH", "value": "/opt/kerasjob-user"} in pod["spec"]["containers"][0][
+        "env"
+    ]

@@ -50,9 +50,11 @@ def test_workers_exiting_just_after_the_chief_count_as_succeeded(
     set_container_exit(cluster, namespace, "mnist-worker-1", 0, in_place=False)
     set_container_exit(cluster, namespace, "mnist-worker-2", 0, in_place=False)
     status = wait_for(
-        lambda: (s := job_status(kube, namespace, "mnist"))["replicaStatuses"]["worker"][
-            "succeeded"
-        ] == 3 and s,
+        lambda: (
+            (s := job_status(kube, namespace, "mnist"))["replicaStatuses"]["worker"]["succeeded"]
+            == 3
+            and s
+        ),
         timeout=15,
         what="3 workers succeeded",
     )
@@ -101,8 +103,11 @@ def test_the_same_disruption_forever_backs_off_and_says_so(
     for n in range(1, restart_loop.LOOP_THRESHOLD + 2):
         pod = wait_for(
             lambda: next(
-                (p for p in pods(kube, namespace, "lost").values()
-                 if p.metadata.uid not in uids and not p.metadata.deletion_timestamp),
+                (
+                    p
+                    for p in pods(kube, namespace, "lost").values()
+                    if p.metadata.uid not in uids and not p.metadata.deletion_timestamp
+                ),
                 None,
             ),
             timeout=60,
@@ -112,13 +117,17 @@ def test_the_same_disruption_forever_backs_off_and_says_so(
             created_after.append(time.monotonic() - deleted_at)
         uids.append(pod.metadata.uid)
         core(kube).delete_namespaced_pod(
-            pod.metadata.name, namespace,
+            pod.metadata.name,
+            namespace,
             body={"gracePeriodSeconds": 0, "preconditions": {"uid": pod.metadata.uid}},
         )
         deleted_at = time.monotonic()
         status = wait_for(
-            lambda n=n: (s := job_status(kube, namespace, "lost")).get("restarts", {}).get(
-                "disruptions") == n and s,
+            lambda n=n: (
+                (s := job_status(kube, namespace, "lost")).get("restarts", {}).get("disruptions")
+                == n
+                and s
+            ),
             timeout=20,
             what=f"disruption {n} counted",
         )

@@ -16,8 +16,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _quick(script: str, out: Path) -> dict:
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / script), "--quick", "--out",
-                           str(out)], capture_output=True, text=True, timeout=600, check=False)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / script), "--quick", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads(out.read_text())
 

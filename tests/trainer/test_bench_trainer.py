@@ -18,14 +18,22 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_trainer_bench_quick(tmp_path: Path) -> None:
     out = tmp_path / "trainer.json"
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "trainer.py"), "--quick",
-                           "--out", str(out)], capture_output=True, text=True, timeout=600,
-                          check=False)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "trainer.py"), "--quick", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["quick"]
     assert {"none", "mwms-1", "mwms-2", "pipelines", "recovery", "environment"} <= set(result)
     assert "backup_overhead_percent" in result["mwms-2"]
-    assert {"stream", "indexed", "indexed-deterministic",
-            "pipeline_alone_batches_per_second"} <= set(result["pipelines"])
+    assert {
+        "stream",
+        "indexed",
+        "indexed-deterministic",
+        "pipeline_alone_batches_per_second",
+    } <= set(result["pipelines"])
     assert result["recovery"]["survivor_exit_code"] == 43

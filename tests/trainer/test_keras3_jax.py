@@ -25,8 +25,14 @@ RESUMED = re.compile(LOG_RESUMED_RE)
 TIMEOUT = 240.0
 #: 200 steps: JAX's preemption sync point is agreed ~1 s after the SIGTERM (the notice goes
 #: through the coordination service), so a disruption must leave that much training.
-BASE: dict[str, Any] = {"model": "mnist-mlp", "epochs": 4, "stepsPerEpoch": 50,
-                        "saveFreq": 10, "batchSizePerReplica": 32, "logEverySteps": 1}
+BASE: dict[str, Any] = {
+    "model": "mnist-mlp",
+    "epochs": 4,
+    "stepsPerEpoch": 50,
+    "saveFreq": 10,
+    "batchSizePerReplica": 32,
+    "logEverySteps": 1,
+}
 
 
 def _matches(pattern: re.Pattern[str], text: str) -> list[int]:
@@ -52,8 +58,9 @@ def test_two_processes_train_to_the_end(tmp_path: Path) -> None:
         assert _finish(g) == [0, 0], g.logs()
         chief = g.trainers[0].text()
         assert "2 process(es), keras 3." in chief and "on jax" in chief
-        assert re.search(r"^kerasjob: final test_accuracy=0\.(8|9)\d+ steps=200$", chief, re.M), \
+        assert re.search(r"^kerasjob: final test_accuracy=0\.(8|9)\d+ steps=200$", chief, re.M), (
             g.logs()
+        )
         assert "kerasjob: done steps=200" in g.trainers[1].text()
         done = progress(g)
         assert done["done"] is True and done["step"] == 200
@@ -184,8 +191,7 @@ def test_own_keras3_script_through_the_session_survives_sigterm(tmp_path: Path) 
 
 
 def test_bad_identity_exits_78_before_jax_starts(tmp_path: Path) -> None:
-    with group(tmp_path, BASE, backend="jax",
-               env={"KERAS_DISTRIBUTION_PROCESS_ID": "7"}) as g:
+    with group(tmp_path, BASE, backend="jax", env={"KERAS_DISTRIBUTION_PROCESS_ID": "7"}) as g:
         g.start()
         assert g.wait_all(60) == [78, 78], g.logs()
         assert "kerasjob: invalid configuration: " in g.trainers[0].text()

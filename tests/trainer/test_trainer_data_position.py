@@ -24,8 +24,7 @@ def _batches(train_input: Any, n: int) -> list[tuple[np.ndarray, np.ndarray]]:
 
     strategy = tf.distribute.get_strategy()
     if hasattr(train_input, "input_options"):  # a DatasetCreator, as fit receives it
-        ds = strategy.distribute_datasets_from_function(train_input,
-                                                        train_input.input_options)
+        ds = strategy.distribute_datasets_from_function(train_input, train_input.input_options)
     else:
         ds = train_input
     it = iter(ds)
@@ -37,10 +36,18 @@ def _write_tfrecords(path: Path, x: np.ndarray, y: np.ndarray) -> None:
 
     with tf.io.TFRecordWriter(str(path)) as w:
         for xi, yi in zip(x, y, strict=True):
-            w.write(tf.train.Example(features=tf.train.Features(feature={
-                "x": tf.train.Feature(float_list=tf.train.FloatList(value=xi.reshape(-1))),
-                "y": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(yi)])),
-            })).SerializeToString())
+            w.write(
+                tf.train.Example(
+                    features=tf.train.Features(
+                        feature={
+                            "x": tf.train.Feature(
+                                float_list=tf.train.FloatList(value=xi.reshape(-1))
+                            ),
+                            "y": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(yi)])),
+                        }
+                    )
+                ).SerializeToString()
+            )
 
 
 def _examples(kind: str, tmp: Path) -> Any:
@@ -58,8 +65,9 @@ def _examples(kind: str, tmp: Path) -> Any:
         return data.load_examples(DatasetConfig("npz", str(tmp / "d.npz")), (784,), 10, SEED)
     if kind == "tfrecord-file":
         _write_tfrecords(tmp / "d.tfrecord", x, y)
-        return data.load_examples(DatasetConfig("tfrecord", str(tmp / "d.tfrecord")), (784,),
-                                  10, SEED)
+        return data.load_examples(
+            DatasetConfig("tfrecord", str(tmp / "d.tfrecord")), (784,), 10, SEED
+        )
     if kind == "tfrecord-dir":
         _write_tfrecords(tmp / "train-0.tfrecord", x[:100], y[:100])
         _write_tfrecords(tmp / "train-1.tfrecord", x[100:], y[100:])
@@ -68,8 +76,9 @@ def _examples(kind: str, tmp: Path) -> Any:
     return data.Examples(tf.data.Dataset.from_tensor_slices((x, y)), None, None)
 
 
-@pytest.mark.parametrize("kind", ["mnist-sample", "synthetic", "npz", "tfrecord-file",
-                                  "tfrecord-dir", "user"])
+@pytest.mark.parametrize(
+    "kind", ["mnist-sample", "synthetic", "npz", "tfrecord-file", "tfrecord-dir", "user"]
+)
 def test_every_source_resumes_at_the_exact_batch(kind: str, tmp_path: Path) -> None:
     from kerasjob_trainer import data, pipeline
 
@@ -107,8 +116,12 @@ def test_each_pass_is_a_permutation_and_passes_differ() -> None:
     from kerasjob_trainer import pipeline
 
     n, b = 100, 10  # 10 batches per pass
-    passes = [np.concatenate([pipeline.global_batch_indices(g, b, n, SEED)
-                              for g in range(p * 10, p * 10 + 10)]) for p in range(3)]
+    passes = [
+        np.concatenate(
+            [pipeline.global_batch_indices(g, b, n, SEED) for g in range(p * 10, p * 10 + 10)]
+        )
+        for p in range(3)
+    ]
     for p in passes:
         assert sorted(p) == list(range(n))
     assert not np.array_equal(passes[0], passes[1])
@@ -131,9 +144,11 @@ def test_workers_and_local_replicas_take_disjoint_slices(workers: int, local: in
     start = 11
     slices: dict[int, list[np.ndarray]] = {}
     for worker in range(workers):
-        context = tf.distribute.InputContext(num_input_pipelines=workers,
-                                             input_pipeline_id=worker,
-                                             num_replicas_in_sync=workers * local)
+        context = tf.distribute.InputContext(
+            num_input_pipelines=workers,
+            input_pipeline_id=worker,
+            num_replicas_in_sync=workers * local,
+        )
         ds = pipeline.dataset_fn(source, global_batch, SEED, start)(context)
         # MultiDeviceIterator hands element k to local replica k % local
         for k, (_, y) in enumerate(ds.take(3 * local)):
@@ -155,8 +170,7 @@ def test_a_dataset_that_cannot_be_indexed_says_so_and_skips(capsys) -> None:
             yield np.full((2,), i, np.float32), np.int64(i)
 
     spec = (tf.TensorSpec((2,), tf.float32), tf.TensorSpec((), tf.int64))
-    examples = data.Examples(tf.data.Dataset.from_generator(gen, output_signature=spec),
-                             None, None)
+    examples = data.Examples(tf.data.Dataset.from_generator(gen, output_signature=spec), None, None)
     resumed = _batches(data.make_train_input(examples, 8, SEED, 3), 2)
     out = capsys.readouterr().out
     assert "cannot be indexed" in out and "reads through the 3 batches" in out, out

@@ -27,24 +27,32 @@ pytestmark = pytest.mark.tf
 
 PREFERRED = 3
 # Global batch 96 at every size: 32 per replica at 3 workers, 48 at 2.
-CONFIG = {"model": "mnist-mlp", "epochs": 2, "stepsPerEpoch": 30, "saveFreq": 10,
-          "logEverySteps": 1, "batchSizePerReplica": 32, "deterministic": True,
-          "elastic": {"preferredWorkers": PREFERRED, "batchPolicy": "KeepGlobalBatch"}}
+CONFIG = {
+    "model": "mnist-mlp",
+    "epochs": 2,
+    "stepsPerEpoch": 30,
+    "saveFreq": 10,
+    "logEverySteps": 1,
+    "batchSizePerReplica": 32,
+    "deterministic": True,
+    "elastic": {"preferredWorkers": PREFERRED, "batchPolicy": "KeepGlobalBatch"},
+}
 TOTAL, GLOBAL_BATCH = 60, 96
 GEN_TIMEOUT = 200
 
 
 def _group(tmp: Path) -> Group:
     tmp.mkdir(parents=True)
-    return Group(tmp, CONFIG, workers=PREFERRED,
-                 env={"KERASJOB_AUDIT_DIR": str(tmp / "audit")})
+    return Group(tmp, CONFIG, workers=PREFERRED, env={"KERASJOB_AUDIT_DIR": str(tmp / "audit")})
 
 
 def _slices(g: Group) -> list[tuple[int, int, list[int]]]:
     """(step, replica, indices) of every per-replica batch the pipelines produced."""
-    return [(r["step"], r["replica"], r["indices"])
-            for f in sorted((g.tmp / "audit").glob("data-*.jsonl"))
-            for r in g.audit_records(f.name)]
+    return [
+        (r["step"], r["replica"], r["indices"])
+        for f in sorted((g.tmp / "audit").glob("data-*.jsonl"))
+        for r in g.audit_records(f.name)
+    ]
 
 
 def _preempt(g: Group, trainers: list[Any], at_step: int, victim: int) -> int:
@@ -94,7 +102,7 @@ def test_resume_at_another_world_size_trains_the_same_batches(tmp_path: Path) ->
         if step >= TOTAL:
             continue
         b = len(indices)
-        assert indices == want[step][replica * b:(replica + 1) * b], (step, replica, b)
+        assert indices == want[step][replica * b : (replica + 1) * b], (step, replica, b)
         produced.setdefault((step, GLOBAL_BATCH // b), set()).add(replica)
     sizes = {n for (_, n) in produced}
     assert sizes == {2, 3}, sizes
@@ -111,16 +119,22 @@ def test_resume_at_another_world_size_trains_the_same_batches(tmp_path: Path) ->
                 assert attempt[key] == expected[key], (step, key, attempt, expected)
 
     # 3. The model: the same to float round-off, and as good.
-    diffs = [float(np.max(np.abs(a - b)))
-             for a, b in zip(base.final_weights(), hit.final_weights(), strict=True)]
+    diffs = [
+        float(np.max(np.abs(a - b)))
+        for a, b in zip(base.final_weights(), hit.final_weights(), strict=True)
+    ]
     print(f"final weights: max difference {max(diffs):.2e}")
     assert max(diffs) < 1e-3
 
 
 # A dedicated chief, 2 workers preferred, an evaluator: global batch 32 x 3 = 96 replicas'
 # worth, 48 per replica with the chief and 1 worker.
-CHIEF_CONFIG = {**CONFIG, "epochs": 1, "stepsPerEpoch": 40,
-                "elastic": {"preferredWorkers": 2, "batchPolicy": "KeepGlobalBatch"}}
+CHIEF_CONFIG = {
+    **CONFIG,
+    "epochs": 1,
+    "stepsPerEpoch": 40,
+    "elastic": {"preferredWorkers": 2, "batchPolicy": "KeepGlobalBatch"},
+}
 
 
 @pytest.mark.timeout(900)
@@ -128,8 +142,14 @@ def test_a_dedicated_chief_and_an_evaluator_through_a_shrink(tmp_path: Path) -> 
     from kerasjob_trainer import pipeline
 
     tmp_path.mkdir(exist_ok=True)
-    g = Group(tmp_path, CHIEF_CONFIG, workers=2, chief=True, evaluator=True,
-              env={"KERASJOB_AUDIT_DIR": str(tmp_path / "audit")})
+    g = Group(
+        tmp_path,
+        CHIEF_CONFIG,
+        workers=2,
+        chief=True,
+        evaluator=True,
+        env={"KERASJOB_AUDIT_DIR": str(tmp_path / "audit")},
+    )
     try:
         gen = g.start()  # chief, worker 0, worker 1, evaluator
         training, evaluator = gen[:3], gen[3]
@@ -152,5 +172,5 @@ def test_a_dedicated_chief_and_an_evaluator_through_a_shrink(tmp_path: Path) -> 
         b = len(indices)
         sizes.add(GLOBAL_BATCH // b)
         whole = pipeline.global_batch_indices(step, GLOBAL_BATCH, 4000, 42).tolist()
-        assert indices == whole[replica * b:(replica + 1) * b], (step, replica, b)
+        assert indices == whole[replica * b : (replica + 1) * b], (step, replica, b)
     assert sizes == {2, 3}

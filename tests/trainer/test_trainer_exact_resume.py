@@ -27,14 +27,21 @@ pytestmark = pytest.mark.tf
 
 # 3 epochs of 40 steps, global batch 64 over 4,000 examples: the run crosses two epoch
 # boundaries and a pass over the data in the middle of a batch (position 4,000 = step 62.5).
-CONFIG = {"model": "schedmodel:build", "epochs": 3, "stepsPerEpoch": 40, "saveFreq": 15,
-          "logEverySteps": 1, "batchSizePerReplica": 32, "deterministic": True}
+CONFIG = {
+    "model": "schedmodel:build",
+    "epochs": 3,
+    "stepsPerEpoch": 40,
+    "saveFreq": 15,
+    "logEverySteps": 1,
+    "batchSizePerReplica": 32,
+    "deterministic": True,
+}
 TOTAL = 120
 GEN_TIMEOUT = 150
 
 # A user model with a learning-rate schedule and Dropout (random state in the backup when
 # deterministic); its data is the configured source (mnist-sample).
-USER_MODULE = '''
+USER_MODULE = """
 import tf_keras as keras
 
 
@@ -51,14 +58,15 @@ def build(config):
                   keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   metrics=["accuracy"])
     return model
-'''
+"""
 
 
 def _group(tmp: Path) -> Group:
     tmp.mkdir(parents=True)
     (tmp / "schedmodel.py").write_text(USER_MODULE)
-    return Group(tmp, CONFIG, env={"KERASJOB_AUDIT_DIR": str(tmp / "audit"),
-                                   "PYTHONPATH": str(tmp)})
+    return Group(
+        tmp, CONFIG, env={"KERASJOB_AUDIT_DIR": str(tmp / "audit"), "PYTHONPATH": str(tmp)}
+    )
 
 
 def _data(g: Group) -> dict[tuple[int, int], list[list[int]]]:
@@ -127,11 +135,12 @@ def _check_goodput(g: Group) -> None:
         assert event["steps_redone"] == last - first["step"]
         assert abs(event["at"] - at) < 1.0, (event, at)
         assert abs(event["first_step_at"] - first["time"]) < 1.0, (event, first)
-        assert event["downtime_s"] == pytest.approx(event["first_step_at"] - event["at"],
-                                                    abs=0.01)
-        print(f"disruption {k + 1}: {event['cause']}: downtime {event['downtime_s']:.2f}s, "
-              f"{event['steps_redone']} steps redone, {event['lost_s']:.2f}s lost "
-              f"(audit: last step {at:.3f}, first resumed step {first['time']:.3f})")
+        assert event["downtime_s"] == pytest.approx(event["first_step_at"] - event["at"], abs=0.01)
+        print(
+            f"disruption {k + 1}: {event['cause']}: downtime {event['downtime_s']:.2f}s, "
+            f"{event['steps_redone']} steps redone, {event['lost_s']:.2f}s lost "
+            f"(audit: last step {at:.3f}, first resumed step {first['time']:.3f})"
+        )
     assert events[1]["steps_redone"] > 0 and events[0]["steps_redone"] == 0
     totals = json.loads((g.output / "progress.json").read_text())["goodput"]
     assert totals == ledger["totals"] and totals["disruptions"] == 3
@@ -189,6 +198,5 @@ def test_disrupted_run_equals_undisturbed_run(tmp_path: Path) -> None:
     # 4. Determinism: the same final weights.
     a, b = base.final_weights(), hit.final_weights()
     diff = max(float(np.max(np.abs(x - y))) for x, y in zip(a, b, strict=True))
-    print(f"max |w_disrupted - w_undisturbed| = {diff!r} over "
-          f"{sum(x.size for x in a)} weights")
+    print(f"max |w_disrupted - w_undisturbed| = {diff!r} over {sum(x.size for x in a)} weights")
     assert diff == 0.0

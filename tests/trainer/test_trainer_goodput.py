@@ -22,8 +22,9 @@ class Clock:
         return self.now
 
 
-def _generation(ckpt: Path, clock: Clock, steps: range, step_s: float = 0.1
-                ) -> tuple[goodput.Recorder, goodput.Recorder, list[goodput.Disruption]]:
+def _generation(
+    ckpt: Path, clock: Clock, steps: range, step_s: float = 0.1
+) -> tuple[goodput.Recorder, goodput.Recorder, list[goodput.Disruption]]:
     chief = goodput.Recorder(str(ckpt), "worker0", True, clock)
     worker = goodput.Recorder(str(ckpt), "worker1", False, clock)
     found = []
@@ -92,8 +93,10 @@ def test_heartbeats_are_throttled_but_exits_are_exact(tmp_path: Path) -> None:
 
 def test_peer_lost_and_no_records() -> None:
     rec = goodput.WorkerRecord
-    assert goodput.cause_of([rec("worker0", 1, 0, 9, 1, 43), rec("worker1", 1, 0, 9, 1, 43)]
-                            ) == "peer-lost"
+    assert (
+        goodput.cause_of([rec("worker0", 1, 0, 9, 1, 43), rec("worker1", 1, 0, 9, 1, 43)])
+        == "peer-lost"
+    )
     d = goodput.disruption([], 30, 100.0)
     assert (d.cause, d.steps_redone, d.lost_s) == ("unknown", 0, 0.0)
 
@@ -115,9 +118,17 @@ def test_goodput_metrics() -> None:
     assert f"# TYPE {contract.METRIC_DISRUPTIONS} counter" in text
     assert f"{contract.METRIC_DISRUPTIONS} 0.0" in text.splitlines()
     assert contract.METRIC_GOODPUT_RATIO not in text  # no ratio before there is a figure
-    text = render_prometheus(Progress(goodput={"disruptions": 2, "lostSeconds": 25.5,
-                                               "productiveSeconds": 100.0, "goodput": 0.7968,
-                                               "stepsRedone": 15}))
+    text = render_prometheus(
+        Progress(
+            goodput={
+                "disruptions": 2,
+                "lostSeconds": 25.5,
+                "productiveSeconds": 100.0,
+                "goodput": 0.7968,
+                "stepsRedone": 15,
+            }
+        )
+    )
     lines = text.splitlines()
     assert f"{contract.METRIC_LOST_SECONDS} 25.5" in lines
     assert f"{contract.METRIC_STEPS_REDONE} 15.0" in lines
@@ -141,4 +152,3 @@ def test_startup_line(monkeypatch: pytest.MonkeyPatch) -> None:
     # The real process start comes from /proc: before any mark of this process.
     monkeypatch.undo()
     assert startup.process_started_at() <= min(startup._marks.values())
-

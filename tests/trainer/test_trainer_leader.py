@@ -32,15 +32,22 @@ def test_polls_until_the_leader_accepts() -> None:
         seen.append((host, port))
         return answers.pop(0)
 
-    assert wait_for_leader("job-worker-0.job.ns.svc:2222", probe=probe, clock=clock,
-                           sleep=clock.sleep, interval=0.1) == (True, 0.3)
+    assert wait_for_leader(
+        "job-worker-0.job.ns.svc:2222", probe=probe, clock=clock, sleep=clock.sleep, interval=0.1
+    ) == (True, 0.3)
     assert set(seen) == {("job-worker-0.job.ns.svc", 2222)}
 
 
 def test_bounded_then_goes_on() -> None:
     clock = Clock()
-    assert wait_for_leader("w0:2222", probe=lambda h, p, t: False, clock=clock,
-                           sleep=clock.sleep, deadline=2.0, interval=0.5) == (False, 2.0)
+    assert wait_for_leader(
+        "w0:2222",
+        probe=lambda h, p, t: False,
+        clock=clock,
+        sleep=clock.sleep,
+        deadline=2.0,
+        interval=0.5,
+    ) == (False, 2.0)
 
 
 def test_refused_is_not_listening_accepted_is() -> None:

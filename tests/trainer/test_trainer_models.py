@@ -8,9 +8,14 @@ import pytest
 pytestmark = pytest.mark.tf
 
 
-@pytest.mark.parametrize(("name", "shape"), [
-    ("mnist-mlp", (784,)), ("mnist-cnn", (28, 28, 1)), ("cifar10-cnn", (32, 32, 3)),
-])
+@pytest.mark.parametrize(
+    ("name", "shape"),
+    [
+        ("mnist-mlp", (784,)),
+        ("mnist-cnn", (28, 28, 1)),
+        ("cifar10-cnn", (32, 32, 3)),
+    ],
+)
 def test_builtin_models_train_on_synthetic_data(name: str, shape: tuple[int, ...]) -> None:
     from kerasjob_contract.trainer_config import DatasetConfig
     from kerasjob_trainer import data, models
@@ -18,8 +23,9 @@ def test_builtin_models_train_on_synthetic_data(name: str, shape: tuple[int, ...
     model = models.build_model(name, {}, 1e-3).model
     assert tuple(model.input_shape[1:]) == shape and model.output_shape[-1] == 10
     examples = data.load_examples(DatasetConfig("synthetic"), shape, 10, 42)
-    history = model.fit(data.make_train_input(examples, 8, 42, 0), steps_per_epoch=2,
-                        epochs=1, verbose=0)
+    history = model.fit(
+        data.make_train_input(examples, 8, 42, 0), steps_per_epoch=2, epochs=1, verbose=0
+    )
     assert np.isfinite(history.history["loss"][-1])
 
 

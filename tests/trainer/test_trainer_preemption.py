@@ -25,21 +25,31 @@ def test_override_enables_tf_keras_gate_and_skips_gce_probe(fresh, monkeypatch) 
     from tf_keras.src.distribute import worker_training_state
 
     # Anything that reaches for the GCE metadata server now fails loudly instead of waiting.
-    monkeypatch.setattr(failure_handling_util, "on_gcp",
-                        lambda: pytest.fail("GCE metadata probe after the override"))
-    monkeypatch.setattr(worker_training_state, "support_on_demand_checkpoint_callback",
-                        worker_training_state.support_on_demand_checkpoint_callback)
-    monkeypatch.setattr(failure_handling_util, "detect_platform",
-                        failure_handling_util.detect_platform)
+    monkeypatch.setattr(
+        failure_handling_util,
+        "on_gcp",
+        lambda: pytest.fail("GCE metadata probe after the override"),
+    )
+    monkeypatch.setattr(
+        worker_training_state,
+        "support_on_demand_checkpoint_callback",
+        worker_training_state.support_on_demand_checkpoint_callback,
+    )
+    monkeypatch.setattr(
+        failure_handling_util, "detect_platform", failure_handling_util.detect_platform
+    )
     assert fresh.enable_save_before_preemption() is True
     started = time.monotonic()
-    assert failure_handling_util.detect_platform() is \
-        failure_handling_util.PlatformDevice.INTERNAL_CPU
+    assert (
+        failure_handling_util.detect_platform() is failure_handling_util.PlatformDevice.INTERNAL_CPU
+    )
     assert time.monotonic() - started < 1.0
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     assert worker_training_state.support_on_demand_checkpoint_callback(strategy) is True
-    assert worker_training_state.support_on_demand_checkpoint_callback(
-        tf.distribute.get_strategy()) is False
+    assert (
+        worker_training_state.support_on_demand_checkpoint_callback(tf.distribute.get_strategy())
+        is False
+    )
 
 
 def test_unpinned_versions_disable_the_override_loudly(fresh, monkeypatch, caplog) -> None:
@@ -79,8 +89,7 @@ def test_callback_has_the_handler_after_train_begin(fresh, tmp_path) -> None:
     cb = fresh.backup_and_restore(str(tmp_path / "backup"), 1, lambda: None)
     previous = signal.getsignal(signal.SIGTERM)  # the handler claims SIGTERM; give it back
     try:
-        model.fit(data.repeat(), epochs=1, steps_per_epoch=3, callbacks=[cb, Probe()],
-                  verbose=0)
+        model.fit(data.repeat(), epochs=1, steps_per_epoch=3, callbacks=[cb, Probe()], verbose=0)
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert seen == {"handler": True, "quiet": False}

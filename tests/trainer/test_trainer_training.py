@@ -31,8 +31,13 @@ pytestmark = pytest.mark.tf
 
 SAVE_FREQ = 20
 # 2 epochs, so a resumed run crosses an epoch boundary; every step logged for exact counts.
-FT_CONFIG = {"epochs": 2, "stepsPerEpoch": 60, "saveFreq": SAVE_FREQ, "logEverySteps": 1,
-             "batchSizePerReplica": 32}
+FT_CONFIG = {
+    "epochs": 2,
+    "stepsPerEpoch": 60,
+    "saveFreq": SAVE_FREQ,
+    "logEverySteps": 1,
+    "batchSizePerReplica": 32,
+}
 FT_TOTAL = 120
 KILL_AT = 30
 GEN_TIMEOUT = 150
@@ -143,18 +148,24 @@ def test_dedicated_chief_and_sidecar_evaluator(tmp_path: Path) -> None:
 
 
 def _tree_digest(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 BAD_CONFIGS = {
     "unknown model": ({"TRAINER": {"model": "resnet-9000"}}, "neither a built-in"),
-    "user module missing": ({"TRAINER": {"model": "no_such_pkg.models:build"}},
-                            "cannot import"),
-    "missing data path": ({"TRAINER": {"dataset": {"source": "path", "path": "/nope.npz"}}},
-                          "does not exist"),
-    "malformed TF_CONFIG": ({"TF_CONFIG": '{"cluster": {"worker": ["x"]}, "task": {}}'},
-                            "host:port"),
+    "user module missing": ({"TRAINER": {"model": "no_such_pkg.models:build"}}, "cannot import"),
+    "missing data path": (
+        {"TRAINER": {"dataset": {"source": "path", "path": "/nope.npz"}}},
+        "does not exist",
+    ),
+    "malformed TF_CONFIG": (
+        {"TF_CONFIG": '{"cluster": {"worker": ["x"]}, "task": {}}'},
+        "host:port",
+    ),
     "batch size 0": ({"TRAINER": {"batchSizePerReplica": 0}}, "batchSizePerReplica"),
     "bad JSON": ({"TRAINER_TEXT": "{epochs: 3"}, "not valid JSON"),
 }
@@ -171,7 +182,8 @@ def test_bad_config_fails_fast_and_keeps_backup(tmp_path: Path, case: str) -> No
     (backup / "ckpt-3.index").write_bytes(bytes(range(256)) * 4)
     before = _tree_digest(ckpt)
     trainer_text = overrides.get("TRAINER_TEXT") or json.dumps(
-        {"epochs": 1, "stepsPerEpoch": 10, **overrides.get("TRAINER", {})})
+        {"epochs": 1, "stepsPerEpoch": 10, **overrides.get("TRAINER", {})}
+    )
     env = {
         contract.Env.TRAINER_CONFIG.value: trainer_text,
         contract.Env.CHECKPOINT_DIR.value: str(ckpt),
@@ -215,7 +227,7 @@ def _single(tmp_path: Path, config: dict, extra_env: dict | None = None) -> Trai
     return t
 
 
-USER_MODULE = '''
+USER_MODULE = """
 import numpy as np
 import tensorflow as tf
 import tf_keras as keras
@@ -230,15 +242,23 @@ def build(config):
     y = (x[:, 0] > 0).astype("int64")
     ds = tf.data.Dataset.from_tensor_slices((x, y))
     return model, ds, ds.take(64)
-'''
+"""
 
 
 @pytest.mark.timeout(120)
 def test_user_code_returning_model_and_datasets(tmp_path: Path) -> None:
     (tmp_path / "usermodel.py").write_text(USER_MODULE)
-    t = _single(tmp_path, {"model": "usermodel:build", "epochs": 1, "stepsPerEpoch": 30,
-                           "batchSizePerReplica": 16, "saveFreq": 10},
-                {"PYTHONPATH": str(tmp_path)})
+    t = _single(
+        tmp_path,
+        {
+            "model": "usermodel:build",
+            "epochs": 1,
+            "stepsPerEpoch": 30,
+            "batchSizePerReplica": 16,
+            "saveFreq": 10,
+        },
+        {"PYTHONPATH": str(tmp_path)},
+    )
     finals = [ln for ln in t.lines() if FINAL_LINE.match(ln)]
     assert finals and finals[0].endswith("steps=30"), t.tail()
     assert float(FINAL_LINE.match(finals[0]).group(1)) > 0.8
@@ -252,8 +272,13 @@ def test_npz_and_tfrecord_datasets_from_a_path(tmp_path: Path) -> None:
 
     x_train, y_train, x_test, y_test = mnist_sample()
     npz = tmp_path / "mnist.npz"
-    np.savez(npz, x_train=x_train[:1000], y_train=y_train[:1000], x_test=x_test[:200],
-             y_test=y_test[:200])
+    np.savez(
+        npz,
+        x_train=x_train[:1000],
+        y_train=y_train[:1000],
+        x_test=x_test[:200],
+        y_test=y_test[:200],
+    )
     records = tmp_path / "records"
     records.mkdir()
     _write_tfrecords(records / "train-0.tfrecord", x_train[:500], y_train[:500])
@@ -262,8 +287,10 @@ def test_npz_and_tfrecord_datasets_from_a_path(tmp_path: Path) -> None:
     base = {"epochs": 1, "stepsPerEpoch": 20, "saveFreq": 10, "batchSizePerReplica": 32}
     t = _single(tmp_path / "a", {**base, "dataset": {"source": "path", "path": str(npz)}})
     assert any(FINAL_LINE.match(ln) for ln in t.lines()), t.tail()
-    t = _single(tmp_path / "b", {**base, "model": "mnist-cnn",
-                                 "dataset": {"source": "path", "path": str(records)}})
+    t = _single(
+        tmp_path / "b",
+        {**base, "model": "mnist-cnn", "dataset": {"source": "path", "path": str(records)}},
+    )
     final = next(m for ln in t.lines() if (m := FINAL_LINE.match(ln)))
     assert final.group(1) is not None and final.group(2) == "20"
 
@@ -273,10 +300,14 @@ def _write_tfrecords(path: Path, x, y) -> None:
 
     with tf.io.TFRecordWriter(str(path)) as w:
         for xi, yi in zip(x, y, strict=True):
-            ex = tf.train.Example(features=tf.train.Features(feature={
-                "x": tf.train.Feature(float_list=tf.train.FloatList(value=xi.reshape(-1))),
-                "y": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(yi)])),
-            }))
+            ex = tf.train.Example(
+                features=tf.train.Features(
+                    feature={
+                        "x": tf.train.Feature(float_list=tf.train.FloatList(value=xi.reshape(-1))),
+                        "y": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(yi)])),
+                    }
+                )
+            )
             w.write(ex.SerializeToString())
 
 
@@ -299,7 +330,8 @@ def test_sigterm_without_the_override_exits_43_and_keeps_the_backup(tmp_path: Pa
     """The fallback when the override is off (KERASJOB_SAVE_ON_SIGTERM=0 or an unpinned TF)."""
     env = {
         contract.Env.TRAINER_CONFIG.value: json.dumps(
-            {"epochs": 1, "stepsPerEpoch": 100000, "saveFreq": 10, "logEverySteps": 1}),
+            {"epochs": 1, "stepsPerEpoch": 100000, "saveFreq": 10, "logEverySteps": 1}
+        ),
         contract.Env.CHECKPOINT_DIR.value: str(tmp_path / "ckpt"),
         contract.Env.TF_CONFIG.value: "",
         "KERASJOB_SAVE_ON_SIGTERM": "0",
@@ -318,8 +350,13 @@ def test_a_long_fast_run_keeps_its_threads_bounded(tmp_path: Path) -> None:
     collective timeout (a thread sleeping out the timeout per collective op) it grew by
     hundreds a second and the workers crashed ("Resource temporarily unavailable") after
     1,500-3,000 MNIST steps; see kerasjob_trainer.strategy."""
-    config = {"epochs": 1, "stepsPerEpoch": 2000, "saveFreq": 500, "logEverySteps": 100,
-              "batchSizePerReplica": 32}
+    config = {
+        "epochs": 1,
+        "stepsPerEpoch": 2000,
+        "saveFreq": 500,
+        "logEverySteps": 100,
+        "batchSizePerReplica": 32,
+    }
     with group(tmp_path, config) as g:
         workers = g.start()
         counts: dict[int, list[int]] = {}

@@ -18,54 +18,79 @@ from kerasjob_trainer.metrics import Progress, ProgressReporter, render_promethe
 
 def test_defaults_and_camel_case() -> None:
     assert parse_config(None) == TrainerConfig()
-    cfg = parse_config(json.dumps({
-        "model": "mnist-cnn", "epochs": 2, "stepsPerEpoch": 30, "batchSizePerReplica": 16,
-        "saveFreq": 10, "learningRate": 0.01, "seed": 7, "learningRateUnused": None,
-        "dataset": {"source": "synthetic"}, "collectiveTimeoutSeconds": 5,
-    }))
+    cfg = parse_config(
+        json.dumps(
+            {
+                "model": "mnist-cnn",
+                "epochs": 2,
+                "stepsPerEpoch": 30,
+                "batchSizePerReplica": 16,
+                "saveFreq": 10,
+                "learningRate": 0.01,
+                "seed": 7,
+                "learningRateUnused": None,
+                "dataset": {"source": "synthetic"},
+                "collectiveTimeoutSeconds": 5,
+            }
+        )
+    )
     assert (cfg.model, cfg.epochs, cfg.steps_per_epoch, cfg.batch_size_per_replica) == (
-        "mnist-cnn", 2, 30, 16)
+        "mnist-cnn",
+        2,
+        30,
+        16,
+    )
     assert cfg.total_steps == 60 and cfg.log_interval == 10
     assert cfg.collective_timeout_seconds == 5.0 and cfg.dataset.source == "synthetic"
     # null means "the trainer's default", as the operator omits or nulls unset fields
     assert parse_config('{"learningRate": null}').learning_rate == TrainerConfig().learning_rate
     assert parse_config('{"command": ["python", "/x/train.py"]}').command == (
-        "python", "/x/train.py")
+        "python",
+        "/x/train.py",
+    )
     assert parse_config('{"command": null}').command == TrainerConfig().command == ()
     assert TrainerConfig().deterministic is False
     assert parse_config('{"deterministic": true}').deterministic is True
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("{bad json", "not valid JSON"),
-    ("[1]", "JSON object"),
-    ('{"batchSizePerReplica": 0}', "batchSizePerReplica must be > 0"),
-    ('{"epochs": true}', "epochs must be a int"),
-    ('{"stepsPerEpoch": "10"}', "stepsPerEpoch must be a int"),
-    ('{"deterministic": 1}', "deterministic must be a bool"),
-    ('{"deterministic": "true"}', "deterministic must be a bool"),
-    ('{"model": "resnet"}', "neither a built-in"),
-    ('{"model": "pkg.mod"}', "neither a built-in"),
-    ('{"dataset": {"source": "s3"}}', "dataset.source 's3' is unknown"),
-    ('{"dataset": {"source": "path"}}', "needs dataset.path"),
-    ('{"dataset": {"source": "path", "path": "/x", "format": "csv"}}', "dataset.format"),
-    ('{"command": []}', "command must be a non-empty list"),
-    ('{"command": "python train.py"}', "command must be a non-empty list"),
-    ('{"command": ["python", ""]}', "command must be a non-empty list"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{bad json", "not valid JSON"),
+        ("[1]", "JSON object"),
+        ('{"batchSizePerReplica": 0}', "batchSizePerReplica must be > 0"),
+        ('{"epochs": true}', "epochs must be a int"),
+        ('{"stepsPerEpoch": "10"}', "stepsPerEpoch must be a int"),
+        ('{"deterministic": 1}', "deterministic must be a bool"),
+        ('{"deterministic": "true"}', "deterministic must be a bool"),
+        ('{"model": "resnet"}', "neither a built-in"),
+        ('{"model": "pkg.mod"}', "neither a built-in"),
+        ('{"dataset": {"source": "s3"}}', "dataset.source 's3' is unknown"),
+        ('{"dataset": {"source": "path"}}', "needs dataset.path"),
+        ('{"dataset": {"source": "path", "path": "/x", "format": "csv"}}', "dataset.format"),
+        ('{"command": []}', "command must be a non-empty list"),
+        ('{"command": "python train.py"}', "command must be a non-empty list"),
+        ('{"command": ["python", ""]}', "command must be a non-empty list"),
+    ],
+)
 def test_bad_configs(text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         parse_config(text)
 
 
 def test_dataset_path_format_inference() -> None:
-    assert parse_config('{"dataset": {"source": "path", "path": "/d/x.npz"}}').dataset == \
-        DatasetConfig("npz", "/d/x.npz")
-    assert parse_config('{"dataset": {"source": "path", "path": "/d/recs"}}').dataset == \
-        DatasetConfig("tfrecord", "/d/recs")
     assert parse_config(
-        '{"dataset": {"source": "path", "path": "/d/a.bin", "format": "npz"}}'
-    ).dataset.source == "npz"
+        '{"dataset": {"source": "path", "path": "/d/x.npz"}}'
+    ).dataset == DatasetConfig("npz", "/d/x.npz")
+    assert parse_config(
+        '{"dataset": {"source": "path", "path": "/d/recs"}}'
+    ).dataset == DatasetConfig("tfrecord", "/d/recs")
+    assert (
+        parse_config(
+            '{"dataset": {"source": "path", "path": "/d/a.bin", "format": "npz"}}'
+        ).dataset.source
+        == "npz"
+    )
 
 
 def test_dataset_files_are_checked(tmp_path: Path) -> None:
@@ -100,25 +125,34 @@ def test_tf_config_roles() -> None:
     assert ev.is_evaluator and not ev.multi_worker and not ev.is_chief
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("{", "not valid JSON"),
-    ('{"cluster": {"worker": ["a:1"]}}', '"cluster" and "task"'),
-    (_tf({"ps": ["a:1"]}, "ps"), "role 'ps'"),
-    (_tf({"worker": ["a"]}, "worker"), "host:port"),
-    (_tf({"worker": ["a:1"]}, "worker", 1), "not in cluster.worker"),
-    (_tf({"worker": ["a:1"]}, "worker", -1), "non-negative"),
-    (_tf({"chief": ["a:1", "b:1"]}, "chief"), "at most one chief"),
-    (_tf({"evaluator": ["a:1"]}, "evaluator"), "no chief or worker"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{", "not valid JSON"),
+        ('{"cluster": {"worker": ["a:1"]}}', '"cluster" and "task"'),
+        (_tf({"ps": ["a:1"]}, "ps"), "role 'ps'"),
+        (_tf({"worker": ["a"]}, "worker"), "host:port"),
+        (_tf({"worker": ["a:1"]}, "worker", 1), "not in cluster.worker"),
+        (_tf({"worker": ["a:1"]}, "worker", -1), "non-negative"),
+        (_tf({"chief": ["a:1", "b:1"]}, "chief"), "at most one chief"),
+        (_tf({"evaluator": ["a:1"]}, "evaluator"), "no chief or worker"),
+    ],
+)
 def test_bad_tf_config(text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         parse_tf_config(text)
 
 
 def test_prometheus_rendering() -> None:
-    text = render_prometheus(Progress(epoch=2, step=340, loss=0.12,
-                                      metrics={"accuracy": 0.93, 'we"ird': 1.0},
-                                      samples_per_second=float("nan")))
+    text = render_prometheus(
+        Progress(
+            epoch=2,
+            step=340,
+            loss=0.12,
+            metrics={"accuracy": 0.93, 'we"ird': 1.0},
+            samples_per_second=float("nan"),
+        )
+    )
     lines = text.splitlines()
     assert f"{contract.METRIC_EPOCH} 2.0" in lines
     assert f"{contract.METRIC_STEP} 340.0" in lines
@@ -157,8 +191,13 @@ def test_termination_message_is_the_operators_progress(tmp_path: Path) -> None:
     from kerasjob_trainer.metrics import termination_message
 
     reporter = ProgressReporter(None, None)
-    goodput = {"disruptions": 2, "lostSeconds": 21.5, "stepsRedone": 7,
-               "productiveSeconds": 300.0, "goodput": 0.9331}
+    goodput = {
+        "disruptions": 2,
+        "lostSeconds": 21.5,
+        "stepsRedone": 7,
+        "productiveSeconds": 300.0,
+        "goodput": 0.9331,
+    }
     reporter.update(step=1200, epoch=2, loss=0.25, metrics={"accuracy": 0.93}, goodput=goodput)
     log = tmp_path / "termination-log"
     assert not reporter.write_termination_message(str(log))  # not mounted: nothing written
@@ -166,8 +205,12 @@ def test_termination_message_is_the_operators_progress(tmp_path: Path) -> None:
     assert reporter.write_termination_message(str(log))
     text = log.read_text()
     assert "#" not in text
-    assert parse_metrics(text) == {"epoch": 2, "step": 1200, "loss": 0.25,
-                                   "metrics": {"accuracy": 0.93}}
+    assert parse_metrics(text) == {
+        "epoch": 2,
+        "step": 1200,
+        "loss": 0.25,
+        "metrics": {"accuracy": 0.93},
+    }
     assert parse_goodput(text) == goodput
     # Too long (many metrics with long names): the metric lines go first, whole lines only.
     reporter.update(metrics={f"m{i}_{'x' * 60}": 0.5 for i in range(100)})
@@ -192,15 +235,17 @@ print("still alive", flush=True)
 
 
 @pytest.mark.parametrize(("mode", "code"), [("loud", 43), ("quiet", 0)])
-def test_peer_monitor_exits_43_when_a_peer_port_closes(tmp_path: Path, mode: str,
-                                                       code: int) -> None:
+def test_peer_monitor_exits_43_when_a_peer_port_closes(
+    tmp_path: Path, mode: str, code: int
+) -> None:
     import subprocess
     import sys
     import time
 
     started = time.monotonic()
-    out = subprocess.run([sys.executable, "-c", PEER_SCRIPT, mode], capture_output=True,
-                         text=True, timeout=30)
+    out = subprocess.run(
+        [sys.executable, "-c", PEER_SCRIPT, mode], capture_output=True, text=True, timeout=30
+    )
     assert out.returncode == code, out.stderr
     if code:
         assert "is gone" in out.stderr and time.monotonic() - started < 2.2

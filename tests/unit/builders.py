@@ -59,8 +59,9 @@ def settle(j: rc.JobView, pods: list[PodView], status: dict[str, Any] | None = N
     return run(j, status or {}, pods).status
 
 
-POLICY = ElasticPolicy(min_workers=2, preferred=3, shrink_after_seconds=60,
-                       resize_cooldown_seconds=120)
+POLICY = ElasticPolicy(
+    min_workers=2, preferred=3, shrink_after_seconds=60, resize_cooldown_seconds=120
+)
 UNSCHEDULABLE = "Unschedulable: 0/4 nodes are available: 4 Insufficient example.com/slot."
 
 
@@ -69,18 +70,23 @@ def ejob(**kw: Any) -> rc.JobView:
 
 
 def stuck(i: int, since: timedelta, uid: str | None = None) -> PodView:
-    return pod(i, uid, phase="Pending", ready=False, unschedulable_since=NOW - since,
-               waiting=UNSCHEDULABLE)
+    return pod(
+        i, uid, phase="Pending", ready=False, unschedulable_since=NOW - since, waiting=UNSCHEDULABLE
+    )
 
 
-def probe(i: int, node: str = "", uid: str | None = None,
-          bound_for: float = 10.0) -> PodView:
-    return pod(i, uid or f"p{i}", name=f"j-probe-{i}", role="probe", phase="Pending",
-               ready=False, node_name=node,
-               scheduled_since=NOW - timedelta(seconds=bound_for) if node else None)
+def probe(i: int, node: str = "", uid: str | None = None, bound_for: float = 10.0) -> PodView:
+    return pod(
+        i,
+        uid or f"p{i}",
+        name=f"j-probe-{i}",
+        role="probe",
+        phase="Pending",
+        ready=False,
+        node_name=node,
+        scheduled_since=NOW - timedelta(seconds=bound_for) if node else None,
+    )
 
 
 def probes(p: rc.Plan) -> list[str]:
     return [a.name for a in p.actions if isinstance(a, CreateProbe)]
-
-

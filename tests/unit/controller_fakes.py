@@ -81,8 +81,12 @@ class FakeCluster:
         body = {
             "apiVersion": "kerasjob.dev/v1alpha1",
             "kind": "KerasJob",
-            "metadata": {"name": name, "namespace": NS, "uid": f"job-{next(_uids)}",
-                         "generation": 1},
+            "metadata": {
+                "name": name,
+                "namespace": NS,
+                "uid": f"job-{next(_uids)}",
+                "generation": 1,
+            },
             "spec": {"workers": workers, "checkpoint": {"volume": PVC}, **spec},
         }
         self._bump(body)
@@ -98,8 +102,9 @@ class FakeCluster:
                 "phase": "Running",
                 "podIP": "10.0.0.1",
                 "conditions": [{"type": "Ready", "status": "True"}],
-                "containerStatuses": [{"name": "trainer", "ready": True, "restartCount": 0,
-                                       "state": {"running": {}}}],
+                "containerStatuses": [
+                    {"name": "trainer", "ready": True, "restartCount": 0, "state": {"running": {}}}
+                ],
             }
             self._bump(pod)
 
@@ -123,8 +128,11 @@ class FakeCluster:
 
     def kubelet_sweeps(self) -> int:
         """Every Terminating Pod is removed (by UID), as a node finishing graceful deletes."""
-        gone = [(n, p["metadata"]["uid"]) for n, p in self.pods.items()
-                if p["metadata"].get("deletionTimestamp")]
+        gone = [
+            (n, p["metadata"]["uid"])
+            for n, p in self.pods.items()
+            if p["metadata"].get("deletionTimestamp")
+        ]
         return sum(self.kubelet_finishes(n, u) for n, u in gone)
 
     def delete_by_name(self, name: str) -> bool:
@@ -161,16 +169,26 @@ class FakeCluster:
     def create(self, path: str, obj: Mapping[str, Any]) -> bool:
         ns, resource, _, _ = _split(path)
         if self.terminating_namespace:
-            raise ApiError(403, "POST", path, {"message": f"unable to create new content in "
-                                               f"namespace {ns} because it is being terminated"})
+            raise ApiError(
+                403,
+                "POST",
+                path,
+                {
+                    "message": f"unable to create new content in "
+                    f"namespace {ns} because it is being terminated"
+                },
+            )
         if resource == "events":
             self.events.append(copy.deepcopy(dict(obj)))
             return True
         refusal = self.refuse(resource, obj) if self.refuse is not None else None
         if refusal is not None:
             raise refusal
-        store = {"pods": self.pods, "services": self.services,
-                 "networkpolicies": self.network_policies}[resource]
+        store = {
+            "pods": self.pods,
+            "services": self.services,
+            "networkpolicies": self.network_policies,
+        }[resource]
         name = obj["metadata"]["name"]
         if name in store:
             return False
@@ -232,15 +250,28 @@ class FakeApi:
             self.loose_creates.append(resource)
         return self.cluster.create(path, obj)
 
-    async def delete(self, path: str, resource: str, *, uid: str | None = None,
-                     grace_period_seconds: int | None = None,
-                     propagation: str | None = None) -> bool:
+    async def delete(
+        self,
+        path: str,
+        resource: str,
+        *,
+        uid: str | None = None,
+        grace_period_seconds: int | None = None,
+        propagation: str | None = None,
+    ) -> bool:
         self.calls.append(f"delete {resource}")
         self._reachable()
         return self.cluster.delete(path, uid, grace_period_seconds)
 
-    async def request(self, method: str, path: str, *, params: Mapping[str, str] | None = None,
-                      count_as: str, **_: Any) -> Any:
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        count_as: str,
+        **_: Any,
+    ) -> Any:
         self.calls.append(count_as)
         self._reachable()
         if path == "/readyz":

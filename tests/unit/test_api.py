@@ -36,8 +36,9 @@ def test_defaults() -> None:
     assert spec.trainer.deterministic is False
     assert KerasJobSpec.model_validate({"trainer": {"deterministic": True}}).trainer.deterministic
     assert spec.trainer.backend.value == "tensorflow"
-    assert KerasJobSpec.model_validate({"trainer": {"backend": "jax"}}).trainer.backend.value == \
-        "jax"
+    assert (
+        KerasJobSpec.model_validate({"trainer": {"backend": "jax"}}).trainer.backend.value == "jax"
+    )
     assert spec.checkpoint.volume is None
     assert spec.checkpoint.mount_path == "/kerasjob/checkpoint"
     assert spec.checkpoint.save_freq == 100
@@ -51,9 +52,13 @@ def test_defaults() -> None:
 def test_camel_case_wire_format_and_snake_case_python() -> None:
     body = {
         "metadata": {"name": "j"},
-        "spec": {"workers": 2, "restartPolicy": "ExitCode", "backoffLimit": 0,
-                 "trainer": {"stepsPerEpoch": 5, "batchSizePerReplica": 8},
-                 "checkpoint": {"saveFreq": 3, "mountPath": "/c"}},
+        "spec": {
+            "workers": 2,
+            "restartPolicy": "ExitCode",
+            "backoffLimit": 0,
+            "trainer": {"stepsPerEpoch": 5, "batchSizePerReplica": 8},
+            "checkpoint": {"saveFreq": 3, "mountPath": "/c"},
+        },
     }
     job = KerasJob.from_body(body)
     assert job.spec.trainer.steps_per_epoch == 5 and job.spec.checkpoint.save_freq == 3
@@ -68,12 +73,16 @@ def test_camel_case_wire_format_and_snake_case_python() -> None:
 
 def test_round_trip() -> None:
     body = {
-        "apiVersion": "kerasjob.dev/v1alpha1", "kind": "KerasJob",
+        "apiVersion": "kerasjob.dev/v1alpha1",
+        "kind": "KerasJob",
         "metadata": {"name": "j", "namespace": "ns", "uid": "u"},
-        "spec": {"workers": 3, "chief": {"replicas": 1},
-                 "evaluator": {"replicas": 0, "template": {"spec": {"x": 1}}},
-                 "template": {"spec": {"containers": [{"name": "trainer"}]}},
-                 "checkpoint": {"volume": {"nfs": {"server": "s", "path": "/p"}}}},
+        "spec": {
+            "workers": 3,
+            "chief": {"replicas": 1},
+            "evaluator": {"replicas": 0, "template": {"spec": {"x": 1}}},
+            "template": {"spec": {"containers": [{"name": "trainer"}]}},
+            "checkpoint": {"volume": {"nfs": {"server": "s", "path": "/p"}}},
+        },
     }
     job = KerasJob.from_body(body)
     assert KerasJob.from_body(job.to_manifest()) == job
@@ -82,30 +91,35 @@ def test_round_trip() -> None:
 
 def test_from_body_accepts_read_only_mappings() -> None:
     from types import MappingProxyType
-    body = MappingProxyType({"metadata": MappingProxyType({"name": "j"}),
-                             "spec": MappingProxyType({"workers": 2})})
+
+    body = MappingProxyType(
+        {"metadata": MappingProxyType({"name": "j"}), "spec": MappingProxyType({"workers": 2})}
+    )
     assert KerasJob.from_body(body).spec.workers == 2
 
 
-@pytest.mark.parametrize(("spec", "where"), [
-    ({"workers": 0}, "workers"),
-    ({"port": 0}, "port"),
-    ({"port": 65536}, "port"),
-    ({"chief": {"replicas": 2}}, "replicas"),
-    ({"evaluator": {"replicas": -1}}, "replicas"),
-    ({"trainer": {"epochs": 0}}, "epochs"),
-    ({"trainer": {"learningRate": 0}}, "learningRate"),
-    ({"trainer": {"dataset": {"source": "s3"}}}, "source"),
-    ({"trainer": {"dataset": {"format": "csv"}}}, "format"),
-    ({"trainer": {"backend": "torch"}}, "backend"),
-    ({"checkpoint": {"saveFreq": 0}}, "saveFreq"),
-    ({"restartPolicy": "Always"}, "restartPolicy"),
-    ({"cleanPodPolicy": "Some"}, "cleanPodPolicy"),
-    ({"backoffLimit": -1}, "backoffLimit"),
-    ({"activeDeadlineSeconds": 0}, "activeDeadlineSeconds"),
-    ({"ttlSecondsAfterFinished": -1}, "ttlSecondsAfterFinished"),
-    ({"workerz": 1}, "workerz"),
-])
+@pytest.mark.parametrize(
+    ("spec", "where"),
+    [
+        ({"workers": 0}, "workers"),
+        ({"port": 0}, "port"),
+        ({"port": 65536}, "port"),
+        ({"chief": {"replicas": 2}}, "replicas"),
+        ({"evaluator": {"replicas": -1}}, "replicas"),
+        ({"trainer": {"epochs": 0}}, "epochs"),
+        ({"trainer": {"learningRate": 0}}, "learningRate"),
+        ({"trainer": {"dataset": {"source": "s3"}}}, "source"),
+        ({"trainer": {"dataset": {"format": "csv"}}}, "format"),
+        ({"trainer": {"backend": "torch"}}, "backend"),
+        ({"checkpoint": {"saveFreq": 0}}, "saveFreq"),
+        ({"restartPolicy": "Always"}, "restartPolicy"),
+        ({"cleanPodPolicy": "Some"}, "cleanPodPolicy"),
+        ({"backoffLimit": -1}, "backoffLimit"),
+        ({"activeDeadlineSeconds": 0}, "activeDeadlineSeconds"),
+        ({"ttlSecondsAfterFinished": -1}, "ttlSecondsAfterFinished"),
+        ({"workerz": 1}, "workerz"),
+    ],
+)
 def test_bounds(spec: dict[str, Any], where: str) -> None:
     with pytest.raises(pydantic.ValidationError) as err:
         KerasJob.from_body({"metadata": {"name": "j"}, "spec": spec})
@@ -114,9 +128,15 @@ def test_bounds(spec: dict[str, Any], where: str) -> None:
 
 def test_every_field_has_a_description() -> None:
     from kerasjob import api
-    models = [m for m in vars(api).values()
-              if isinstance(m, type) and issubclass(m, pydantic.BaseModel)
-              and m.__module__.startswith(api.__name__) and not m.__name__.startswith("_")]
+
+    models = [
+        m
+        for m in vars(api).values()
+        if isinstance(m, type)
+        and issubclass(m, pydantic.BaseModel)
+        and m.__module__.startswith(api.__name__)
+        and not m.__name__.startswith("_")
+    ]
     assert len(models) >= 10
     for model in models:
         for name, field in model.model_fields.items():
@@ -129,11 +149,18 @@ def test_topology() -> None:
     assert spec.chief_task() == (ReplicaRole.WORKER, 0)
     assert not spec.has_dedicated_chief()
     spec = KerasJobSpec.model_validate({"workers": 2, "chief": {}, "evaluator": {}})
-    assert spec.replicas() == {ReplicaRole.WORKER: 2, ReplicaRole.CHIEF: 1,
-                               ReplicaRole.EVALUATOR: 1}
+    assert spec.replicas() == {
+        ReplicaRole.WORKER: 2,
+        ReplicaRole.CHIEF: 1,
+        ReplicaRole.EVALUATOR: 1,
+    }
     assert spec.chief_task() == (ReplicaRole.CHIEF, 0)
-    assert spec.tasks() == [(ReplicaRole.WORKER, 0), (ReplicaRole.WORKER, 1),
-                            (ReplicaRole.CHIEF, 0), (ReplicaRole.EVALUATOR, 0)]
+    assert spec.tasks() == [
+        (ReplicaRole.WORKER, 0),
+        (ReplicaRole.WORKER, 1),
+        (ReplicaRole.CHIEF, 0),
+        (ReplicaRole.EVALUATOR, 0),
+    ]
     spec = KerasJobSpec.model_validate({"chief": {"replicas": 0}, "evaluator": {"replicas": 0}})
     assert spec.tasks() == [(ReplicaRole.WORKER, 0)]
     assert spec.chief_task() == (ReplicaRole.WORKER, 0)
@@ -145,31 +172,47 @@ def test_dataset_format_inference() -> None:
     assert DatasetSpec().resolved_format() is None
     assert DatasetSpec(source="path", path="/a/b.npz").resolved_format() is DatasetFormat.NPZ
     assert DatasetSpec(source="path", path="/a/b").resolved_format() is DatasetFormat.TFRECORD
-    assert DatasetSpec(source="path", path="/a.npz",
-                       format="tfrecord").resolved_format() is DatasetFormat.TFRECORD
+    assert (
+        DatasetSpec(source="path", path="/a.npz", format="tfrecord").resolved_format()
+        is DatasetFormat.TFRECORD
+    )
 
 
 def test_checkpoint_dir() -> None:
-    assert checkpoint_dir("/kerasjob/checkpoint", "ns", "job", "uid") == \
-        "/kerasjob/checkpoint/ns/job/uid"
+    assert (
+        checkpoint_dir("/kerasjob/checkpoint", "ns", "job", "uid")
+        == "/kerasjob/checkpoint/ns/job/uid"
+    )
     assert checkpoint_dir("/c/", "ns", "job", "uid") == "/c/ns/job/uid"
     assert checkpoint_dir("/", "ns", "job", "uid") == "/ns/job/uid"
     assert CheckpointSpec().mount_path == "/kerasjob/checkpoint"
 
 
 def test_status_parses_and_writes_metav1_times() -> None:
-    status = KerasJobStatus.model_validate({
-        "phase": "Running",
-        "conditions": [{"type": "Running", "status": "True", "reason": "AllReady",
-                        "lastTransitionTime": "2024-05-01T12:00:00Z"}],
-        "replicaStatuses": {"worker": {"active": 2, "ready": 1}},
-        "restarts": {"disruptions": 1},
-        "lastRestart": {"time": "2024-05-01T12:00:01.5+02:00", "reason": "Evicted",
-                        "pod": "j-worker-1", "exitCode": 137},
-        "progress": {"epoch": 1, "step": 340, "loss": 0.12, "metrics": {"accuracy": 0.9}},
-        "startTime": "2024-05-01T11:00:00Z",
-        "someFutureField": {"x": 1},  # written by a newer operator: ignored, not an error
-    })
+    status = KerasJobStatus.model_validate(
+        {
+            "phase": "Running",
+            "conditions": [
+                {
+                    "type": "Running",
+                    "status": "True",
+                    "reason": "AllReady",
+                    "lastTransitionTime": "2024-05-01T12:00:00Z",
+                }
+            ],
+            "replicaStatuses": {"worker": {"active": 2, "ready": 1}},
+            "restarts": {"disruptions": 1},
+            "lastRestart": {
+                "time": "2024-05-01T12:00:01.5+02:00",
+                "reason": "Evicted",
+                "pod": "j-worker-1",
+                "exitCode": 137,
+            },
+            "progress": {"epoch": 1, "step": 340, "loss": 0.12, "metrics": {"accuracy": 0.9}},
+            "startTime": "2024-05-01T11:00:00Z",
+            "someFutureField": {"x": 1},  # written by a newer operator: ignored, not an error
+        }
+    )
     assert status.phase is Phase.RUNNING
     assert status.replica_statuses is not None
     assert status.replica_statuses["worker"].ready == 1
@@ -178,19 +221,23 @@ def test_status_parses_and_writes_metav1_times() -> None:
     out = status.model_dump(by_alias=True, exclude_none=True, mode="json")
     assert out["conditions"][0]["lastTransitionTime"] == "2024-05-01T12:00:00Z"
     assert out["lastRestart"]["time"] == "2024-05-01T10:00:01Z"  # UTC, second precision
-    assert out["replicaStatuses"]["worker"] == {"active": 2, "ready": 1, "succeeded": 0,
-                                                "failed": 0}
+    assert out["replicaStatuses"]["worker"] == {
+        "active": 2,
+        "ready": 1,
+        "succeeded": 0,
+        "failed": 0,
+    }
 
 
 def test_naive_times_are_utc() -> None:
-    c = Condition(type="X", status="True",
-                  last_transition_time=datetime(2024, 1, 1, 0, 0, 0))
-    assert c.model_dump(mode="json", by_alias=True)["lastTransitionTime"] == \
-        "2024-01-01T00:00:00Z"
-    c = Condition(type="X", status="False", last_transition_time=datetime(
-        2024, 1, 1, 1, 0, 0, tzinfo=timezone(timedelta(hours=1))))
-    assert c.model_dump(mode="json", by_alias=True)["lastTransitionTime"] == \
-        "2024-01-01T00:00:00Z"
+    c = Condition(type="X", status="True", last_transition_time=datetime(2024, 1, 1, 0, 0, 0))
+    assert c.model_dump(mode="json", by_alias=True)["lastTransitionTime"] == "2024-01-01T00:00:00Z"
+    c = Condition(
+        type="X",
+        status="False",
+        last_transition_time=datetime(2024, 1, 1, 1, 0, 0, tzinfo=timezone(timedelta(hours=1))),
+    )
+    assert c.model_dump(mode="json", by_alias=True)["lastTransitionTime"] == "2024-01-01T00:00:00Z"
 
 
 def test_condition_needs_type_and_status() -> None:

@@ -14,16 +14,30 @@ audit_summary = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(audit_summary)
 
 
-def event(user: str, ns: str, at: str, *, stage: str = "ResponseComplete", code: int = 200,
-          sub: str | None = None, verb: str = "delete") -> str:
+def event(
+    user: str,
+    ns: str,
+    at: str,
+    *,
+    stage: str = "ResponseComplete",
+    code: int = 200,
+    sub: str | None = None,
+    verb: str = "delete",
+) -> str:
     ref = {"resource": "pods", "namespace": ns, "name": "j1-worker-1"}
     if sub:
         ref["subresource"] = sub
-    return json.dumps({
-        "stage": stage, "verb": verb, "objectRef": ref, "user": {"username": user},
-        "userAgent": "kwok/v0.8.0 (linux/amd64) kubernetes/$Format",
-        "responseStatus": {"code": code}, "requestReceivedTimestamp": at,
-    })
+    return json.dumps(
+        {
+            "stage": stage,
+            "verb": verb,
+            "objectRef": ref,
+            "user": {"username": user},
+            "userAgent": "kwok/v0.8.0 (linux/amd64) kubernetes/$Format",
+            "responseStatus": {"code": code},
+            "requestReceivedTimestamp": at,
+        }
+    )
 
 
 def test_deletions_are_counted_by_user_agent_and_code_within_the_namespace() -> None:
@@ -41,10 +55,16 @@ def test_deletions_are_counted_by_user_agent_and_code_within_the_namespace() -> 
     assert [(r["verb"], r["user"], r["user_agent"], r["code"], r["count"]) for r in rows] == [
         ("delete", "kwok", "kwok/v0.8.0", 200, 2),
         ("delete", "kwok", "kwok/v0.8.0", 404, 1),
-        ("delete", "system:serviceaccount:kube-system:taint-eviction-controller",
-         "kwok/v0.8.0", 200, 1),
+        (
+            "delete",
+            "system:serviceaccount:kube-system:taint-eviction-controller",
+            "kwok/v0.8.0",
+            200,
+            1,
+        ),
         ("create/eviction", "admin", "kwok/v0.8.0", 200, 1),
     ]
     assert (rows[0]["first"], rows[0]["last"]) == ("t1", "t2")
-    assert len(audit_summary.summarize(lines)) == 4 and audit_summary.summarize(lines)[0][
-        "count"] == 3
+    assert (
+        len(audit_summary.summarize(lines)) == 4 and audit_summary.summarize(lines)[0]["count"] == 3
+    )

@@ -31,7 +31,9 @@ def test_prune_text_is_not_fooled_by_brackets_in_strings() -> None:
     text = json.dumps(doc)
     assert json.loads(bounded.prune_text(text, 3)) == doc
     assert json.loads(bounded.prune_text(text, 2)) == {
-        "s": doc["s"], "t": [bounded.TOO_DEEP], "v": {"w": bounded.TOO_DEEP}
+        "s": doc["s"],
+        "t": [bounded.TOO_DEEP],
+        "v": {"w": bounded.TOO_DEEP},
     }
 
 
@@ -46,12 +48,15 @@ def test_installed_decoder_prunes_what_the_c_decoder_cannot_decode() -> None:
     assert json.loads('{"a": [1, 2.5, null, true]}') == {"a": [1, 2.5, None, True]}
 
 
-@pytest.mark.parametrize("text", [
-    '{"a": [1, 2.5, -0.0, 1e300, null, true, false], "b": {"c": "d\\u00e9\\n"}, "a": 2}',
-    nested(900),
-    '{"nan": NaN, "inf": -Infinity}',  # not JSON, but Python's json reads it
-    '{"lone": "\\ud800"}',  # a lone surrogate
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a": [1, 2.5, -0.0, 1e300, null, true, false], "b": {"c": "d\\u00e9\\n"}, "a": 2}',
+        nested(900),
+        '{"nan": NaN, "inf": -Infinity}',  # not JSON, but Python's json reads it
+        '{"lone": "\\ud800"}',  # a lone surrogate
+    ],
+)
 def test_the_fast_path_decodes_as_the_standard_library_does(text: str) -> None:
     assert bounded.BoundedDecoder().decode(text) == json.JSONDecoder().decode(text)
 
@@ -100,10 +105,23 @@ def test_validation_fails_huge_templates() -> None:
 def test_a_real_template_is_well_within_the_bounds() -> None:
     tpl = {
         "spec": {
-            "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-                {"weight": 1, "podAffinityTerm": {"topologyKey": "k", "labelSelector": {
-                    "matchExpressions": [{"key": "a", "operator": "In", "values": ["b"]}]}}}
-            ]}},
+            "affinity": {
+                "podAntiAffinity": {
+                    "preferredDuringSchedulingIgnoredDuringExecution": [
+                        {
+                            "weight": 1,
+                            "podAffinityTerm": {
+                                "topologyKey": "k",
+                                "labelSelector": {
+                                    "matchExpressions": [
+                                        {"key": "a", "operator": "In", "values": ["b"]}
+                                    ]
+                                },
+                            },
+                        }
+                    ]
+                }
+            },
         }
     }
     assert bounded.depth(tpl) <= 12

@@ -252,12 +252,14 @@ def test_kueue_adds_workload_rbac_and_the_flag(namespaces: list[str]) -> None:
         "kueue.x-k8s.io/resourceflavors": {"get"},
         "kueue.x-k8s.io/workloadpriorityclasses": {"get"},
     }
-    main = [r for r in of_kind(objects, "ClusterRole" if not namespaces else "Role")
-            if not r["metadata"]["name"].endswith("-kueue")]
+    main = [
+        r
+        for r in of_kind(objects, "ClusterRole" if not namespaces else "Role")
+        if not r["metadata"]["name"].endswith("-kueue")
+    ]
     for role in main:
         rules = rules_by_resource(role)
-        assert rules["kueue.x-k8s.io/workloads"] == {"list", "watch", "create", "delete",
-                                                      "patch"}
+        assert rules["kueue.x-k8s.io/workloads"] == {"list", "watch", "create", "delete", "patch"}
         assert rules["kueue.x-k8s.io/workloads/status"] == {"patch"}
     env = {e["name"]: e.get("value") for e in container(objects)["env"]}
     assert env["KERASJOB_KUEUE"] == "1"
@@ -283,8 +285,10 @@ def test_gang_scheduling_adds_workload_and_pod_group_rbac_and_the_flag(
     plain = render()
     assert "KERASJOB_GANG_SCHEDULING" not in {e["name"] for e in container(plain)["env"]}
     for role in of_kind(plain, "ClusterRole"):
-        assert not any(k.startswith("scheduling.k8s.io/w") or k.startswith("scheduling.k8s.io/p")
-                       for k in rules_by_resource(role))
+        assert not any(
+            k.startswith("scheduling.k8s.io/w") or k.startswith("scheduling.k8s.io/p")
+            for k in rules_by_resource(role)
+        )
 
 
 @needs_helm
@@ -358,8 +362,11 @@ def test_images_and_trainer_default() -> None:
 def test_jax_trainer_default() -> None:
     """Backend jax jobs get their own default (Keras 3 on JAX, no TensorFlow): the trainer
     image's repository and tag with -jax-<variant>, or trainerImage.jaxImage whole."""
-    env = env_of(container(render(**{"trainerImage.repository": "reg.example/trainer",
-                                     "trainerImage.tag": "dev"})))
+    env = env_of(
+        container(
+            render(**{"trainerImage.repository": "reg.example/trainer", "trainerImage.tag": "dev"})
+        )
+    )
     assert env["KERASJOB_DEFAULT_IMAGE"] == "reg.example/trainer:dev-cpu"
     assert env["KERASJOB_DEFAULT_JAX_IMAGE"] == "reg.example/trainer:dev-jax-cpu"
     env = env_of(container(render(**{"trainerImage.jaxImage": "mine/keras3:1"})))
@@ -532,9 +539,13 @@ def test_elastic_probe_priority_class() -> None:
     pc = one(objects, "PriorityClass")
     assert (pc["value"], pc["preemptionPolicy"], pc["globalDefault"]) == (-1, "Never", False)
     env = {e["name"]: e.get("value") for e in container(objects)["env"]}
-    assert env["KERASJOB_PROBE_PRIORITY_CLASS"] == pc["metadata"]["name"] == (
-        "kj-kerasjob-operator-elastic-probe")
+    assert (
+        env["KERASJOB_PROBE_PRIORITY_CLASS"]
+        == pc["metadata"]["name"]
+        == ("kj-kerasjob-operator-elastic-probe")
+    )
     off = render(**{"elastic.probePriorityClass": False})
     assert not of_kind(off, "PriorityClass")
     assert {e["name"]: e.get("value") for e in container(off)["env"]}[
-        "KERASJOB_PROBE_PRIORITY_CLASS"] == ""
+        "KERASJOB_PROBE_PRIORITY_CLASS"
+    ] == ""

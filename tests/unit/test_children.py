@@ -85,14 +85,16 @@ def test_pod_labels_and_owner() -> None:
     assert lbls[labels.REPLICA_INDEX] == "1"
     assert lbls[labels.MANAGED_BY] == labels.MANAGED_BY_VALUE
     assert labels.CHIEF not in lbls
-    assert pod["metadata"]["ownerReferences"] == [{
-        "apiVersion": "kerasjob.dev/v1alpha1",
-        "kind": "KerasJob",
-        "name": "mnist",
-        "uid": "uid-1",
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }]
+    assert pod["metadata"]["ownerReferences"] == [
+        {
+            "apiVersion": "kerasjob.dev/v1alpha1",
+            "kind": "KerasJob",
+            "name": "mnist",
+            "uid": "uid-1",
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
 
 
 def test_chief_label_is_worker_0_or_the_dedicated_chief() -> None:
@@ -100,9 +102,9 @@ def test_chief_label_is_worker_0_or_the_dedicated_chief() -> None:
     assert [p["metadata"]["labels"].get(labels.CHIEF) for p in plain] == ["true", None]
     spec = {"workers": 2, "chief": {}, "checkpoint": {"volume": PVC}}
     with_chief = children.desired_pods(job(spec), default_image=IMAGE)
-    assert {p["metadata"]["name"]: p["metadata"]["labels"].get(labels.CHIEF)
-            for p in with_chief} == {
-        "mnist-worker-0": None, "mnist-worker-1": None, "mnist-chief-0": "true"}
+    assert {
+        p["metadata"]["name"]: p["metadata"]["labels"].get(labels.CHIEF) for p in with_chief
+    } == {"mnist-worker-0": None, "mnist-worker-1": None, "mnist-chief-0": "true"}
 
 
 def test_annotations() -> None:
@@ -133,7 +135,8 @@ def test_trainer_container_defaults() -> None:
     assert pod["spec"]["volumes"] == [{"name": children.CHECKPOINT_VOLUME, **PVC}, TMP]
     # Pod Security "restricted" by default.
     assert pod["spec"]["securityContext"] == {
-        "runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
     }
     assert c["securityContext"] == {
         "allowPrivilegeEscalation": False,
@@ -145,15 +148,19 @@ def test_trainer_container_defaults() -> None:
 def test_a_template_may_loosen_the_security_context() -> None:
     spec = {
         "workers": 1,
-        "template": {"spec": {
-            "securityContext": {"runAsNonRoot": False},
-            "containers": [{"name": "trainer",
-                            "securityContext": {"readOnlyRootFilesystem": False}}],
-        }},
+        "template": {
+            "spec": {
+                "securityContext": {"runAsNonRoot": False},
+                "containers": [
+                    {"name": "trainer", "securityContext": {"readOnlyRootFilesystem": False}}
+                ],
+            }
+        },
     }
     pod = children.build_pod(job(spec), "worker", 0, default_image=IMAGE)
     assert pod["spec"]["securityContext"] == {
-        "runAsNonRoot": False, "seccompProfile": {"type": "RuntimeDefault"}
+        "runAsNonRoot": False,
+        "seccompProfile": {"type": "RuntimeDefault"},
     }
     assert trainer(pod)["securityContext"] == {
         "allowPrivilegeEscalation": False,
@@ -169,8 +176,9 @@ def test_env() -> None:
     pod = children.build_pod(job(), "worker", 1, default_image=IMAGE, restart_attempt=2)
     env = env_of(pod)
     assert json.loads(env[Env.TF_CONFIG.value]) == {
-        "cluster": {"worker": ["mnist-worker-0.mnist.ml.svc:2222",
-                               "mnist-worker-1.mnist.ml.svc:2222"]},
+        "cluster": {
+            "worker": ["mnist-worker-0.mnist.ml.svc:2222", "mnist-worker-1.mnist.ml.svc:2222"]
+        },
         "task": {"type": "worker", "index": 1},
     }
     assert env[Env.JOB_NAME.value] == "mnist"
@@ -182,9 +190,15 @@ def test_env() -> None:
     assert env[Env.METRICS_PORT.value] == str(DEFAULT_METRICS_PORT)
     assert env["TF_USE_LEGACY_KERAS"] == "1"
     assert json.loads(env[Env.TRAINER_CONFIG.value]) == {
-        "model": "mnist-mlp", "dataset": {"source": "mnist-sample"}, "epochs": 3,
-        "stepsPerEpoch": 200, "batchSizePerReplica": 64, "seed": 42, "saveFreq": 100,
-        "deterministic": False, "backend": "tensorflow",
+        "model": "mnist-mlp",
+        "dataset": {"source": "mnist-sample"},
+        "epochs": 3,
+        "stepsPerEpoch": 200,
+        "batchSizePerReplica": 64,
+        "seed": 42,
+        "saveFreq": 100,
+        "deterministic": False,
+        "backend": "tensorflow",
     }
     # every env value is a string, as the API requires
     assert all(isinstance(v, str) for v in env.values())
@@ -193,8 +207,12 @@ def test_env() -> None:
 def test_trainer_config_is_accepted_by_the_trainer() -> None:
     spec = {
         "workers": 1,
-        "trainer": {"model": "pkg.mod:build", "epochs": 2, "learningRate": 0.01,
-                    "dataset": {"source": "path", "path": "/data/train.npz"}},
+        "trainer": {
+            "model": "pkg.mod:build",
+            "epochs": 2,
+            "learningRate": 0.01,
+            "dataset": {"source": "path", "path": "/data/train.npz"},
+        },
         "checkpoint": {"saveFreq": 7},
     }
     env = env_of(children.build_pod(job(spec), "worker", 0, default_image=IMAGE))
@@ -204,29 +222,37 @@ def test_trainer_config_is_accepted_by_the_trainer() -> None:
     assert cfg.dataset.source == "npz" and cfg.dataset.path == "/data/train.npz"
 
 
-@pytest.mark.parametrize(("dataset", "source", "path"), [
-    ({"source": "path", "path": "/d/x.npz"}, "npz", "/d/x.npz"),
-    ({"source": "path", "path": "/d/records"}, "tfrecord", "/d/records"),
-    ({"source": "path", "path": "/d/x.bin", "format": "npz"}, "npz", "/d/x.bin"),
-    ({"source": "synthetic"}, "synthetic", None),
-])
+@pytest.mark.parametrize(
+    ("dataset", "source", "path"),
+    [
+        ({"source": "path", "path": "/d/x.npz"}, "npz", "/d/x.npz"),
+        ({"source": "path", "path": "/d/records"}, "tfrecord", "/d/records"),
+        ({"source": "path", "path": "/d/x.bin", "format": "npz"}, "npz", "/d/x.bin"),
+        ({"source": "synthetic"}, "synthetic", None),
+    ],
+)
 def test_dataset_is_passed_as_spelled_and_understood_by_the_trainer(
-        dataset: dict[str, Any], source: str, path: str | None) -> None:
+    dataset: dict[str, Any], source: str, path: str | None
+) -> None:
     cfg = children.trainer_config(job({"workers": 1, "trainer": {"dataset": dataset}}))
     assert cfg["dataset"] == dataset
     parsed = trainer_config_parser.parse_config(json.dumps(cfg))
     assert (parsed.dataset.source, parsed.dataset.path) == (source, path)
     # the operator's own reading of the format agrees with the trainer's
-    fmt = KerasJob.from_body(job({"workers": 1, "trainer": {"dataset": dataset}})) \
-        .spec.trainer.dataset.resolved_format()
+    fmt = KerasJob.from_body(
+        job({"workers": 1, "trainer": {"dataset": dataset}})
+    ).spec.trainer.dataset.resolved_format()
     assert (fmt.value if fmt else source) == source
 
 
-@pytest.mark.parametrize(("policy", "pod_policy"), [
-    (RestartPolicy.ON_FAILURE, "Never"),  # the operator restarts: no CrashLoopBackOff
-    (RestartPolicy.NEVER, "Never"),
-    (RestartPolicy.EXIT_CODE, "Never"),
-])
+@pytest.mark.parametrize(
+    ("policy", "pod_policy"),
+    [
+        (RestartPolicy.ON_FAILURE, "Never"),  # the operator restarts: no CrashLoopBackOff
+        (RestartPolicy.NEVER, "Never"),
+        (RestartPolicy.EXIT_CODE, "Never"),
+    ],
+)
 def test_pod_restart_policy(policy: RestartPolicy, pod_policy: str) -> None:
     assert children.pod_restart_policy(policy) == pod_policy
     spec = {"workers": 1, "restartPolicy": policy.value}
@@ -253,11 +279,9 @@ def test_image_precedence() -> None:
     assert trainer(children.build_pod(job(), "worker", 0, default_image=IMAGE))["image"] == IMAGE
     j = job()
     j["spec"]["image"] = "spec:image"
-    assert trainer(children.build_pod(j, "worker", 0, default_image=IMAGE))["image"] == \
-        "spec:image"
+    assert trainer(children.build_pod(j, "worker", 0, default_image=IMAGE))["image"] == "spec:image"
     j["spec"]["template"] = {"spec": {"containers": [{"name": "trainer", "image": "tpl:image"}]}}
-    assert trainer(children.build_pod(j, "worker", 0, default_image=IMAGE))["image"] == \
-        "tpl:image"
+    assert trainer(children.build_pod(j, "worker", 0, default_image=IMAGE))["image"] == "tpl:image"
 
 
 #: The operator's default images per backend, as `runtimes.default_images(config)` gives them.
@@ -267,25 +291,33 @@ IMAGES = {"tensorflow": "kerasjob/trainer:test-cpu", "jax": "kerasjob/trainer:te
 def test_default_image_follows_the_backend() -> None:
     """A job that names no image runs its own backend's default: jax has no TensorFlow."""
     tf_job = job()
-    assert trainer(children.build_pod(tf_job, "worker", 0, default_image=IMAGES))["image"] == \
-        "kerasjob/trainer:test-cpu"
+    assert (
+        trainer(children.build_pod(tf_job, "worker", 0, default_image=IMAGES))["image"]
+        == "kerasjob/trainer:test-cpu"
+    )
     tf_job["spec"]["trainer"] = {"backend": "tensorflow"}
-    assert trainer(children.build_pod(tf_job, "worker", 0, default_image=IMAGES))["image"] == \
-        "kerasjob/trainer:test-cpu"
-    assert {trainer(p)["image"] for p in children.desired_pods(jax_job(), default_image=IMAGES)} \
-        == {"kerasjob/trainer:test-jax-cpu"}
-    probe = children.build_probe_pod(jax_job({"elastic": {"minWorkers": 1}}), 3,
-                                     default_image=IMAGES)
+    assert (
+        trainer(children.build_pod(tf_job, "worker", 0, default_image=IMAGES))["image"]
+        == "kerasjob/trainer:test-cpu"
+    )
+    assert {
+        trainer(p)["image"] for p in children.desired_pods(jax_job(), default_image=IMAGES)
+    } == {"kerasjob/trainer:test-jax-cpu"}
+    probe = children.build_probe_pod(
+        jax_job({"elastic": {"minWorkers": 1}}), 3, default_image=IMAGES
+    )
     assert trainer(probe)["image"] == "kerasjob/trainer:test-jax-cpu"
     # One image for every backend (a str) is still taken as it is.
-    assert trainer(children.build_pod(jax_job(), "worker", 0, default_image=IMAGE))["image"] \
-        == IMAGE
+    assert (
+        trainer(children.build_pod(jax_job(), "worker", 0, default_image=IMAGE))["image"] == IMAGE
+    )
 
 
 def test_spec_image_wins_over_the_backends_default() -> None:
     j = jax_job({"image": "spec:image"})
-    assert trainer(children.build_pod(j, "worker", 1, default_image=IMAGES))["image"] == \
-        "spec:image"
+    assert (
+        trainer(children.build_pod(j, "worker", 1, default_image=IMAGES))["image"] == "spec:image"
+    )
     j = jax_job({"template": {"spec": {"containers": [{"name": "trainer", "image": "tpl"}]}}})
     assert trainer(children.build_pod(j, "worker", 1, default_image=IMAGES))["image"] == "tpl"
 
@@ -297,17 +329,23 @@ def test_default_images_of_the_operator_config(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.delenv("KERASJOB_DEFAULT_IMAGE", raising=False)
     monkeypatch.delenv("KERASJOB_DEFAULT_JAX_IMAGE", raising=False)
     assert default_images(OperatorConfig()) == {
-        "tensorflow": DEFAULT_TRAINER_IMAGE, "jax": DEFAULT_JAX_TRAINER_IMAGE}
+        "tensorflow": DEFAULT_TRAINER_IMAGE,
+        "jax": DEFAULT_JAX_TRAINER_IMAGE,
+    }
     assert DEFAULT_TRAINER_IMAGE == "kerasjob/trainer:0.1.0-cpu"
     assert DEFAULT_JAX_TRAINER_IMAGE == "kerasjob/trainer:0.1.0-jax-cpu"
     monkeypatch.setenv("KERASJOB_DEFAULT_IMAGE", "reg/trainer:dev-cpu")
     monkeypatch.setenv("KERASJOB_DEFAULT_JAX_IMAGE", "reg/trainer:dev-jax-cpu")
     images = default_images(OperatorConfig())
     assert images == {"tensorflow": "reg/trainer:dev-cpu", "jax": "reg/trainer:dev-jax-cpu"}
-    assert trainer(children.build_pod(jax_job(), "worker", 0, default_image=images))["image"] \
+    assert (
+        trainer(children.build_pod(jax_job(), "worker", 0, default_image=images))["image"]
         == "reg/trainer:dev-jax-cpu"
-    assert trainer(children.build_pod(job(), "worker", 0, default_image=images))["image"] \
+    )
+    assert (
+        trainer(children.build_pod(job(), "worker", 0, default_image=images))["image"]
         == "reg/trainer:dev-cpu"
+    )
 
 
 # --- template merge -----------------------------------------------------------------------
@@ -316,18 +354,25 @@ def test_default_images_of_the_operator_config(monkeypatch: pytest.MonkeyPatch) 
 def test_template_merges_over_defaults() -> None:
     j = job()
     j["spec"]["template"] = {
-        "metadata": {"labels": {"team": "ml", labels.JOB_NAME: "hijack"},
-                     "annotations": {"a": "b"}},
+        "metadata": {
+            "labels": {"team": "ml", labels.JOB_NAME: "hijack"},
+            "annotations": {"a": "b"},
+        },
         "spec": {
             "nodeSelector": {"gpu": "a100"},
             "tolerations": [{"key": "gpu", "operator": "Exists"}],
-            "containers": [{
-                "name": "trainer",
-                "resources": {"limits": {"nvidia.com/gpu": 1}},
-                "env": [{"name": "EXTRA", "value": "1"}, {"name": "TF_USE_LEGACY_KERAS",
-                                                          "value": "0"}],
-                "volumeMounts": [{"name": "data", "mountPath": "/data"}],
-            }, {"name": "sidecar", "image": "busybox"}],
+            "containers": [
+                {
+                    "name": "trainer",
+                    "resources": {"limits": {"nvidia.com/gpu": 1}},
+                    "env": [
+                        {"name": "EXTRA", "value": "1"},
+                        {"name": "TF_USE_LEGACY_KERAS", "value": "0"},
+                    ],
+                    "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                },
+                {"name": "sidecar", "image": "busybox"},
+            ],
             "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
         },
     }
@@ -346,16 +391,22 @@ def test_template_merges_over_defaults() -> None:
     assert Env.TF_CONFIG.value in env
     assert [m["mountPath"] for m in t["volumeMounts"]] == ["/kerasjob/checkpoint", "/tmp", "/data"]
     assert [v["name"] for v in pod["spec"]["volumes"]] == [
-        children.CHECKPOINT_VOLUME, children.TMP_VOLUME, "data"
+        children.CHECKPOINT_VOLUME,
+        children.TMP_VOLUME,
+        "data",
     ]
 
 
 def test_first_container_is_the_trainer_when_none_is_named_trainer() -> None:
     j = job()
-    j["spec"]["template"] = {"spec": {"containers": [
-        {"name": "main", "image": "mine", "command": ["python", "train.py"]},
-        {"name": "sidecar", "image": "busybox"},
-    ]}}
+    j["spec"]["template"] = {
+        "spec": {
+            "containers": [
+                {"name": "main", "image": "mine", "command": ["python", "train.py"]},
+                {"name": "sidecar", "image": "busybox"},
+            ]
+        }
+    }
     pod = children.build_pod(j, "worker", 0, default_image=IMAGE)
     assert [c["name"] for c in pod["spec"]["containers"]] == ["trainer", "sidecar"]
     t = trainer(pod)
@@ -367,15 +418,27 @@ def test_role_template_merges_over_job_template() -> None:
     spec = {
         "workers": 2,
         "checkpoint": {"volume": PVC},
-        "template": {"spec": {"containers": [
-            {"name": "trainer", "resources": {"limits": {"nvidia.com/gpu": 1, "cpu": "4"}}}]}},
-        "evaluator": {"template": {"spec": {"containers": [
-            {"name": "trainer", "resources": {"limits": {"nvidia.com/gpu": None}}}]}}},
+        "template": {
+            "spec": {
+                "containers": [
+                    {"name": "trainer", "resources": {"limits": {"nvidia.com/gpu": 1, "cpu": "4"}}}
+                ]
+            }
+        },
+        "evaluator": {
+            "template": {
+                "spec": {
+                    "containers": [
+                        {"name": "trainer", "resources": {"limits": {"nvidia.com/gpu": None}}}
+                    ]
+                }
+            }
+        },
     }
-    pods = {p["metadata"]["name"]: p for p in children.desired_pods(job(spec),
-                                                                     default_image=IMAGE)}
+    pods = {p["metadata"]["name"]: p for p in children.desired_pods(job(spec), default_image=IMAGE)}
     assert trainer(pods["mnist-worker-0"])["resources"] == {
-        "limits": {"nvidia.com/gpu": 1, "cpu": "4"}}
+        "limits": {"nvidia.com/gpu": 1, "cpu": "4"}
+    }
     assert trainer(pods["mnist-evaluator-0"])["resources"] == {"limits": {"cpu": "4"}}
 
 
@@ -384,9 +447,15 @@ def test_operator_owned_fields_win_over_the_template() -> None:
     j["spec"]["template"] = {
         "metadata": {"name": "other", "namespace": "other", "generateName": "x-"},
         "spec": {
-            "hostname": "h", "subdomain": "s", "restartPolicy": "Always",
-            "containers": [{"name": "trainer", "env": [
-                {"name": "TF_CONFIG", "valueFrom": {"fieldRef": {"fieldPath": "x"}}}]}],
+            "hostname": "h",
+            "subdomain": "s",
+            "restartPolicy": "Always",
+            "containers": [
+                {
+                    "name": "trainer",
+                    "env": [{"name": "TF_CONFIG", "valueFrom": {"fieldRef": {"fieldPath": "x"}}}],
+                }
+            ],
             "volumes": [{"name": children.CHECKPOINT_VOLUME, "hostPath": {"path": "/x"}}],
         },
     }
@@ -415,13 +484,18 @@ def test_build_does_not_modify_the_job() -> None:
 
 
 def test_desired_pods_all_roles() -> None:
-    spec = {"workers": 3, "chief": {}, "evaluator": {"replicas": 1},
-            "checkpoint": {"volume": PVC}}
-    pods = children.desired_pods(KerasJob.from_body(job(spec)), default_image=IMAGE,
-                                 restart_attempt=1)
+    spec = {"workers": 3, "chief": {}, "evaluator": {"replicas": 1}, "checkpoint": {"volume": PVC}}
+    pods = children.desired_pods(
+        KerasJob.from_body(job(spec)), default_image=IMAGE, restart_attempt=1
+    )
     names = [p["metadata"]["name"] for p in pods]
-    assert names == ["mnist-worker-0", "mnist-worker-1", "mnist-worker-2", "mnist-chief-0",
-                     "mnist-evaluator-0"]
+    assert names == [
+        "mnist-worker-0",
+        "mnist-worker-1",
+        "mnist-worker-2",
+        "mnist-chief-0",
+        "mnist-evaluator-0",
+    ]
     for pod in pods:
         env = env_of(pod)
         cfg = json.loads(env[Env.TF_CONFIG.value])
@@ -432,8 +506,9 @@ def test_desired_pods_all_roles() -> None:
 
 def test_zero_replica_roles_have_no_pods() -> None:
     spec = {"workers": 1, "chief": {"replicas": 0}, "evaluator": {"replicas": 0}}
-    assert [p["metadata"]["name"] for p in
-            children.desired_pods(job(spec), default_image=IMAGE)] == ["mnist-worker-0"]
+    assert [
+        p["metadata"]["name"] for p in children.desired_pods(job(spec), default_image=IMAGE)
+    ] == ["mnist-worker-0"]
 
 
 # --- validate_job -------------------------------------------------------------------------
@@ -442,45 +517,104 @@ def test_zero_replica_roles_have_no_pods() -> None:
 def test_valid_jobs_have_no_problems() -> None:
     assert validation.validate_job(job()) == []
     assert validation.validate_job(job({"workers": 1})) == []
-    spec = {"workers": 4, "chief": {}, "evaluator": {}, "checkpoint": {"volume": PVC},
-            "template": {"spec": {"containers": [{"image": "x"}, {"name": "s"}]}}}
+    spec = {
+        "workers": 4,
+        "chief": {},
+        "evaluator": {},
+        "checkpoint": {"volume": PVC},
+        "template": {"spec": {"containers": [{"image": "x"}, {"name": "s"}]}},
+    }
     assert validation.validate_job(job(spec)) == []
 
 
-@pytest.mark.parametrize(("spec", "name", "message"), [
-    ({"workers": 0}, "mnist", "spec.workers: Input should be greater than or equal to 1"),
-    ({"workers": 1, "bogus": 1}, "mnist", "spec.bogus: Extra inputs are not permitted"),
-    ({"workers": 1}, "Mnist", "must be a DNS-1035 label"),
-    ({"workers": 1}, "1mnist", "must be a DNS-1035 label"),
-    ({"workers": 1}, "a" * 55, "is too long: Pod name/hostname"),
-    ({"workers": 1, "port": DEFAULT_METRICS_PORT}, "mnist", "collides with the metrics port"),
-    ({"workers": 1, "trainer": {"dataset": {"source": "path"}}}, "mnist",
-     "dataset.path is required"),
-    ({"workers": 1, "checkpoint": {"mountPath": "rel"}}, "mnist", "must be an absolute path"),
-    ({"workers": 1, "checkpoint": {"volume": {**PVC, "emptyDir": {}}}}, "mnist",
-     "exactly one volume source"),
-    ({"workers": 2}, "mnist", "needs a shared spec.checkpoint.volume"),
-    ({"workers": 2, "checkpoint": {"volume": {"emptyDir": {}}}}, "mnist",
-     "needs a shared spec.checkpoint.volume"),
-    ({"workers": 1, "evaluator": {}}, "mnist", "needs a shared spec.checkpoint.volume"),
-    ({"workers": 1, "template": {"spec": {"restartPolicy": "Always"}}}, "mnist",
-     "spec.template.spec.restartPolicy is set by the operator"),
-    ({"workers": 1, "template": {"spec": {"containers": [{"name": "t"}, {"image": "x"}]}}},
-     "mnist", "spec.template.spec.containers[1] needs a name"),
-    ({"workers": 1, "template": {"spec": {"containers": [
-        {"name": "trainer", "env": [{"name": "TF_CONFIG", "value": "{}"}]}]}}},
-     "mnist", "sets TF_CONFIG, which the operator sets"),
-    ({"workers": 1, "template": {"spec": {"volumes": [{"name": "kerasjob-checkpoint"}]}}},
-     "mnist", "may not define 'kerasjob-checkpoint'"),
-    ({"workers": 1, "template": {"spec": {"containers": [
-        {"name": "trainer", "volumeMounts": [{"name": "x", "mountPath": "/kerasjob/checkpoint"}]}
-    ]}}}, "mnist", "mounts something at the checkpoint mountPath"),
-    ({"workers": 1, "template": {"kind": "Pod"}}, "mnist", "may only have metadata and spec"),
-    ({"workers": 1, "template": {"spec": {"containers": {"name": "x"}}}}, "mnist",
-     "spec.template.spec.containers must be a list of objects"),
-    ({"workers": 1, "chief": {"template": {"spec": {"hostname": "x"}}}}, "mnist",
-     "spec.chief.template.spec.hostname is set by the operator"),
-])
+@pytest.mark.parametrize(
+    ("spec", "name", "message"),
+    [
+        ({"workers": 0}, "mnist", "spec.workers: Input should be greater than or equal to 1"),
+        ({"workers": 1, "bogus": 1}, "mnist", "spec.bogus: Extra inputs are not permitted"),
+        ({"workers": 1}, "Mnist", "must be a DNS-1035 label"),
+        ({"workers": 1}, "1mnist", "must be a DNS-1035 label"),
+        ({"workers": 1}, "a" * 55, "is too long: Pod name/hostname"),
+        ({"workers": 1, "port": DEFAULT_METRICS_PORT}, "mnist", "collides with the metrics port"),
+        (
+            {"workers": 1, "trainer": {"dataset": {"source": "path"}}},
+            "mnist",
+            "dataset.path is required",
+        ),
+        ({"workers": 1, "checkpoint": {"mountPath": "rel"}}, "mnist", "must be an absolute path"),
+        (
+            {"workers": 1, "checkpoint": {"volume": {**PVC, "emptyDir": {}}}},
+            "mnist",
+            "exactly one volume source",
+        ),
+        ({"workers": 2}, "mnist", "needs a shared spec.checkpoint.volume"),
+        (
+            {"workers": 2, "checkpoint": {"volume": {"emptyDir": {}}}},
+            "mnist",
+            "needs a shared spec.checkpoint.volume",
+        ),
+        ({"workers": 1, "evaluator": {}}, "mnist", "needs a shared spec.checkpoint.volume"),
+        (
+            {"workers": 1, "template": {"spec": {"restartPolicy": "Always"}}},
+            "mnist",
+            "spec.template.spec.restartPolicy is set by the operator",
+        ),
+        (
+            {"workers": 1, "template": {"spec": {"containers": [{"name": "t"}, {"image": "x"}]}}},
+            "mnist",
+            "spec.template.spec.containers[1] needs a name",
+        ),
+        (
+            {
+                "workers": 1,
+                "template": {
+                    "spec": {
+                        "containers": [
+                            {"name": "trainer", "env": [{"name": "TF_CONFIG", "value": "{}"}]}
+                        ]
+                    }
+                },
+            },
+            "mnist",
+            "sets TF_CONFIG, which the operator sets",
+        ),
+        (
+            {"workers": 1, "template": {"spec": {"volumes": [{"name": "kerasjob-checkpoint"}]}}},
+            "mnist",
+            "may not define 'kerasjob-checkpoint'",
+        ),
+        (
+            {
+                "workers": 1,
+                "template": {
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": "trainer",
+                                "volumeMounts": [
+                                    {"name": "x", "mountPath": "/kerasjob/checkpoint"}
+                                ],
+                            }
+                        ]
+                    }
+                },
+            },
+            "mnist",
+            "mounts something at the checkpoint mountPath",
+        ),
+        ({"workers": 1, "template": {"kind": "Pod"}}, "mnist", "may only have metadata and spec"),
+        (
+            {"workers": 1, "template": {"spec": {"containers": {"name": "x"}}}},
+            "mnist",
+            "spec.template.spec.containers must be a list of objects",
+        ),
+        (
+            {"workers": 1, "chief": {"template": {"spec": {"hostname": "x"}}}},
+            "mnist",
+            "spec.chief.template.spec.hostname is set by the operator",
+        ),
+    ],
+)
 def test_validation_messages(spec: dict[str, Any], name: str, message: str) -> None:
     problems = validation.validate_job(job(spec, name=name))
     assert any(message in p for p in problems), problems
@@ -488,18 +622,25 @@ def test_validation_messages(spec: dict[str, Any], name: str, message: str) -> N
 
 def test_name_length_limit_counts_the_longest_pod() -> None:
     # 10 workers: the longest is <name>-worker-9, 9 characters longer than <name>
-    assert validation.validate_job(job({"workers": 11, "checkpoint": {"volume": PVC}},
-                                     name="a" * 54)) != []
-    assert validation.validate_job(job({"workers": 10, "checkpoint": {"volume": PVC}},
-                                     name="a" * 54)) == []
+    assert (
+        validation.validate_job(job({"workers": 11, "checkpoint": {"volume": PVC}}, name="a" * 54))
+        != []
+    )
+    assert (
+        validation.validate_job(job({"workers": 10, "checkpoint": {"volume": PVC}}, name="a" * 54))
+        == []
+    )
     assert children.is_dns_label("a" * 63) and not children.is_dns_label("a" * 64)
 
 
 def test_trainer_command_reaches_the_trainer_and_is_validated() -> None:
     """spec.trainer.command: passed in KERASJOB_TRAINER_CONFIG, parsed by the trainer."""
     command = ["python", "/opt/kerasjob-user/train.py", "--epochs=2"]
-    env = env_of(children.build_pod(job({"workers": 1, "trainer": {"command": command}}),
-                                    "worker", 0, default_image=IMAGE))
+    env = env_of(
+        children.build_pod(
+            job({"workers": 1, "trainer": {"command": command}}), "worker", 0, default_image=IMAGE
+        )
+    )
     cfg = trainer_config_parser.parse_config(env[Env.TRAINER_CONFIG.value])
     assert cfg.command == tuple(command)
     with pytest.raises(pydantic.ValidationError):
@@ -511,8 +652,11 @@ def test_trainer_command_reaches_the_trainer_and_is_validated() -> None:
 def test_network_policy_admits_only_the_jobs_pods_to_the_tf_port() -> None:
     body = {
         "metadata": {"name": "j", "namespace": "ns", "uid": "u"},
-        "spec": {"workers": 2, "port": 2345,
-                 "checkpoint": {"volume": {"persistentVolumeClaim": {"claimName": "c"}}}},
+        "spec": {
+            "workers": 2,
+            "port": 2345,
+            "checkpoint": {"volume": {"persistentVolumeClaim": {"claimName": "c"}}},
+        },
     }
     peer = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops"}}}
     policy = children.build_network_policy(body, metrics_from=[peer])
@@ -535,22 +679,32 @@ def test_node_lost_tolerations() -> None:
 
     added = node_lost_tolerations(None, 60)
     assert [(t["key"], t["effect"], t["tolerationSeconds"]) for t in added] == [
-        (k, "NoExecute", 60) for k in NODE_LOST_TAINTS]
-    own = {"key": "node.kubernetes.io/unreachable", "operator": "Exists",
-           "effect": "NoExecute", "tolerationSeconds": 900}
+        (k, "NoExecute", 60) for k in NODE_LOST_TAINTS
+    ]
+    own = {
+        "key": "node.kubernetes.io/unreachable",
+        "operator": "Exists",
+        "effect": "NoExecute",
+        "tolerationSeconds": 900,
+    }
     gpu = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
     kept = node_lost_tolerations([gpu, own], 60)
     assert kept[:2] == [gpu, own] and [t["key"] for t in kept[2:]] == [
-        "node.kubernetes.io/not-ready"]
+        "node.kubernetes.io/not-ready"
+    ]
     everything = [{"operator": "Exists"}]
     assert node_lost_tolerations(everything, 60) == everything
     # In the Pod, after the template's own tolerations; none without the setting.
-    spec = {"workers": 2, "checkpoint": {"volume": PVC},
-            "template": {"spec": {"tolerations": [gpu]}}}
+    spec = {
+        "workers": 2,
+        "checkpoint": {"volume": PVC},
+        "template": {"spec": {"tolerations": [gpu]}},
+    }
     pod = children.build_pod(job(spec), "worker", 0, default_image=IMAGE, node_lost_toleration=5)
     assert pod["spec"]["tolerations"][0] == gpu
     assert {t["key"]: t["tolerationSeconds"] for t in pod["spec"]["tolerations"][1:]} == {
-        k: 5 for k in NODE_LOST_TAINTS}
+        k: 5 for k in NODE_LOST_TAINTS
+    }
     plain = children.build_pod(job(spec), "worker", 0, default_image=IMAGE)
     assert plain["spec"]["tolerations"] == [gpu]
 
@@ -562,14 +716,14 @@ JAX_COORDINATOR = "mnist-worker-0.mnist.ml.svc:2222"
 
 
 def jax_job(spec: dict[str, Any] | None = None) -> dict[str, Any]:
-    return job({"workers": 3, "checkpoint": {"volume": PVC}, "trainer": {"backend": "jax"},
-                **(spec or {})})
+    return job(
+        {"workers": 3, "checkpoint": {"volume": PVC}, "trainer": {"backend": "jax"}, **(spec or {})}
+    )
 
 
 @pytest.mark.parametrize("index", [0, 1, 2])
 def test_jax_env_of_a_three_worker_job(index: int) -> None:
-    pod = children.build_pod(jax_job(), "worker", index, default_image=IMAGE,
-                             restart_attempt=1)
+    pod = children.build_pod(jax_job(), "worker", index, default_image=IMAGE, restart_attempt=1)
     assert [(e["name"], e["value"]) for e in trainer(pod)["env"]] == [
         ("KERAS_BACKEND", "jax"),
         ("KERAS_DISTRIBUTION_JOB_ADDRESSES", JAX_COORDINATOR),
@@ -597,8 +751,11 @@ def test_jax_env_of_a_three_worker_job(index: int) -> None:
 
 
 def test_jax_env_of_an_elastic_job_at_reduced_size() -> None:
-    spec = {"workers": 4, "elastic": {"minWorkers": 2}, "trainer": {
-        "backend": "jax", "batchSizePerReplica": 12}}
+    spec = {
+        "workers": 4,
+        "elastic": {"minWorkers": 2},
+        "trainer": {"backend": "jax", "batchSizePerReplica": 12},
+    }
     pod = children.build_pod(jax_job(spec), "worker", 1, default_image=IMAGE, workers=2)
     env = env_of(pod)
     assert env["KERAS_DISTRIBUTION_NUM_PROCESSES"] == env["JAX_NUM_PROCESSES"] == "2"
@@ -615,14 +772,22 @@ def test_jax_env_of_an_elastic_job_at_reduced_size() -> None:
 
 def test_tensorflow_env_is_unchanged() -> None:
     """The default backend and an explicit 'tensorflow' give today's env, in today's order."""
-    for spec in ({"workers": 2, "checkpoint": {"volume": PVC}},
-                 {"workers": 2, "checkpoint": {"volume": PVC},
-                  "trainer": {"backend": "tensorflow"}}):
+    for spec in (
+        {"workers": 2, "checkpoint": {"volume": PVC}},
+        {"workers": 2, "checkpoint": {"volume": PVC}, "trainer": {"backend": "tensorflow"}},
+    ):
         pod = children.build_pod(job(spec), "worker", 1, default_image=IMAGE)
         assert [e["name"] for e in trainer(pod)["env"]] == [
-            "TF_CONFIG", "KERASJOB_NAME", "KERASJOB_NAMESPACE", "KERASJOB_ROLE",
-            "KERASJOB_INDEX", "KERASJOB_CHECKPOINT_DIR", "KERASJOB_RESTART_ATTEMPT",
-            "KERASJOB_TRAINER_CONFIG", "KERASJOB_METRICS_PORT", "TF_USE_LEGACY_KERAS",
+            "TF_CONFIG",
+            "KERASJOB_NAME",
+            "KERASJOB_NAMESPACE",
+            "KERASJOB_ROLE",
+            "KERASJOB_INDEX",
+            "KERASJOB_CHECKPOINT_DIR",
+            "KERASJOB_RESTART_ATTEMPT",
+            "KERASJOB_TRAINER_CONFIG",
+            "KERASJOB_METRICS_PORT",
+            "TF_USE_LEGACY_KERAS",
         ]
         env = env_of(pod)
         assert json.loads(env["TF_CONFIG"])["task"] == {"type": "worker", "index": 1}
@@ -631,25 +796,48 @@ def test_tensorflow_env_is_unchanged() -> None:
 
 def test_env_is_the_same_on_every_render() -> None:
     for body in (job(), jax_job()):
-        assert children.build_pod(body, "worker", 1, default_image=IMAGE) == \
-            children.build_pod(copy.deepcopy(body), "worker", 1, default_image=IMAGE)
+        assert children.build_pod(body, "worker", 1, default_image=IMAGE) == children.build_pod(
+            copy.deepcopy(body), "worker", 1, default_image=IMAGE
+        )
 
 
 def test_jax_identity_is_owned() -> None:
     assert {e.value for e in JAX_IDENTITY_ENV} | {"TF_CONFIG"} <= children.OWNED_ENV
     # A template cannot set them, whatever the job's backend ...
     for backend in ("jax", "tensorflow"):
-        spec = {"workers": 1, "trainer": {"backend": backend}, "template": {"spec": {
-            "containers": [{"name": "trainer", "env": [{"name": "JAX_PROCESS_ID",
-                                                        "value": "7"}]}]}}}
+        spec = {
+            "workers": 1,
+            "trainer": {"backend": backend},
+            "template": {
+                "spec": {
+                    "containers": [
+                        {"name": "trainer", "env": [{"name": "JAX_PROCESS_ID", "value": "7"}]}
+                    ]
+                }
+            },
+        }
         problems = validation.validate_job(job(spec))
         assert any("sets JAX_PROCESS_ID, which the operator sets" in p for p in problems)
     # ... and the Pod of an unvalidated one keeps the operator's values, not another
     # backend's identity.
-    spec = {"workers": 1, "trainer": {"backend": "jax"}, "template": {"spec": {
-        "containers": [{"name": "trainer", "env": [
-            {"name": "JAX_PROCESS_ID", "value": "7"}, {"name": "TF_CONFIG", "value": "{}"},
-            {"name": "MINE", "value": "1"}]}]}}}
+    spec = {
+        "workers": 1,
+        "trainer": {"backend": "jax"},
+        "template": {
+            "spec": {
+                "containers": [
+                    {
+                        "name": "trainer",
+                        "env": [
+                            {"name": "JAX_PROCESS_ID", "value": "7"},
+                            {"name": "TF_CONFIG", "value": "{}"},
+                            {"name": "MINE", "value": "1"},
+                        ],
+                    }
+                ]
+            }
+        },
+    }
     env = env_of(children.build_pod(job(spec), "worker", 0, default_image=IMAGE))
     assert env["JAX_PROCESS_ID"] == "0" and env["MINE"] == "1" and "TF_CONFIG" not in env
 
@@ -658,23 +846,30 @@ def test_network_policy_ports_per_backend() -> None:
     peer = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops"}}}
     own = {"podSelector": {"matchLabels": {"kerasjob.dev/job-name": "mnist"}}}
     metrics = {"from": [peer], "ports": [{"protocol": "TCP", "port": 9464}]}
-    tf = children.build_network_policy(job({**jax_job()["spec"], "port": 2345,
-                                            "trainer": {"backend": "tensorflow"}}),
-                                       metrics_from=[peer])
+    tf = children.build_network_policy(
+        job({**jax_job()["spec"], "port": 2345, "trainer": {"backend": "tensorflow"}}),
+        metrics_from=[peer],
+    )
     assert tf["spec"]["ingress"] == [
-        {"from": [own], "ports": [{"protocol": "TCP", "port": 2345}]}, metrics]
+        {"from": [own], "ports": [{"protocol": "TCP", "port": 2345}]},
+        metrics,
+    ]
     # jax: the job's own Pods on every TCP port (coordinator + gloo's ephemeral ports)
     jax = children.build_network_policy(jax_job({"port": 2345}), metrics_from=[peer])
     assert jax["spec"]["ingress"] == [{"from": [own], "ports": [{"protocol": "TCP"}]}, metrics]
     assert children.build_network_policy(jax_job())["spec"]["ingress"] == [
-        {"from": [own], "ports": [{"protocol": "TCP"}]}]
+        {"from": [own], "ports": [{"protocol": "TCP"}]}
+    ]
 
 
-@pytest.mark.parametrize(("extra", "message"), [
-    ({"chief": {}}, JAX_NO_CHIEF),
-    ({"chief": {"replicas": 1}}, JAX_NO_CHIEF),
-    ({"evaluator": {}}, JAX_NO_EVALUATOR),
-])
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"chief": {}}, JAX_NO_CHIEF),
+        ({"chief": {"replicas": 1}}, JAX_NO_CHIEF),
+        ({"evaluator": {}}, JAX_NO_EVALUATOR),
+    ],
+)
 def test_jax_rejects_chief_and_evaluator(extra: dict[str, Any], message: str) -> None:
     problems = validation.validate_job(jax_job(extra))
     assert message in problems, problems
@@ -682,17 +877,33 @@ def test_jax_rejects_chief_and_evaluator(extra: dict[str, Any], message: str) ->
 
 
 def test_jax_messages_say_why() -> None:
-    assert JAX_NO_CHIEF == ("backend jax: process 0 (worker 0) is the chief; spec.chief is for "
-                            "backend tensorflow")
+    assert JAX_NO_CHIEF == (
+        "backend jax: process 0 (worker 0) is the chief; spec.chief is for backend tensorflow"
+    )
     assert "spec.evaluator is for backend tensorflow" in JAX_NO_EVALUATOR
 
 
 def test_valid_jax_jobs_have_no_problems() -> None:
     assert validation.validate_job(jax_job()) == []
-    assert validation.validate_job(jax_job({"chief": {"replicas": 0},
-                                            "evaluator": {"replicas": 0}})) == []
-    assert validation.validate_job(job({"workers": 1, "trainer": {
-        "backend": "jax", "command": ["python", "/opt/train.py"]}})) == []
+    assert (
+        validation.validate_job(jax_job({"chief": {"replicas": 0}, "evaluator": {"replicas": 0}}))
+        == []
+    )
+    assert (
+        validation.validate_job(
+            job(
+                {
+                    "workers": 1,
+                    "trainer": {"backend": "jax", "command": ["python", "/opt/train.py"]},
+                }
+            )
+        )
+        == []
+    )
     # the same roles are fine for tensorflow
-    assert validation.validate_job(job({"workers": 2, "chief": {}, "evaluator": {},
-                                        "checkpoint": {"volume": PVC}})) == []
+    assert (
+        validation.validate_job(
+            job({"workers": 2, "chief": {}, "evaluator": {}, "checkpoint": {"volume": PVC}})
+        )
+        == []
+    )

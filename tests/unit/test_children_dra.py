@@ -24,18 +24,31 @@ CLAIMS = [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
 
 
 def job(template: dict[str, Any] | None = None, **spec: Any) -> dict[str, Any]:
-    tpl = template if template is not None else {"spec": {
-        "resourceClaims": copy.deepcopy(CLAIMS),
-        "containers": [{"name": "trainer", "resources": {
-            "claims": [{"name": "gpu"}], "requests": {"cpu": "2"}}}],
-    }}
+    tpl = (
+        template
+        if template is not None
+        else {
+            "spec": {
+                "resourceClaims": copy.deepcopy(CLAIMS),
+                "containers": [
+                    {
+                        "name": "trainer",
+                        "resources": {"claims": [{"name": "gpu"}], "requests": {"cpu": "2"}},
+                    }
+                ],
+            }
+        }
+    )
     return {
         "apiVersion": "kerasjob.dev/v1alpha1",
         "kind": "KerasJob",
-        "metadata": {"name": "dra", "namespace": "ml", "uid": "0123456789abcdef",
-                     "generation": 1},
-        "spec": {"workers": 2, "checkpoint": {"volume": {"persistentVolumeClaim": {
-            "claimName": "ckpt"}}}, "template": tpl, **spec},
+        "metadata": {"name": "dra", "namespace": "ml", "uid": "0123456789abcdef", "generation": 1},
+        "spec": {
+            "workers": 2,
+            "checkpoint": {"volume": {"persistentVolumeClaim": {"claimName": "ckpt"}}},
+            "template": tpl,
+            **spec,
+        },
     }
 
 
@@ -53,48 +66,82 @@ def test_every_worker_pod_carries_the_template_claim_and_the_trainer_uses_it() -
         assert resources["claims"] == [{"name": "gpu"}]
         assert resources["requests"] == {"cpu": "2"}
     # A re-created Pod (a later restart attempt) asks the same: a fresh claim.
-    again = children.build_pod(job(), ReplicaRole.WORKER, 1, default_image=IMAGE,
-                               restart_attempt=3)
+    again = children.build_pod(job(), ReplicaRole.WORKER, 1, default_image=IMAGE, restart_attempt=3)
     assert again["spec"]["resourceClaims"] == CLAIMS
     assert trainer(again)["resources"]["claims"] == [{"name": "gpu"}]
 
 
 def test_a_template_without_a_trainer_named_container_keeps_its_claims() -> None:
-    tpl = {"spec": {"resourceClaims": CLAIMS, "containers": [
-        {"name": "main", "resources": {"claims": [{"name": "gpu"}]}}]}}
+    tpl = {
+        "spec": {
+            "resourceClaims": CLAIMS,
+            "containers": [{"name": "main", "resources": {"claims": [{"name": "gpu"}]}}],
+        }
+    }
     pod = children.build_pod(job(tpl), ReplicaRole.WORKER, 0, default_image=IMAGE)
     assert [c["name"] for c in pod["spec"]["containers"]] == ["trainer"]
     assert trainer(pod)["resources"]["claims"] == [{"name": "gpu"}]
 
 
 def test_a_sidecar_may_share_the_pods_claim() -> None:
-    tpl = {"spec": {"resourceClaims": CLAIMS, "containers": [
-        {"name": "trainer", "resources": {"claims": [{"name": "gpu"}]}},
-        {"name": "monitor", "image": "dcgm", "resources": {"claims": [{"name": "gpu"}]}}]}}
+    tpl = {
+        "spec": {
+            "resourceClaims": CLAIMS,
+            "containers": [
+                {"name": "trainer", "resources": {"claims": [{"name": "gpu"}]}},
+                {"name": "monitor", "image": "dcgm", "resources": {"claims": [{"name": "gpu"}]}},
+            ],
+        }
+    }
     pod = children.build_pod(job(tpl), ReplicaRole.WORKER, 0, default_image=IMAGE)
     assert [c.get("resources", {}).get("claims") for c in pod["spec"]["containers"]] == [
-        [{"name": "gpu"}], [{"name": "gpu"}]]
+        [{"name": "gpu"}],
+        [{"name": "gpu"}],
+    ]
 
 
 def test_role_templates_merge_claims_by_name_and_null_removes_them() -> None:
-    j = job(chief={"replicas": 1, "template": {"spec": {
-        # The chief: a second claim beside the job's (merged by name), and its trainer
-        # uses both (a container's claims list is replaced as a whole).
-        "resourceClaims": [{"name": "nic", "resourceClaimTemplateName": "rdma"},
-                           {"name": "gpu", "resourceClaimTemplateName": "big-gpu"}],
-        "containers": [{"name": "trainer", "resources": {
-            "claims": [{"name": "gpu"}, {"name": "nic"}]}}]}}},
-        evaluator={"replicas": 1, "template": {"spec": {
-            # The evaluator: no GPU.
-            "resourceClaims": None,
-            "containers": [{"name": "trainer", "resources": {"claims": None}}]}}})
+    j = job(
+        chief={
+            "replicas": 1,
+            "template": {
+                "spec": {
+                    # The chief: a second claim beside the job's (merged by name), and its trainer
+                    # uses both (a container's claims list is replaced as a whole).
+                    "resourceClaims": [
+                        {"name": "nic", "resourceClaimTemplateName": "rdma"},
+                        {"name": "gpu", "resourceClaimTemplateName": "big-gpu"},
+                    ],
+                    "containers": [
+                        {
+                            "name": "trainer",
+                            "resources": {"claims": [{"name": "gpu"}, {"name": "nic"}]},
+                        }
+                    ],
+                }
+            },
+        },
+        evaluator={
+            "replicas": 1,
+            "template": {
+                "spec": {
+                    # The evaluator: no GPU.
+                    "resourceClaims": None,
+                    "containers": [{"name": "trainer", "resources": {"claims": None}}],
+                }
+            },
+        },
+    )
     by_name = {p["metadata"]["name"]: p for p in children.desired_pods(j, default_image=IMAGE)}
     chief = by_name["dra-chief-0"]
     assert chief["spec"]["resourceClaims"] == [
         {"name": "gpu", "resourceClaimTemplateName": "big-gpu"},
-        {"name": "nic", "resourceClaimTemplateName": "rdma"}]
+        {"name": "nic", "resourceClaimTemplateName": "rdma"},
+    ]
     assert trainer(chief)["resources"] == {
-        "claims": [{"name": "gpu"}, {"name": "nic"}], "requests": {"cpu": "2"}}
+        "claims": [{"name": "gpu"}, {"name": "nic"}],
+        "requests": {"cpu": "2"},
+    }
     evaluator = by_name["dra-evaluator-0"]
     assert "resourceClaims" not in evaluator["spec"]
     assert trainer(evaluator)["resources"] == {"requests": {"cpu": "2"}}
@@ -112,8 +159,10 @@ def test_the_kueue_workload_and_the_gang_keep_the_claims() -> None:
     b = job()
     b["metadata"]["labels"] = {kueue.QUEUE_LABEL: "gpus"}
     model = KerasJob.from_body(b)
-    pods = {role.value: (n, children.build_pod(model, role, 0, default_image=IMAGE))
-            for role, n in model.spec.replicas().items()}
+    pods = {
+        role.value: (n, children.build_pod(model, role, 0, default_image=IMAGE))
+        for role, n in model.spec.replicas().items()
+    }
     (pod_set,) = kueue.build_workload(b, pods)["spec"]["podSets"]
     assert pod_set["count"] == 2
     assert pod_set["template"]["spec"]["resourceClaims"] == CLAIMS
@@ -123,8 +172,10 @@ def test_the_kueue_workload_and_the_gang_keep_the_claims() -> None:
     pod = kueue.apply_update(children.build_pod(model, "worker", 1, default_image=IMAGE), update)
     assert pod["spec"]["resourceClaims"] == CLAIMS
     # In a gang: the same Pod, in the PodGroup.
-    in_gang = gang.apply(children.build_pod(model, "worker", 1, default_image=IMAGE),
-                         gang.gang_for("dra", "0123456789abcdef", 2))
+    in_gang = gang.apply(
+        children.build_pod(model, "worker", 1, default_image=IMAGE),
+        gang.gang_for("dra", "0123456789abcdef", 2),
+    )
     assert in_gang["spec"]["resourceClaims"] == CLAIMS
     assert in_gang["spec"]["schedulingGroup"]["podGroupName"].startswith("dra-gang-")
 

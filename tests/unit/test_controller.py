@@ -34,8 +34,9 @@ from kerasjob.config import OperatorConfig
 from kerasjob.controller import Controller
 
 KEY = (NS, "job")
-CONFIG = OperatorConfig(workers=1, progress_interval=0, default_image="trainer:test",
-                        liveness=None, metrics_port=None)
+CONFIG = OperatorConfig(
+    workers=1, progress_interval=0, default_image="trainer:test", liveness=None, metrics_port=None
+)
 
 
 class Operator:
@@ -449,8 +450,10 @@ def test_the_network_policy_is_created_with_the_service_before_any_pod() -> None
         await settle(cluster, [op])
         assert running(cluster)
         policy = cluster.network_policies["job"]
-        assert policy["metadata"]["ownerReferences"][0]["uid"] == cluster.jobs["job"][
-            "metadata"]["uid"]
+        assert (
+            policy["metadata"]["ownerReferences"][0]["uid"]
+            == cluster.jobs["job"]["metadata"]["uid"]
+        )
         creates = [c for c in op.api.calls if c.startswith("create ") and c != "create events"]
         assert creates.index("create networkpolicies") < creates.index("create pods")
         assert op.api.loose_creates == []
@@ -488,11 +491,19 @@ def test_progress_scrape_writes_goodput_and_posts_what_a_disruption_cost() -> No
     )
 
     def metrics(disruptions: int, lost: float) -> str:
-        return "\n".join([
-            f"{METRIC_STEP} 120", f"{METRIC_DISRUPTIONS} {disruptions}",
-            f"{METRIC_LOST_SECONDS} {lost}", f"{METRIC_STEPS_REDONE} 4",
-            f"{METRIC_PRODUCTIVE_SECONDS} 90", f"{METRIC_GOODPUT_RATIO} 0.9",
-        ]) + "\n"
+        return (
+            "\n".join(
+                [
+                    f"{METRIC_STEP} 120",
+                    f"{METRIC_DISRUPTIONS} {disruptions}",
+                    f"{METRIC_LOST_SECONDS} {lost}",
+                    f"{METRIC_STEPS_REDONE} 4",
+                    f"{METRIC_PRODUCTIVE_SECONDS} 90",
+                    f"{METRIC_GOODPUT_RATIO} 0.9",
+                ]
+            )
+            + "\n"
+        )
 
     async def scenario() -> None:
         from kerasjob import progress
@@ -515,10 +526,16 @@ def test_progress_scrape_writes_goodput_and_posts_what_a_disruption_cost() -> No
             progress.scrape = real  # type: ignore[assignment]
         await op.controller.events.drain()
         costs = cluster.status()["progress"]["goodput"]
-        assert costs == {"disruptions": 2, "lostSeconds": 18.5, "stepsRedone": 4,
-                         "productiveSeconds": 90.0, "goodput": 0.9}
-        posted = [e["message"] for e in cluster.events
-                  if e["reason"] == goodput.REASON_DISRUPTION_COST]
+        assert costs == {
+            "disruptions": 2,
+            "lostSeconds": 18.5,
+            "stepsRedone": 4,
+            "productiveSeconds": 90.0,
+            "goodput": 0.9,
+        }
+        posted = [
+            e["message"] for e in cluster.events if e["reason"] == goodput.REASON_DISRUPTION_COST
+        ]
         assert len(posted) == 2 and posted[1].startswith("disruption 2 cost 8.5s"), posted
 
     run(scenario())

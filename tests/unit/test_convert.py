@@ -64,9 +64,13 @@ def test_every_role_and_the_tf_port() -> None:
 def test_run_policy_and_scheduling() -> None:
     job, warnings = convert_tfjob(_load("gang-scheduling.yaml"))
     spec = job["spec"]
-    assert (spec["backoffLimit"], spec["activeDeadlineSeconds"],
-            spec["ttlSecondsAfterFinished"], spec["cleanPodPolicy"], spec["suspend"]) == (
-        3, 7200, 600, "All", True)
+    assert (
+        spec["backoffLimit"],
+        spec["activeDeadlineSeconds"],
+        spec["ttlSecondsAfterFinished"],
+        spec["cleanPodPolicy"],
+        spec["suspend"],
+    ) == (3, 7200, 600, "All", True)
     pod = spec["template"]["spec"]
     assert pod["priorityClassName"] == "high-priority" and pod["schedulerName"] == "volcano"
     assert "restartPolicy" not in pod  # the operator owns the Pod restartPolicy
@@ -93,8 +97,13 @@ def test_not_a_tfjob() -> None:
     with pytest.raises(ConversionError, match=r"not a kubeflow\.org/v1 TFJob"):
         convert_tfjob({"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob"})
     with pytest.raises(ConversionError, match="no Worker, Chief or Master"):
-        convert_tfjob({"apiVersion": "kubeflow.org/v1", "kind": "TFJob",
-                       "spec": {"tfReplicaSpecs": {"PS": {"replicas": 1}}}})
+        convert_tfjob(
+            {
+                "apiVersion": "kubeflow.org/v1",
+                "kind": "TFJob",
+                "spec": {"tfReplicaSpecs": {"PS": {"replicas": 1}}},
+            }
+        )
 
 
 def test_cli_convert_prints_yaml_and_warnings(capsys) -> None:

@@ -64,8 +64,9 @@ def test_crd_identity() -> None:
 
 
 def test_printer_columns() -> None:
-    columns = {c["name"]: c for c in crdgen.render_crd()["spec"]["versions"][0][
-        "additionalPrinterColumns"]}
+    columns = {
+        c["name"]: c for c in crdgen.render_crd()["spec"]["versions"][0]["additionalPrinterColumns"]
+    }
     assert columns["Phase"]["jsonPath"] == ".status.phase"
     assert columns["Ready"]["jsonPath"] == ".status.replicaStatuses.worker.ready"
     assert columns["Workers"]["jsonPath"] == ".spec.workers"
@@ -112,8 +113,9 @@ def test_every_field_is_documented() -> None:
 def test_defaults_are_in_the_schema() -> None:
     spec = _schema()["properties"]["spec"]
     props = spec["properties"]
-    assert spec["default"] == KerasJobSpec().model_dump(by_alias=True, exclude_none=True,
-                                                        mode="json")
+    assert spec["default"] == KerasJobSpec().model_dump(
+        by_alias=True, exclude_none=True, mode="json"
+    )
     assert props["workers"]["default"] == 1
     assert props["port"]["default"] == 2222
     assert props["restartPolicy"]["default"] == "OnFailure"
@@ -122,8 +124,10 @@ def test_defaults_are_in_the_schema() -> None:
     assert props["suspend"]["default"] is False
     assert props["trainer"]["default"]["dataset"] == {"source": "mnist-sample"}
     assert props["trainer"]["properties"]["epochs"]["default"] == 3
-    assert props["trainer"]["properties"]["dataset"]["properties"]["source"]["default"] == \
-        "mnist-sample"
+    assert (
+        props["trainer"]["properties"]["dataset"]["properties"]["source"]["default"]
+        == "mnist-sample"
+    )
     assert props["checkpoint"]["properties"]["mountPath"]["default"] == "/kerasjob/checkpoint"
     assert props["checkpoint"]["properties"]["saveFreq"]["default"] == 100
     assert "default" not in props["chief"] and "default" not in props["image"]
@@ -131,8 +135,11 @@ def test_defaults_are_in_the_schema() -> None:
 
 def test_templates_preserve_unknown_fields() -> None:
     props = _schema()["properties"]["spec"]["properties"]
-    for node in (props["template"], props["chief"]["properties"]["template"],
-                 props["checkpoint"]["properties"]["volume"]["additionalProperties"]):
+    for node in (
+        props["template"],
+        props["chief"]["properties"]["template"],
+        props["checkpoint"]["properties"]["volume"]["additionalProperties"],
+    ):
         assert node == {**node, "type": "object", "x-kubernetes-preserve-unknown-fields": True}
 
 
@@ -171,8 +178,16 @@ def test_cel_rules_have_messages_and_cover_the_cross_field_rules() -> None:
 
 def test_mutable_fields_have_no_transition_rules() -> None:
     props = _schema()["properties"]["spec"]["properties"]
-    for name in ("suspend", "activeDeadlineSeconds", "ttlSecondsAfterFinished",
-                 "backoffLimit", "template", "image", "restartPolicy", "cleanPodPolicy"):
+    for name in (
+        "suspend",
+        "activeDeadlineSeconds",
+        "ttlSecondsAfterFinished",
+        "backoffLimit",
+        "template",
+        "image",
+        "restartPolicy",
+        "cleanPodPolicy",
+    ):
         assert "x-kubernetes-validations" not in props[name], name
 
 
@@ -196,14 +211,16 @@ def test_backend_is_an_enum_with_a_default_and_jax_rules() -> None:
     assert spec["default"]["trainer"]["backend"] == "tensorflow"
     rules = {r["message"]: r["rule"] for r in spec["x-kubernetes-validations"]}
     assert rules[JAX_NO_CHIEF] == (
-        "self.trainer.backend != 'jax' || !has(self.chief) || self.chief.replicas == 0")
+        "self.trainer.backend != 'jax' || !has(self.chief) || self.chief.replicas == 0"
+    )
     assert rules[JAX_NO_EVALUATOR] == (
-        "self.trainer.backend != 'jax' || !has(self.evaluator) || "
-        "self.evaluator.replicas == 0")
+        "self.trainer.backend != 'jax' || !has(self.evaluator) || self.evaluator.replicas == 0"
+    )
     # immutable with the rest of spec.trainer
-    assert any(r["message"] == "trainer is immutable"
-               for r in spec["properties"]["trainer"]["x-kubernetes-validations"])
+    assert any(
+        r["message"] == "trainer is immutable"
+        for r in spec["properties"]["trainer"]["x-kubernetes-validations"]
+    )
     committed = yaml.safe_load(COMMITTED.read_text())
     served = committed["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
-    assert served["properties"]["trainer"]["properties"]["backend"]["enum"] == ["tensorflow",
-                                                                                "jax"]
+    assert served["properties"]["trainer"]["properties"]["backend"]["enum"] == ["tensorflow", "jax"]

@@ -16,8 +16,12 @@ from kerasjob import credentials
 from kerasjob.credentials import CredentialsError
 
 
-def _kubeconfig(path: Path, users: dict[str, dict[str, Any]], current: str = "a",
-                cluster: dict[str, Any] | None = None) -> str:
+def _kubeconfig(
+    path: Path,
+    users: dict[str, dict[str, Any]],
+    current: str = "a",
+    cluster: dict[str, Any] | None = None,
+) -> str:
     doc = {
         "apiVersion": "v1",
         "kind": "Config",
@@ -69,8 +73,7 @@ def test_paths_are_relative_to_the_kubeconfig(tmp_path: Path) -> None:
     (tmp_path / "tok").write_text("from-file\n")
     cfg = _kubeconfig(
         tmp_path / "config",
-        {"a": {"client-certificate": "pki/u.crt", "client-key": "pki/u.key",
-               "tokenFile": "tok"}},
+        {"a": {"client-certificate": "pki/u.crt", "client-key": "pki/u.key", "tokenFile": "tok"}},
         cluster={"server": "https://h:1", "certificate-authority": "pki/ca.crt"},
     )
     cred = credentials.load(cfg)
@@ -83,8 +86,11 @@ def test_paths_are_relative_to_the_kubeconfig(tmp_path: Path) -> None:
 
 
 def test_insecure_and_unsupported_auth(tmp_path: Path) -> None:
-    cfg = _kubeconfig(tmp_path / "config", {"a": {"token": "t"}},
-                      cluster={"server": "https://h:1", "insecure-skip-tls-verify": True})
+    cfg = _kubeconfig(
+        tmp_path / "config",
+        {"a": {"token": "t"}},
+        cluster={"server": "https://h:1", "insecure-skip-tls-verify": True},
+    )
     assert not credentials.load(cfg).verify
     old = _kubeconfig(tmp_path / "old", {"a": {"auth-provider": {"name": "gcp"}}})
     with pytest.raises(CredentialsError, match="auth-provider"):
@@ -106,13 +112,19 @@ def test_exec_plugin_token_and_certificate(tmp_path: Path) -> None:
     )
 
     def user(mode: str) -> dict[str, Any]:
-        return {"exec": {"apiVersion": "client.authentication.k8s.io/v1",
-                         "command": sys.executable, "args": [str(plugin), mode],
-                         "env": [{"name": "TOKEN", "value": "tok"}],
-                         "provideClusterInfo": True}}
+        return {
+            "exec": {
+                "apiVersion": "client.authentication.k8s.io/v1",
+                "command": sys.executable,
+                "args": [str(plugin), mode],
+                "env": [{"name": "TOKEN", "value": "tok"}],
+                "provideClusterInfo": True,
+            }
+        }
 
-    cfg = _kubeconfig(tmp_path / "config",
-                      {"a": user("token"), "b": user("cert"), "c": user("fail")})
+    cfg = _kubeconfig(
+        tmp_path / "config", {"a": user("token"), "b": user("cert"), "c": user("fail")}
+    )
     assert credentials.load(cfg).authorization == "Bearer tok-https://10.0.0.1:6443/"
     cert = credentials.load(cfg, "b")
     assert Path(cert.cert_file or "").read_text() == "PEM CERT"
@@ -167,17 +179,20 @@ def test_the_operator_runs_without_the_kubernetes_package() -> None:
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'kubernetes'), "
         "sys.modules['kubernetes'])"
     )
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout
     assert out.strip() == "['kubernetes'] None"
 
 
 def test_an_inline_data_file_is_reused_only_with_the_same_content(tmp_path: Path) -> None:
     """The temp directory is shared: a file already there under the content's name is used
     only if it holds exactly that content."""
-    cfg = _kubeconfig(tmp_path / "config", {"a": {"token": "t"}},
-                      cluster={"server": "https://h:1", "certificate-authority-data":
-                               _b64(f"CA {tmp_path}")})
+    cfg = _kubeconfig(
+        tmp_path / "config",
+        {"a": {"token": "t"}},
+        cluster={"server": "https://h:1", "certificate-authority-data": _b64(f"CA {tmp_path}")},
+    )
     ca = Path(credentials.load(cfg).ca_file or "")
     ca.write_text("planted")
     again = Path(credentials.load(cfg).ca_file or "")
@@ -194,9 +209,28 @@ def test_the_controllers_tls_context_follows_verify_and_the_client_certificate(
     from kerasjob.kube import _load_auth
 
     key, cert = tmp_path / "tls.key", tmp_path / "tls.crt"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                    "ec_paramgen_curve:P-256", "-nodes", "-keyout", key, "-out", cert,
-                    "-subj", "/CN=kerasjob-test", "-days", "1"], check=True, capture_output=True)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            key,
+            "-out",
+            cert,
+            "-subj",
+            "/CN=kerasjob-test",
+            "-days",
+            "1",
+        ],
+        check=True,
+        capture_output=True,
+    )
     client = {"client-certificate": str(cert), "client-key": str(key)}
     verified = {"server": "https://10.0.0.1:6443", "certificate-authority": str(cert)}
     insecure = {"server": "https://10.0.0.1:6443", "insecure-skip-tls-verify": True}

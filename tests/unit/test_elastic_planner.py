@@ -29,8 +29,9 @@ from kerasjob_contract import trainer_config
 def test_a_shrink_waits_for_shrink_after_seconds_then_restarts_everyone_uncounted() -> None:
     j = ejob()
     running = [pod(0), pod(1)]
-    s = rc.plan(j, {}, [*running, stuck(2, timedelta(seconds=0))], NOW - timedelta(seconds=5)
-                ).status
+    s = rc.plan(
+        j, {}, [*running, stuck(2, timedelta(seconds=0))], NOW - timedelta(seconds=5)
+    ).status
     assert s["elastic"] == {"workers": 3, "resizes": 0}
 
     early = rc.plan(j, s, [*running, stuck(2, timedelta(seconds=30))], NOW)
@@ -44,8 +45,7 @@ def test_a_shrink_waits_for_shrink_after_seconds_then_restarts_everyone_uncounte
     elastic = p.status["elastic"]
     assert elastic["workers"] == 2 and elastic["resizes"] == 1
     (resize,) = elastic["history"]
-    assert (resize["fromWorkers"], resize["toWorkers"], resize["reason"]) == (3, 2,
-                                                                             "CapacityLost")
+    assert (resize["fromWorkers"], resize["toWorkers"], resize["reason"]) == (3, 2, "CapacityLost")
     assert "4 Insufficient example.com/slot" in resize["message"]
     assert [e.reason for e in p.events] == ["Resized", "Restarting"]
     assert p.status["restarts"] == {"disruptions": 0, "failures": 0}
@@ -55,8 +55,7 @@ def test_a_shrink_waits_for_shrink_after_seconds_then_restarts_everyone_uncounte
     assert set(p.status["trackedPods"]) == {"j-worker-0", "j-worker-1"}
 
     # The old Pods end (42 after SIGTERM) and go: nothing counted; 2 workers come back.
-    ended = [pod(i, phase="Failed", ready=False, termination=Termination(42))
-             for i in (0, 1)]
+    ended = [pod(i, phase="Failed", ready=False, termination=Termination(42)) for i in (0, 1)]
     after = rc.plan(j, p.status, ended, NOW + timedelta(seconds=5))
     assert after.status["restarts"] == {"disruptions": 0, "failures": 0}
     fresh = rc.plan(j, after.status, [], NOW + timedelta(seconds=6))
@@ -75,9 +74,21 @@ def test_never_below_min_workers() -> None:
 def test_probe_while_short_grow_after_the_cool_down() -> None:
     j = ejob()
     shrunk_at = NOW - timedelta(seconds=100)
-    s = {"elastic": {"workers": 2, "resizes": 1, "history": [
-        {"time": shrunk_at.strftime("%Y-%m-%dT%H:%M:%SZ"), "fromWorkers": 3, "toWorkers": 2,
-         "reason": "CapacityLost", "message": "x"}]}}
+    s = {
+        "elastic": {
+            "workers": 2,
+            "resizes": 1,
+            "history": [
+                {
+                    "time": shrunk_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                    "fromWorkers": 3,
+                    "toWorkers": 2,
+                    "reason": "CapacityLost",
+                    "message": "x",
+                }
+            ],
+        }
+    }
     running = [pod(0), pod(1)]
     p = rc.plan(j, s, running, NOW)
     assert p.status["phase"] == "Running" and probes(p) == ["j-probe-0"]
@@ -86,19 +97,21 @@ def test_probe_while_short_grow_after_the_cool_down() -> None:
     p = rc.plan(j, p.status, [*running, replace(probe(0), waiting=UNSCHEDULABLE)], NOW)
     assert not probes(p) and not deletes(p)
     assert p.status["elastic"]["growth"] == (
-        "Probe Pod j-probe-0 waits for a place: " + UNSCHEDULABLE)
+        "Probe Pod j-probe-0 waits for a place: " + UNSCHEDULABLE
+    )
     # Bound for a moment only (it may yet give way to a Pod of higher priority): wait.
     p = rc.plan(j, p.status, [*running, probe(0, node="n1", bound_for=1)], NOW)
     assert not deletes(p) and p.requeue_after == 4
     assert p.status["elastic"]["growth"] == (
-        "Probe Pod j-probe-0 was scheduled on node n1: counted as a place once it has "
-        "stayed 5s")
+        "Probe Pod j-probe-0 was scheduled on node n1: counted as a place once it has stayed 5s"
+    )
     # Bound, but within the cool-down: wait for it.
     p = rc.plan(j, p.status, [*running, probe(0, node="n1")], NOW)
     assert not deletes(p) and p.requeue_after == 20
     assert p.status["elastic"]["growth"] == (
         "Capacity returned (probe Pod j-probe-0 was scheduled on node n1); growing after "
-        "the cool-down (resizeCooldownSeconds), at 2026-01-01T12:00:20Z")
+        "the cool-down (resizeCooldownSeconds), at 2026-01-01T12:00:20Z"
+    )
     # After the cool-down: grow; every Pod and the probe go.
     later = NOW + timedelta(seconds=21)
     g = rc.plan(j, p.status, [*running, probe(0, node="n1")], later)
@@ -120,8 +133,9 @@ def test_a_probe_the_kubelet_refused_is_no_capacity_and_is_made_again() -> None:
     # Failed with its node set. No grow on it; it goes, and a new one looks again.
     j = ejob()
     s = {"elastic": {"workers": 2, "resizes": 1}}
-    refused = replace(probe(0, node="n1", bound_for=600), phase="Failed",
-                      status_reason="OutOfexample.com/slot")
+    refused = replace(
+        probe(0, node="n1", bound_for=600), phase="Failed", status_reason="OutOfexample.com/slot"
+    )
     p = rc.plan(j, s, [pod(0), pod(1), refused], NOW)
     assert deletes(p) == ["j-probe-0"] and p.status["elastic"]["workers"] == 2
     assert not probes(p)  # the name is still taken: made again once it is gone
@@ -134,8 +148,11 @@ def test_probes_go_when_the_job_is_not_running_or_finished() -> None:
     s = {"elastic": {"workers": 2, "resizes": 1}, "phase": "Running"}
     p = rc.plan(j, s, [pod(0), pod(1, ready=False), probe(0)], NOW)
     assert deletes(p) == ["j-probe-0"] and not probes(p)
-    done = [pod(0, phase="Succeeded", ready=False, termination=Termination(0)), pod(1),
-            probe(0, node="n1")]
+    done = [
+        pod(0, phase="Succeeded", ready=False, termination=Termination(0)),
+        pod(1),
+        probe(0, node="n1"),
+    ]
     f = rc.plan(j, s, done, NOW)
     assert f.status["phase"] == "Succeeded" and "j-probe-0" in deletes(f)
 
@@ -171,16 +188,26 @@ def test_a_job_that_is_not_elastic_has_no_elastic_status() -> None:
 
 # -- the Pods, the trainer's configuration and validation of an elastic job ----------------
 
-ELASTIC_SPEC = {"workers": 3, "elastic": {"minWorkers": 1},
-                "checkpoint": {"volume": {"persistentVolumeClaim": {"claimName": "c"}}},
-                "template": {"spec": {"nodeSelector": {"pool": "spot"}, "containers": [
-                    {"name": "trainer", "resources": {"limits": {"example.com/slot": 1}}}]}}}
+ELASTIC_SPEC = {
+    "workers": 3,
+    "elastic": {"minWorkers": 1},
+    "checkpoint": {"volume": {"persistentVolumeClaim": {"claimName": "c"}}},
+    "template": {
+        "spec": {
+            "nodeSelector": {"pool": "spot"},
+            "containers": [{"name": "trainer", "resources": {"limits": {"example.com/slot": 1}}}],
+        }
+    },
+}
 
 
 def elastic_job(**spec: Any) -> dict[str, Any]:
-    return {"apiVersion": "kerasjob.dev/v1alpha1", "kind": "KerasJob",
-            "metadata": {"name": "e", "namespace": "ml", "uid": "u", "generation": 1},
-            "spec": {**ELASTIC_SPEC, **spec}}
+    return {
+        "apiVersion": "kerasjob.dev/v1alpha1",
+        "kind": "KerasJob",
+        "metadata": {"name": "e", "namespace": "ml", "uid": "u", "generation": 1},
+        "spec": {**ELASTIC_SPEC, **spec},
+    }
 
 
 def test_pods_at_the_current_size_and_the_trainer_knows_the_preferred_one() -> None:
@@ -190,9 +217,18 @@ def test_pods_at_the_current_size_and_the_trainer_knows_the_preferred_one() -> N
     config = trainer_config.parse_config(env["KERASJOB_TRAINER_CONFIG"])
     assert config.elastic == trainer_config.ElasticConfig(3, "KeepGlobalBatch")
     full = children.build_pod(elastic_job(), "worker", 1, default_image="img")
-    assert len(json.loads(
-        next(e["value"] for e in full["spec"]["containers"][0]["env"]
-             if e["name"] == "TF_CONFIG"))["cluster"]["worker"]) == 3
+    assert (
+        len(
+            json.loads(
+                next(
+                    e["value"]
+                    for e in full["spec"]["containers"][0]["env"]
+                    if e["name"] == "TF_CONFIG"
+                )
+            )["cluster"]["worker"]
+        )
+        == 3
+    )
 
 
 def test_a_probe_pod_has_the_workers_constraints_and_no_role_in_the_job() -> None:
@@ -209,9 +245,14 @@ def test_a_probe_pod_has_the_workers_constraints_and_no_role_in_the_job() -> Non
     assert container["resources"] == worker["spec"]["containers"][0]["resources"]
     assert container["command"][0] == "python" and not container["env"]
     assert "priorityClassName" not in spec
-    low = children.build_probe_pod(elastic_job(template={"spec": {
-        "priorityClassName": "high", "containers": [{"name": "trainer"}]}}), 0,
-        default_image="img", priority_class="kerasjob-elastic-probe")
+    low = children.build_probe_pod(
+        elastic_job(
+            template={"spec": {"priorityClassName": "high", "containers": [{"name": "trainer"}]}}
+        ),
+        0,
+        default_image="img",
+        priority_class="kerasjob-elastic-probe",
+    )
     assert low["spec"]["priorityClassName"] == "kerasjob-elastic-probe"
     assert "hostname" not in spec and "subdomain" not in spec
 
@@ -220,14 +261,17 @@ def test_validation_of_an_elastic_job() -> None:
     assert validation.validate_job(elastic_job()) == []
     # 64 x 3 = 192 splits over 1, 2 and 3 workers; 50 x 3 = 150 not over 2 (75 each: yes),
     # 10 x 3 = 30 over 1, 2, 3: yes; 7 x 3 = 21 over 2: no.
-    (problem,) = validation.validate_job(
-        elastic_job(trainer={"batchSizePerReplica": 7}))
+    (problem,) = validation.validate_job(elastic_job(trainer={"batchSizePerReplica": 7}))
     assert "cannot be split evenly across 2 worker(s)" in problem
     (problem,) = validation.validate_job(elastic_job(elastic={"minWorkers": 4}))
     assert "minWorkers (4) must be at most spec.workers (3)" in problem
     # A user's own program picks its own batch.
-    assert validation.validate_job(elastic_job(
-        trainer={"batchSizePerReplica": 7, "command": ["python", "x.py"]})) == []
+    assert (
+        validation.validate_job(
+            elastic_job(trainer={"batchSizePerReplica": 7, "command": ["python", "x.py"]})
+        )
+        == []
+    )
 
 
 def test_while_another_job_waits_for_a_place_probes_give_theirs_back() -> None:
@@ -242,9 +286,12 @@ def test_while_another_job_waits_for_a_place_probes_give_theirs_back() -> None:
     assert p.status["elastic"]["workers"] == 2  # no grow
     assert p.status["elastic"]["growth"].startswith("Not probing: another job waits")
     # Which jobs wait: a Pod (not a probe, not going) that no node fits.
-    index = {("ns", "a"): [pod(0), stuck(1, timedelta(0))], ("ns", "b"): [pod(0), probe(0)],
-             ("ns", "c"): [replace(stuck(0, timedelta(0)), deletion_timestamp=NOW)],
-             ("ns", "d"): [replace(probe(0), unschedulable_since=NOW)]}
+    index = {
+        ("ns", "a"): [pod(0), stuck(1, timedelta(0))],
+        ("ns", "b"): [pod(0), probe(0)],
+        ("ns", "c"): [replace(stuck(0, timedelta(0)), deletion_timestamp=NOW)],
+        ("ns", "d"): [replace(probe(0), unschedulable_since=NOW)],
+    }
     assert waiting_jobs(index) == {("ns", "a")}
 
 

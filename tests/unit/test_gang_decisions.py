@@ -18,28 +18,50 @@ from kerasjob.gang_sync import GangSync, check_api
 from kerasjob.kube import ApiError
 from kerasjob.podview import Termination
 
-BODY = {"apiVersion": "kerasjob.dev/v1alpha1", "kind": "KerasJob",
-        "metadata": {"name": "j", "namespace": "ns", "uid": JOB_UID}}
+BODY = {
+    "apiVersion": "kerasjob.dev/v1alpha1",
+    "kind": "KerasJob",
+    "metadata": {"name": "j", "namespace": "ns", "uid": JOB_UID},
+}
 
 
-def pod_group(name: str, min_count: int, *, uid: str = JOB_UID, scheduled: str | None = None,
-              reason: str = "", message: str = "") -> dict[str, Any]:
-    body = gang.build_pod_group({"metadata": {**BODY["metadata"], "uid": uid}},
-                                gang.Gang(name, min_count))
+def pod_group(
+    name: str,
+    min_count: int,
+    *,
+    uid: str = JOB_UID,
+    scheduled: str | None = None,
+    reason: str = "",
+    message: str = "",
+) -> dict[str, Any]:
+    body = gang.build_pod_group(
+        {"metadata": {**BODY["metadata"], "uid": uid}}, gang.Gang(name, min_count)
+    )
     body["metadata"]["uid"] = f"pg-{name}"
     if scheduled is not None:
-        body["status"] = {"conditions": [{"type": "PodGroupScheduled", "status": scheduled,
-                                          "reason": reason, "message": message}]}
+        body["status"] = {
+            "conditions": [
+                {
+                    "type": "PodGroupScheduled",
+                    "status": scheduled,
+                    "reason": reason,
+                    "message": message,
+                }
+            ]
+        }
     return body
 
 
 def workload(name: str, uid: str = JOB_UID) -> dict[str, Any]:
-    return gang.build_workload({"metadata": {**BODY["metadata"], "uid": uid}},
-                               gang.Gang(name, 1))
+    return gang.build_workload({"metadata": {**BODY["metadata"], "uid": uid}}, gang.Gang(name, 1))
 
 
-def gjob(workers: int = 3, groups: tuple[dict[str, Any], ...] = (),
-         workloads: tuple[dict[str, Any], ...] = (), **kw: Any) -> rc.JobView:
+def gjob(
+    workers: int = 3,
+    groups: tuple[dict[str, Any], ...] = (),
+    workloads: tuple[dict[str, Any], ...] = (),
+    **kw: Any,
+) -> rc.JobView:
     return job(workers, gang=gang.view(groups, workloads, JOB_UID), **kw)
 
 
@@ -55,8 +77,9 @@ def test_the_workload_and_pod_group_use_the_v1alpha2_fields() -> None:
     pg = gang.build_pod_group(BODY, g)
     assert pg["kind"] == "PodGroup" and pg["metadata"]["name"] == g.name
     assert pg["spec"] == {
-        "podGroupTemplateRef": {"workload": {"workloadName": g.name,
-                                             "podGroupTemplateName": "gang"}},
+        "podGroupTemplateRef": {
+            "workload": {"workloadName": g.name, "podGroupTemplateName": "gang"}
+        },
         "schedulingPolicy": {"gang": {"minCount": 4}},
     }
     for obj in (wl, pg):
@@ -81,7 +104,11 @@ def test_the_view_keeps_only_this_incarnations_objects_and_reads_the_verdict() -
     state = v.pod_group("a")
     assert state is not None
     assert (state.min_count, state.scheduled, state.reason, state.message) == (
-        3, False, "Unschedulable", "no room")
+        3,
+        False,
+        "Unschedulable",
+        "no room",
+    )
     assert gang.view([pod_group("c", 2)], [], JOB_UID).pod_groups[0].scheduled is None
 
 
@@ -90,8 +117,12 @@ def test_an_active_job_plans_one_gang_of_all_its_pods_and_none_without_the_optio
     assert p.gang == gang.Gang(f"j-gang-{JOB_UID[:8]}", 3)
     assert creates(p) == ["j-worker-0", "j-worker-1", "j-worker-2"]
     # Every role counts: a chief and an evaluator are Pods of the job too.
-    tasks = (rc.Task("j-chief-0", "chief", 0), rc.Task("j-worker-0", "worker", 0),
-             rc.Task("j-worker-1", "worker", 1), rc.Task("j-evaluator-0", "evaluator", 0))
+    tasks = (
+        rc.Task("j-chief-0", "chief", 0),
+        rc.Task("j-worker-0", "worker", 0),
+        rc.Task("j-worker-1", "worker", 1),
+        rc.Task("j-evaluator-0", "evaluator", 0),
+    )
     assert rc.plan(gjob(tasks=tasks, chief="j-chief-0"), {}, [], NOW).gang.min_count == 4
     assert rc.plan(job(3), {}, [], NOW).gang is None
     assert rc.plan(gjob(3, suspend=True), {}, [], NOW).gang is None
@@ -99,21 +130,33 @@ def test_an_active_job_plans_one_gang_of_all_its_pods_and_none_without_the_optio
 
 def test_a_gang_that_cannot_be_placed_says_so_in_the_running_condition_once() -> None:
     name = gang.gang_for("j", JOB_UID, 3).name
-    group = pod_group(name, 3, scheduled="False", reason="Unschedulable",
-                      message="pod group is unschedulable")
+    group = pod_group(
+        name, 3, scheduled="False", reason="Unschedulable", message="pod group is unschedulable"
+    )
     j = gjob(3, groups=(group,))
     # The scheduler says what is short on one Pod; the others wait for the gang.
-    gang_wait = ("Unschedulable: pod group is unschedulable, waiting for minCount pods from a "
-                 "gang to be scheduled")
-    pending = [pod(i, phase="Pending", ready=False, unschedulable_since=NOW,
-                   waiting=UNSCHEDULABLE if i == 2 else gang_wait) for i in range(3)]
+    gang_wait = (
+        "Unschedulable: pod group is unschedulable, waiting for minCount pods from a "
+        "gang to be scheduled"
+    )
+    pending = [
+        pod(
+            i,
+            phase="Pending",
+            ready=False,
+            unschedulable_since=NOW,
+            waiting=UNSCHEDULABLE if i == 2 else gang_wait,
+        )
+        for i in range(3)
+    ]
     p = rc.plan(j, {}, pending, NOW)
     running = next(c for c in p.status["conditions"] if c["type"] == "Running")
     assert running["status"] == "False" and running["reason"] == "GangUnschedulable"
     assert running["message"] == (
         f"the gang of 3 Pods cannot be placed together (PodGroup {name}: Unschedulable: pod "
         "group is unschedulable); no Pod is bound until all fit: 0/4 nodes are available: "
-        "4 Insufficient example.com/slot.")
+        "4 Insufficient example.com/slot."
+    )
     assert [e.reason for e in p.events if e.type == "Warning"] == ["GangUnschedulable"]
     again = rc.plan(j, p.status, pending, NOW + timedelta(seconds=5))
     assert not [e for e in again.events if e.type == "Warning"]
@@ -129,8 +172,9 @@ def test_a_gang_that_cannot_be_placed_says_so_in_the_running_condition_once() ->
 
 def test_an_elastic_resize_makes_a_new_gang_of_the_new_size_and_drops_the_old() -> None:
     first = gang.gang_for("j", JOB_UID, 3)
-    j = gjob(3, elastic=POLICY, groups=(pod_group(first.name, 3),),
-             workloads=(workload(first.name),))
+    j = gjob(
+        3, elastic=POLICY, groups=(pod_group(first.name, 3),), workloads=(workload(first.name),)
+    )
     running = [pod(0), pod(1)]
     s = rc.plan(j, {}, [*running, stuck(2, timedelta(seconds=0))], NOW).status
     p = rc.plan(j, s, [*running, stuck(2, timedelta(seconds=61))], NOW)
@@ -164,13 +208,17 @@ def test_the_workload_is_created_before_its_pod_group_and_only_what_is_missing()
     asyncio.run(sync.ensure(BODY, gjob(3), g))
     assert api.calls == [("create", f"Workload/{g.name}"), ("create", f"PodGroup/{g.name}")]
     api.calls.clear()
-    asyncio.run(sync.ensure(BODY, gjob(3, groups=(pod_group(g.name, 3),),
-                                       workloads=(workload(g.name),)), g))
+    asyncio.run(
+        sync.ensure(BODY, gjob(3, groups=(pod_group(g.name, 3),), workloads=(workload(g.name),)), g)
+    )
     assert api.calls == []
     # After a resize the old pair goes (the plan's own stays).
     new = gang.gang_for("j", JOB_UID, 2, epoch=1)
-    j = gjob(3, groups=(pod_group(g.name, 3), pod_group(new.name, 2)),
-             workloads=(workload(g.name), workload(new.name)))
+    j = gjob(
+        3,
+        groups=(pod_group(g.name, 3), pod_group(new.name, 2)),
+        workloads=(workload(g.name), workload(new.name)),
+    )
     events = asyncio.run(sync.sync(j, rc.Plan(status={}, gang=new)))
     assert api.calls == [("delete", f"podgroups/{g.name}"), ("delete", f"workloads/{g.name}")]
     assert [e[1] for e in events] == ["GangReplaced"]
@@ -199,8 +247,9 @@ class DiscoveryApi:
 
 
 def test_the_start_up_check_says_in_one_line_what_the_cluster_lacks() -> None:
-    served = {"resources": [{"name": "workloads"}, {"name": "podgroups"},
-                            {"name": "podgroups/status"}]}
+    served = {
+        "resources": [{"name": "workloads"}, {"name": "podgroups"}, {"name": "podgroups/status"}]
+    }
     assert asyncio.run(check_api(DiscoveryApi(served))) is None  # type: ignore[arg-type]
     missing = asyncio.run(check_api(DiscoveryApi(ApiError(404, "GET", "/apis/x", {}))))  # type: ignore[arg-type]
     assert missing is not None and "does not serve scheduling.k8s.io/v1alpha2" in missing
@@ -212,13 +261,24 @@ def test_the_start_up_check_says_in_one_line_what_the_cluster_lacks() -> None:
 def test_once_a_task_has_finished_for_good_further_pods_are_made_outside_the_gang() -> None:
     """A gang's minCount counts every Pod; a finished evaluator never comes back, so a Pod
     re-created after that would wait for it forever: it is made without the gang."""
-    tasks = (rc.Task("j-worker-0", "worker", 0), rc.Task("j-worker-1", "worker", 1),
-             rc.Task("j-evaluator-0", "evaluator", 0))
+    tasks = (
+        rc.Task("j-worker-0", "worker", 0),
+        rc.Task("j-worker-1", "worker", 1),
+        rc.Task("j-evaluator-0", "evaluator", 0),
+    )
     j = gjob(tasks=tasks)
-    settled = rc.plan(j, {}, [pod(0), pod(1), pod(0, "e", name="j-evaluator-0",
-                                                    role="evaluator")], NOW)
+    settled = rc.plan(
+        j, {}, [pod(0), pod(1), pod(0, "e", name="j-evaluator-0", role="evaluator")], NOW
+    )
     assert settled.gang is not None and settled.gang.min_count == 3
-    done = pod(0, "e", name="j-evaluator-0", role="evaluator", phase="Succeeded",
-               ready=False, termination=Termination(0))
+    done = pod(
+        0,
+        "e",
+        name="j-evaluator-0",
+        role="evaluator",
+        phase="Succeeded",
+        ready=False,
+        termination=Termination(0),
+    )
     p = rc.plan(j, settled.status, [pod(0), done], NOW)  # worker 1 was lost
     assert creates(p) == ["j-worker-1"] and p.gang is None

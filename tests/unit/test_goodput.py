@@ -23,8 +23,13 @@ kerasjob_goodput_ratio 0.7968
 
 
 def test_parse() -> None:
-    assert parse_goodput(TEXT) == {"disruptions": 2, "lostSeconds": 25.5, "stepsRedone": 15,
-                                   "productiveSeconds": 100.0, "goodput": 0.7968}
+    assert parse_goodput(TEXT) == {
+        "disruptions": 2,
+        "lostSeconds": 25.5,
+        "stepsRedone": 15,
+        "productiveSeconds": 100.0,
+        "goodput": 0.7968,
+    }
     assert parse_goodput("kerasjob_disruptions_total 0.0\nkerasjob_step 3\n") is None
     assert parse_goodput("kerasjob_disruptions_total NaN\n") is None
     assert parse_goodput("") is None
@@ -35,7 +40,8 @@ def test_events_only_for_new_disruptions() -> None:
     assert new is not None
     one = {"disruptions": 1, "lostSeconds": 17.5, "stepsRedone": 15, "goodput": 0.8}
     assert goodput_events(one, new) == [
-        (REASON_DISRUPTION_COST, "disruption 2 cost 8.0s (0 steps redone); goodput 79.7%")]
+        (REASON_DISRUPTION_COST, "disruption 2 cost 8.0s (0 steps redone); goodput 79.7%")
+    ]
     assert goodput_events(None, new)[0][1].startswith("disruptions 1-2 cost 25.5s (15 steps")
     assert goodput_events(new, new) == []
 
@@ -43,4 +49,5 @@ def test_events_only_for_new_disruptions() -> None:
 def test_describe() -> None:
     assert describe(None) == "goodput: no disruption so far"
     assert describe(parse_goodput(TEXT)) == (
-        "goodput 79.7%: 100.0s productive, 25.5s lost to 2 disruptions (15 steps redone)")
+        "goodput 79.7%: 100.0s productive, 25.5s lost to 2 disruptions (15 steps redone)"
+    )

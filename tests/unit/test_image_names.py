@@ -23,11 +23,19 @@ _TAGS = {images.RELEASE_TAG, images.DEV_TAG, "<version>"}
 
 
 def _files() -> list[Path]:
-    out = [REPO / "README.md", REPO / "DEVELOPMENT.md", *(REPO / "docs").rglob("*.md"),
-           *(REPO / "examples").rglob("*.yaml"), *(REPO / "examples").rglob("Dockerfile"),
-           *(REPO / "trainer_image").glob("*Dockerfile"), *CHART.rglob("*.yaml"),
-           *CHART.rglob("*.md"), *CHART.rglob("*.txt"), *(REPO / "hack").rglob("*.md"),
-           *(REPO / "hack").rglob("*.sh")]
+    out = [
+        REPO / "README.md",
+        REPO / "DEVELOPMENT.md",
+        *(REPO / "docs").rglob("*.md"),
+        *(REPO / "examples").rglob("*.yaml"),
+        *(REPO / "examples").rglob("Dockerfile"),
+        *(REPO / "trainer_image").glob("*Dockerfile"),
+        *CHART.rglob("*.yaml"),
+        *CHART.rglob("*.md"),
+        *CHART.rglob("*.txt"),
+        *(REPO / "hack").rglob("*.md"),
+        *(REPO / "hack").rglob("*.sh"),
+    ]
     return [p for p in out if p.is_file()]
 
 
@@ -59,12 +67,18 @@ def test_build_sh_reads_the_repositories_from_the_contract() -> None:
     script = (REPO / "hack/images/build.sh").read_text()
     assert "contract/kerasjob_contract/images.py" in script
     assert '"kerasjob/' not in script, "build.sh spells an image name of its own"
-    for var, expected in (("OPERATOR_REPOSITORY", images.OPERATOR_REPOSITORY),
-                          ("TRAINER_REPOSITORY", images.TRAINER_REPOSITORY)):
+    for var, expected in (
+        ("OPERATOR_REPOSITORY", images.OPERATOR_REPOSITORY),
+        ("TRAINER_REPOSITORY", images.TRAINER_REPOSITORY),
+    ):
         sed = f's/^{var} = "\\(.*\\)"$/\\1/p'
         assert sed in script, var
-        got = subprocess.run(["sed", "-n", sed, str(REPO / "contract/kerasjob_contract/images.py")],
-                             capture_output=True, text=True, check=True).stdout.strip()
+        got = subprocess.run(
+            ["sed", "-n", sed, str(REPO / "contract/kerasjob_contract/images.py")],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
         assert got == expected
 
 
@@ -95,8 +109,11 @@ def test_every_spelling_of_an_image_is_the_contract_name() -> None:
                 if kind == "operator":
                     ok = tag in _TAGS
                 else:
-                    ok = any(tag == f"{t}-{v}" for t in _TAGS | {"<tag>"}
-                             for v in (*images.TRAINER_VARIANTS, "<variant>"))
+                    ok = any(
+                        tag == f"{t}-{v}"
+                        for t in _TAGS | {"<tag>"}
+                        for v in (*images.TRAINER_VARIANTS, "<variant>")
+                    )
                 if not ok:
                     bad.append(where)
     assert not bad, "image names that are not kerasjob_contract.images':\n" + "\n".join(bad)

@@ -58,9 +58,7 @@ ADMISSION = {
         {"name": "chief", "flavors": {"cpu": "default"}, "count": 1},
     ],
 }
-ADMITTED = workload(
-    cond("QuotaReserved", "True"), cond("Admitted", "True"), admission=ADMISSION
-)
+ADMITTED = workload(cond("QuotaReserved", "True"), cond("Admitted", "True"), admission=ADMISSION)
 
 
 def test_queue_label_and_names() -> None:
@@ -109,9 +107,15 @@ def test_gate_says_why_a_job_waits() -> None:
     g = kueue.gate("team-a", evicted)
     assert not g.admitted and g.reason == "Evicted"
     assert "Preempted to accommodate a workload (UID: x)" in g.message
-    by_job = workload(cond("Evicted", "True", "Preempted",
-                           "Preempted to accommodate a workload (UID: 5f0c, JobUID: "
-                           "0a1b2c3d-0000-4000-8000-000000000001) due to prioritization"))
+    by_job = workload(
+        cond(
+            "Evicted",
+            "True",
+            "Preempted",
+            "Preempted to accommodate a workload (UID: 5f0c, JobUID: "
+            "0a1b2c3d-0000-4000-8000-000000000001) due to prioritization",
+        )
+    )
     g = kueue.gate("q", by_job, {"0a1b2c3d-0000-4000-8000-000000000001": "high"}.get)
     assert g.message.startswith("evicted by Kueue (Preempted: by KerasJob high: Preempted to")
 
@@ -119,12 +123,18 @@ def test_gate_says_why_a_job_waits() -> None:
 def test_flavors_and_admission_checks_update_the_pods() -> None:
     wl = workload(cond("Admitted", "True"), admission=ADMISSION)
     wl["status"]["admissionChecks"] = [
-        {"name": "prov", "podSetUpdates": [{"name": "worker", "labels": {"l": "v"},
-                                            "annotations": {"a": "b"}}]}
+        {
+            "name": "prov",
+            "podSetUpdates": [{"name": "worker", "labels": {"l": "v"}, "annotations": {"a": "b"}}],
+        }
     ]
     flavors = {
-        "gpu-a": {"spec": {"nodeLabels": {"pool": "a100"},
-                           "tolerations": [{"key": "gpu", "operator": "Exists"}]}},
+        "gpu-a": {
+            "spec": {
+                "nodeLabels": {"pool": "a100"},
+                "tolerations": [{"key": "gpu", "operator": "Exists"}],
+            }
+        },
         "default": {"spec": {}},
     }
     upd = kueue.pod_set_updates(wl, flavors)
@@ -138,7 +148,8 @@ def test_flavors_and_admission_checks_update_the_pods() -> None:
     kueue.apply_update(pod_manifest, upd["worker"])
     assert pod_manifest["spec"]["nodeSelector"] == {"type": "kwok", "pool": "a100"}
     assert pod_manifest["spec"]["tolerations"] == [
-        {"key": "t"}, {"key": "gpu", "operator": "Exists"}
+        {"key": "t"},
+        {"key": "gpu", "operator": "Exists"},
     ]
     assert pod_manifest["metadata"]["labels"] == {"x": "1", "l": "v"}
     assert kueue.apply_update({"spec": {}}, None) == {"spec": {}}
@@ -185,12 +196,16 @@ def test_pods_ready_follows_the_pods_like_kueues_job_reconciler() -> None:
 
     assert reason(ADMITTED, False) == ("False", "WaitForStart")
     assert reason(ADMITTED, True) == ("True", "Started")
-    started = workload(*ADMITTED["status"]["conditions"], cond("PodsReady", "True", "Started"),
-                       admission=ADMISSION)
+    started = workload(
+        *ADMITTED["status"]["conditions"], cond("PodsReady", "True", "Started"), admission=ADMISSION
+    )
     assert reason(started, True) is None
     assert reason(started, False) == ("False", "WaitForRecovery")
-    waiting = workload(*ADMITTED["status"]["conditions"],
-                       cond("PodsReady", "False", "WaitForRecovery"), admission=ADMISSION)
+    waiting = workload(
+        *ADMITTED["status"]["conditions"],
+        cond("PodsReady", "False", "WaitForRecovery"),
+        admission=ADMISSION,
+    )
     assert reason(waiting, True) == ("True", "Recovered")
     evicted = workload(*started["status"]["conditions"], cond("Evicted", "True", "Preempted"))
     assert reason(evicted, False) == ("False", "WaitForStart")
@@ -233,8 +248,13 @@ def test_admission_creates_pods_and_eviction_is_neither_failure_nor_disruption()
     assert p.status["phase"] == "Queued"
     assert [e.reason for e in p.events] == ["Evicted"]
     exited = [
-        pod(i, phase="Failed", ready=False, deletion_timestamp=NOW,
-            termination=Termination(exit_code=42, reason="Error"))
+        pod(
+            i,
+            phase="Failed",
+            ready=False,
+            deletion_timestamp=NOW,
+            termination=Termination(exit_code=42, reason="Error"),
+        )
         for i in range(3)
     ]
     s = run(evicted, p.status, exited).status

@@ -18,19 +18,33 @@ from kerasjob.kube import ApiError
 from kerasjob.kueue_sync import KueueSync
 
 T = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
-JOB = {"metadata": {"name": "j", "namespace": "ns", "uid": "0123456789abcdef",
-                    "labels": {kueue.QUEUE_LABEL: "q"}}}
+JOB = {
+    "metadata": {
+        "name": "j",
+        "namespace": "ns",
+        "uid": "0123456789abcdef",
+        "labels": {kueue.QUEUE_LABEL: "q"},
+    }
+}
 POD = {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "trainer"}]}}
 
 
-def wl(count: int, *, replaces: dict[str, Any] | None = None, reserved: bool = False,
-       finished: bool = False, reclaimable: int = 0) -> dict[str, Any]:
+def wl(
+    count: int,
+    *,
+    replaces: dict[str, Any] | None = None,
+    reserved: bool = False,
+    finished: bool = False,
+    reclaimable: int = 0,
+) -> dict[str, Any]:
     w = kueue.build_workload(JOB, {"worker": (count, POD)}, elastic=True, replaces=replaces)
     w["metadata"]["resourceVersion"] = "1"
     conds = []
     if reserved:
-        conds += [{"type": "QuotaReserved", "status": "True"},
-                  {"type": "Admitted", "status": "True"}]
+        conds += [
+            {"type": "QuotaReserved", "status": "True"},
+            {"type": "Admitted", "status": "True"},
+        ]
     if finished:
         conds.append({"type": "Finished", "status": "True"})
     w["status"] = {"conditions": conds}
@@ -50,7 +64,8 @@ def test_slices_are_named_deterministically_and_annotated_as_kueue_expects() -> 
     grow = wl(3, replaces=first)
     assert grow["metadata"]["name"] == "kerasjob-j-01234567-s1"
     assert grow["metadata"]["annotations"][kueue.REPLACEMENT_FOR_ANNOTATION] == (
-        "ns/kerasjob-j-01234567")  # Kueue's workload.Key
+        "ns/kerasjob-j-01234567"
+    )  # Kueue's workload.Key
     assert grow["metadata"]["annotations"][kueue.SLICE_NAME_ANNOTATION] == "kerasjob-j-01234567"
     assert wl(3, replaces=grow)["metadata"]["name"] == "kerasjob-j-01234567-s2"
     # A job that is not elastic: no slice annotations.
@@ -108,20 +123,30 @@ def test_shrink_in_place_changes_only_the_worker_count() -> None:
 
 def test_reclaimable_pods_only_grow() -> None:
     w = wl(3, reserved=True)
-    assert kueue.reclaimable_status(w, 2) == {"reclaimablePods": [{"name": "worker",
-                                                                   "count": 1}]}
+    assert kueue.reclaimable_status(w, 2) == {"reclaimablePods": [{"name": "worker", "count": 1}]}
     w["status"]["reclaimablePods"] = [{"name": "worker", "count": 1}]
     assert kueue.reclaimable_status(w, 2) is None
     assert kueue.reclaimable_status(w, 3) is None  # never given back while admitted
-    assert kueue.reclaimable_status(w, 1) == {"reclaimablePods": [{"name": "worker",
-                                                                   "count": 2}]}
+    assert kueue.reclaimable_status(w, 1) == {"reclaimablePods": [{"name": "worker", "count": 2}]}
 
 
 def _short(since: float = 200) -> dict[str, Any]:
     at = (NOW - timedelta(seconds=since)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return {"elastic": {"workers": 2, "resizes": 1, "history": [
-        {"time": at, "fromWorkers": 3, "toWorkers": 2, "reason": "CapacityLost",
-         "message": "x"}]}}
+    return {
+        "elastic": {
+            "workers": 2,
+            "resizes": 1,
+            "history": [
+                {
+                    "time": at,
+                    "fromWorkers": 3,
+                    "toWorkers": 2,
+                    "reason": "CapacityLost",
+                    "message": "x",
+                }
+            ],
+        }
+    }
 
 
 def _gate(workers: int) -> kueue.Gate:
@@ -158,9 +183,14 @@ def test_while_kueue_admits_a_slice_the_job_runs_on_its_predecessor() -> None:
     """Kueue's scheduler finishes the replaced slice, then writes the new one's admission:
     between the two writes the job must not be stopped."""
     s0 = wl(2, reserved=True)
-    s0["status"]["conditions"].append({
-        "type": "Finished", "status": "True", "reason": "WorkloadSliceReplaced",
-        "lastTransitionTime": T.strftime("%Y-%m-%dT%H:%M:%SZ")})
+    s0["status"]["conditions"].append(
+        {
+            "type": "Finished",
+            "status": "True",
+            "reason": "WorkloadSliceReplaced",
+            "lastTransitionTime": T.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+    )
     s1 = wl(3, replaces=s0)
     found = kueue.slices([s0, s1], "0123456789abcdef")
     assert found.current is s1 and found.replacing is s0
@@ -205,21 +235,33 @@ class _Api:
 
 
 EJOB = {
-    "apiVersion": "kerasjob.dev/v1alpha1", "kind": "KerasJob",
-    "metadata": {"name": "j", "namespace": "ns", "uid": "0123456789abcdef", "generation": 1,
-                 "labels": {kueue.QUEUE_LABEL: "q"}},
-    "spec": {"workers": 3, "elastic": {"minWorkers": 2},
-             "checkpoint": {"volume": {"persistentVolumeClaim": {"claimName": "c"}}}},
+    "apiVersion": "kerasjob.dev/v1alpha1",
+    "kind": "KerasJob",
+    "metadata": {
+        "name": "j",
+        "namespace": "ns",
+        "uid": "0123456789abcdef",
+        "generation": 1,
+        "labels": {kueue.QUEUE_LABEL: "q"},
+    },
+    "spec": {
+        "workers": 3,
+        "elastic": {"minWorkers": 2},
+        "checkpoint": {"volume": {"persistentVolumeClaim": {"claimName": "c"}}},
+    },
 }
 
 
-def _sync(api: _Api, found: kueue.Slices, workers: int, grow_to: int | None = None,
-          ) -> list[tuple[str, str, str]]:
+def _sync(
+    api: _Api,
+    found: kueue.Slices,
+    workers: int,
+    grow_to: int | None = None,
+) -> list[tuple[str, str, str]]:
     model = ParsedJob(EJOB).model
     assert model is not None
     sync = KueueSync(api, {}, {}, OperatorConfig())  # type: ignore[arg-type]
-    plan = rc.Plan(status={"phase": "Running", "elastic": {"workers": workers}},
-                   grow_to=grow_to)
+    plan = rc.Plan(status={"phase": "Running", "elastic": {"workers": workers}}, grow_to=grow_to)
     return asyncio.run(sync.sync(EJOB, model, found.current, plan, workers, T, slices=found))
 
 
@@ -248,8 +290,9 @@ def test_refused_by_kueue_the_workers_go_back_as_reclaimable_pods_once() -> None
     api = _Api(refuse=403)
     events = _sync(api, kueue.Slices(wl(3, reserved=True, reclaimable=1)), 2)
     assert not [e for e in events if e[1] == "WorkloadShrinkRefused"]
-    assert all(p.endswith("/status") and "reclaimablePods" not in b["status"]
-               for _, p, b in api.calls)
+    assert all(
+        p.endswith("/status") and "reclaimablePods" not in b["status"] for _, p, b in api.calls
+    )
 
 
 def test_a_grow_slice_is_asked_for_once_and_withdrawn_when_not_wanted() -> None:
@@ -259,7 +302,8 @@ def test_a_grow_slice_is_asked_for_once_and_withdrawn_when_not_wanted() -> None:
     created = [b for v, _, b in api.calls if v == "create"]
     assert [c["metadata"]["name"] for c in created] == ["kerasjob-j-01234567-s1"]
     assert created[0]["metadata"]["annotations"][kueue.REPLACEMENT_FOR_ANNOTATION] == (
-        "ns/kerasjob-j-01234567")
+        "ns/kerasjob-j-01234567"
+    )
     assert [p["count"] for p in created[0]["spec"]["podSets"]] == [3]
     assert "GrowWaitingForKueue" in [e[1] for e in events]
     # Pending already: nothing more.
@@ -271,7 +315,8 @@ def test_a_grow_slice_is_asked_for_once_and_withdrawn_when_not_wanted() -> None:
     api = _Api()
     events = _sync(api, kueue.slices([s0, s1], "0123456789abcdef"), 2)
     assert [(v, p.rsplit("/", 1)[-1]) for v, p, _ in api.calls if v == "delete"] == [
-        ("delete", "kerasjob-j-01234567-s1")]
+        ("delete", "kerasjob-j-01234567-s1")
+    ]
     assert "WorkloadSliceWithdrawn" in [e[1] for e in events]
     # Kueue admitted that many already (a plan on an older view): no second slice.
     api = _Api()
@@ -281,9 +326,14 @@ def test_a_grow_slice_is_asked_for_once_and_withdrawn_when_not_wanted() -> None:
 
 def test_nothing_is_written_while_kueue_admits_a_slice() -> None:
     s0 = wl(2, reserved=True)
-    s0["status"]["conditions"].append({
-        "type": "Finished", "status": "True", "reason": "WorkloadSliceReplaced",
-        "lastTransitionTime": T.strftime("%Y-%m-%dT%H:%M:%SZ")})
+    s0["status"]["conditions"].append(
+        {
+            "type": "Finished",
+            "status": "True",
+            "reason": "WorkloadSliceReplaced",
+            "lastTransitionTime": T.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+    )
     api = _Api()
     _sync(api, kueue.slices([s0, wl(3, replaces=s0)], "0123456789abcdef"), 2, grow_to=3)
     assert api.calls == []

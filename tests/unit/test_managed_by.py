@@ -18,9 +18,12 @@ MULTIKUEUE = "kueue.x-k8s.io/multikueue"
 
 
 def body(spec: dict[str, Any]) -> dict[str, Any]:
-    return {"apiVersion": "kerasjob.dev/v1alpha1", "kind": "KerasJob",
-            "metadata": {"name": "j", "namespace": "ns", "uid": "u", "generation": 1},
-            "spec": spec}
+    return {
+        "apiVersion": "kerasjob.dev/v1alpha1",
+        "kind": "KerasJob",
+        "metadata": {"name": "j", "namespace": "ns", "uid": "u", "generation": 1},
+        "spec": spec,
+    }
 
 
 def test_only_another_controllers_name_hands_the_job_over() -> None:

@@ -210,7 +210,10 @@ def test_workers_ending_with_the_chief_are_counted_succeeded() -> None:
     all_done = [pod(i, phase="Succeeded", ready=False, termination=ok) for i in range(3)]
     p = run(j, s, all_done, NOW + timedelta(seconds=1))
     assert p.status["replicaStatuses"]["worker"] == {
-        "active": 0, "ready": 0, "succeeded": 3, "failed": 0
+        "active": 0,
+        "ready": 0,
+        "succeeded": 3,
+        "failed": 0,
     }
     assert not deletes(p)
 
@@ -227,8 +230,9 @@ def test_a_pod_stopped_by_the_cleanup_is_not_failed() -> None:
     later = NOW + timedelta(seconds=rc.CLEANUP_GRACE_SECONDS)
     p = run(j, s, [pod(0, phase="Succeeded", termination=ok), ev], later)
     assert deletes(p) == ["j-evaluator-0"]
-    killed = replace(ev, phase="Failed", termination=Termination(143, "Error"),
-                     deletion_timestamp=later)
+    killed = replace(
+        ev, phase="Failed", termination=Termination(143, "Error"), deletion_timestamp=later
+    )
     p = run(j, p.status, [pod(0, phase="Succeeded", termination=ok), killed], later)
     assert p.status["phase"] == "Succeeded"
     assert p.status["replicaStatuses"]["evaluator"]["failed"] == 0
@@ -422,8 +426,10 @@ def test_preemptions_of_a_running_job_are_no_loop() -> None:
 def test_a_pod_that_cannot_start_shows_in_the_job_status_and_events() -> None:
     j = job(workers=2)
     why = 'Unschedulable: 0/5 nodes are available: persistentvolumeclaim "ckpt" not found.'
-    pending = [pod(0, phase="Pending", ready=False, waiting=why),
-               pod(1, phase="Pending", ready=False)]
+    pending = [
+        pod(0, phase="Pending", ready=False, waiting=why),
+        pod(1, phase="Pending", ready=False),
+    ]
     p = run(j, {}, pending)
     assert p.status["phase"] == "Pending"
     running = next(c for c in p.status["conditions"] if c["type"] == "Running")
@@ -449,27 +455,47 @@ def test_chief_exit_progress_is_the_last_word() -> None:
     where training did, goodput included, with one DisruptionCost event; then nothing new."""
     j = replace(job(clean_pod_policy="Running"), total_steps=1200)
     s = settle(j, [pod(i) for i in range(3)])
-    s["progress"] = {"step": 800, "epoch": 1, "totalSteps": 1200,
-                     "updatedAt": "2026-01-01T11:59:00Z"}
-    message = ("kerasjob_epoch 2\nkerasjob_step 1200\nkerasjob_loss 0.25\n"
-               'kerasjob_metric{name="accuracy"} 0.93\n'
-               "kerasjob_disruptions_total 1\nkerasjob_lost_seconds_total 11.5\n"
-               "kerasjob_steps_redone_total 0\nkerasjob_productive_seconds_total 88.5\n"
-               "kerasjob_goodput_ratio 0.885\n")
-    done = [pod(0, phase="Succeeded", ready=False,
-                termination=Termination(0, "Completed", message=message)), pod(1), pod(2)]
+    s["progress"] = {
+        "step": 800,
+        "epoch": 1,
+        "totalSteps": 1200,
+        "updatedAt": "2026-01-01T11:59:00Z",
+    }
+    message = (
+        "kerasjob_epoch 2\nkerasjob_step 1200\nkerasjob_loss 0.25\n"
+        'kerasjob_metric{name="accuracy"} 0.93\n'
+        "kerasjob_disruptions_total 1\nkerasjob_lost_seconds_total 11.5\n"
+        "kerasjob_steps_redone_total 0\nkerasjob_productive_seconds_total 88.5\n"
+        "kerasjob_goodput_ratio 0.885\n"
+    )
+    done = [
+        pod(
+            0,
+            phase="Succeeded",
+            ready=False,
+            termination=Termination(0, "Completed", message=message),
+        ),
+        pod(1),
+        pod(2),
+    ]
     p = run(j, s, done)
     assert p.status["phase"] == "Succeeded"
     prog = p.status["progress"]
     assert (prog["step"], prog["epoch"], prog["totalSteps"], prog["loss"]) == (1200, 2, 1200, 0.25)
     assert prog["metrics"] == {"accuracy": 0.93}
-    assert prog["goodput"] == {"disruptions": 1, "lostSeconds": 11.5, "stepsRedone": 0,
-                               "productiveSeconds": 88.5, "goodput": 0.885}
+    assert prog["goodput"] == {
+        "disruptions": 1,
+        "lostSeconds": 11.5,
+        "stepsRedone": 0,
+        "productiveSeconds": 88.5,
+        "goodput": 0.885,
+    }
     assert prog["updatedAt"] == "2026-01-01T12:00:00Z"
     assert [e.reason for e in p.events].count("DisruptionCost") == 1
     again = run(j, p.status, done, NOW + timedelta(seconds=1))
     assert again.status["progress"] == prog and not [
-        e for e in again.events if e.reason == "DisruptionCost"]
+        e for e in again.events if e.reason == "DisruptionCost"
+    ]
     # A chief that left no message (killed, or not our trainer) changes nothing.
     silent = [pod(0, phase="Failed", ready=False, termination=Termination(137, "Error"))]
     assert run(j, p.status, silent).status["progress"] == prog
@@ -482,12 +508,17 @@ def test_a_restarting_chief_regroups_workers_that_had_finished() -> None:
     j = job()
     s = settle(j, [pod(i) for i in range(3)])
     ok = Termination(0, "Completed")
-    finished = [pod(0), pod(1, phase="Succeeded", ready=False, termination=ok),
-                pod(2, phase="Succeeded", ready=False, termination=ok)]
+    finished = [
+        pod(0),
+        pod(1, phase="Succeeded", ready=False, termination=ok),
+        pod(2, phase="Succeeded", ready=False, termination=ok),
+    ]
     s = run(j, s, finished).status
     assert s["phase"] == "Running" and s["replicaStatuses"]["worker"]["succeeded"] == 2
-    failed = [pod(0, phase="Failed", ready=False, termination=Termination(1, "Error")),
-              *finished[1:]]
+    failed = [
+        pod(0, phase="Failed", ready=False, termination=Termination(1, "Error")),
+        *finished[1:],
+    ]
     p = run(j, s, failed)
     assert sorted(deletes(p)) == ["j-worker-0", "j-worker-1", "j-worker-2"] and not creates(p)
     assert [e.reason for e in p.events].count("Regrouping") == 1

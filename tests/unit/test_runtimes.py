@@ -54,8 +54,9 @@ def test_identity_names_of_every_backend() -> None:
 # --- tensorflow ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("role", "index"), [("worker", 0), ("worker", 1), ("chief", 0),
-                                             ("evaluator", 0)])
+@pytest.mark.parametrize(
+    ("role", "index"), [("worker", 0), ("worker", 1), ("chief", 0), ("evaluator", 0)]
+)
 def test_tensorflow_identity_is_tf_config(role: str, index: int) -> None:
     roles = {ReplicaRole.WORKER: 2, ReplicaRole.CHIEF: 1, ReplicaRole.EVALUATOR: 1}
     env = runtime_for("tensorflow").identity_env("mnist", "ml", roles, 2222, role, index)
@@ -96,8 +97,9 @@ def test_jax_three_workers_every_index(index: int) -> None:
 
 
 def test_jax_coordinator_is_worker_0_on_the_jobs_port() -> None:
-    env = runtime_for("jax").identity_env("j", "ns", {ReplicaRole.WORKER: 2}, 31337,
-                                          ReplicaRole.WORKER, 1)
+    env = runtime_for("jax").identity_env(
+        "j", "ns", {ReplicaRole.WORKER: 2}, 31337, ReplicaRole.WORKER, 1
+    )
     assert env["JAX_COORDINATOR_ADDRESS"] == "j-worker-0.j.ns.svc:31337"
     assert env["KERAS_DISTRIBUTION_JOB_ADDRESSES"] == "j-worker-0.j.ns.svc:31337"
 
@@ -106,20 +108,25 @@ def test_jax_num_processes_is_the_current_size() -> None:
     """An elastic job at 2 of its 4 workers: 2 processes, as TF_CONFIG would list 2."""
     env = runtime_for("jax").identity_env("mnist", "ml", {"worker": 2}, 2222, "worker", 1)
     assert env["KERAS_DISTRIBUTION_NUM_PROCESSES"] == env["JAX_NUM_PROCESSES"] == "2"
-    tf = json.loads(runtime_for("tensorflow").identity_env(
-        "mnist", "ml", {"worker": 2}, 2222, "worker", 1)["TF_CONFIG"])
+    tf = json.loads(
+        runtime_for("tensorflow").identity_env("mnist", "ml", {"worker": 2}, 2222, "worker", 1)[
+            "TF_CONFIG"
+        ]
+    )
     assert len(tf["cluster"]["worker"]) == 2
 
 
-@pytest.mark.parametrize(("roles", "role", "index", "match"), [
-    ({"worker": 2}, "worker", 2, "is not in the job"),
-    ({"worker": 2}, "worker", -1, "is not in the job"),
-    ({"worker": 2}, "chief", 0, "is not in the job"),
-    ({"worker": 2, "chief": 1}, "worker", 0, "workers only, not chief"),
-    ({"worker": 2, "evaluator": 1}, "evaluator", 0, "workers only, not evaluator"),
-])
-def test_jax_has_workers_only(roles: dict[str, int], role: str, index: int,
-                              match: str) -> None:
+@pytest.mark.parametrize(
+    ("roles", "role", "index", "match"),
+    [
+        ({"worker": 2}, "worker", 2, "is not in the job"),
+        ({"worker": 2}, "worker", -1, "is not in the job"),
+        ({"worker": 2}, "chief", 0, "is not in the job"),
+        ({"worker": 2, "chief": 1}, "worker", 0, "workers only, not chief"),
+        ({"worker": 2, "evaluator": 1}, "evaluator", 0, "workers only, not evaluator"),
+    ],
+)
+def test_jax_has_workers_only(roles: dict[str, int], role: str, index: int, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         runtime_for("jax").identity_env("j", "ns", roles, 2222, role, index)
 

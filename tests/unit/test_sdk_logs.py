@@ -15,7 +15,8 @@ class ScriptedTransport:
     def __init__(self, incarnations: dict[str, list[tuple[str, list[str]]]]) -> None:
         self.incarnations = {pod: list(v) for pod, v in incarnations.items()}
         self.current: dict[str, tuple[str, list[str]] | None] = {
-            pod: v.pop(0) if v else None for pod, v in self.incarnations.items()}
+            pod: v.pop(0) if v else None for pod, v in self.incarnations.items()
+        }
         self.lock = threading.Lock()
         self.streams: list[tuple[str, str]] = []
 
@@ -25,9 +26,10 @@ class ScriptedTransport:
             inc = self.current.get(pod)
         if inc is None:
             return None
-        return {"metadata": {"uid": inc[0]},
-                "status": {"containerStatuses": [{"name": "trainer",
-                                                  "state": {"terminated": {}}}]}}
+        return {
+            "metadata": {"uid": inc[0]},
+            "status": {"containerStatuses": [{"name": "trainer", "state": {"terminated": {}}}]},
+        }
 
     def lines(self, path: str, *, query: Any = None, read_timeout: Any = None):
         pod = path.split("/")[-2]
@@ -48,20 +50,35 @@ class ScriptedTransport:
 
 def test_follow_reads_every_replica_and_the_recreated_pod(monkeypatch) -> None:
     monkeypatch.setattr(logs, "POLL_SECONDS", 0.01)
-    t = ScriptedTransport({
-        "j-worker-0": [("a", ["step 1", "step 2"]), ("b", ["resumed at step 2", "done"])],
-        "j-worker-1": [("c", ["step 1"])],
-    })
-    lines = list(logs.follow(t, "ns", ["j-worker-0", "j-worker-1"],  # type: ignore[arg-type]
-                             finished=t.finished))
+    t = ScriptedTransport(
+        {
+            "j-worker-0": [("a", ["step 1", "step 2"]), ("b", ["resumed at step 2", "done"])],
+            "j-worker-1": [("c", ["step 1"])],
+        }
+    )
+    lines = list(
+        logs.follow(
+            t,
+            "ns",
+            ["j-worker-0", "j-worker-1"],  # type: ignore[arg-type]
+            finished=t.finished,
+        )
+    )
     got = [str(line) for line in lines]
     # Each followed line carries the time the runtime recorded (goodput is checked with it).
     assert [ln.time for ln in lines if ln.pod == "j-worker-0"] == [
-        "2026-11-23T01:02:00.123456789Z", "2026-11-23T01:02:01.123456789Z",
-        "2026-11-23T01:02:00.123456789Z", "2026-11-23T01:02:01.123456789Z"]
+        "2026-11-23T01:02:00.123456789Z",
+        "2026-11-23T01:02:01.123456789Z",
+        "2026-11-23T01:02:00.123456789Z",
+        "2026-11-23T01:02:01.123456789Z",
+    ]
     worker0 = [g for g in got if g.startswith("[j-worker-0]")]
-    assert worker0 == ["[j-worker-0] step 1", "[j-worker-0] step 2",
-                       "[j-worker-0] resumed at step 2", "[j-worker-0] done"]
+    assert worker0 == [
+        "[j-worker-0] step 1",
+        "[j-worker-0] step 2",
+        "[j-worker-0] resumed at step 2",
+        "[j-worker-0] done",
+    ]
     assert "[j-worker-1] step 1" in got and len(got) == 5
     assert sorted(t.streams) == [("j-worker-0", "a"), ("j-worker-0", "b"), ("j-worker-1", "c")]
 
@@ -81,4 +98,5 @@ def test_pod_log_text_is_empty_until_there_is_a_log() -> None:
 
     assert logs.pod_log_text(Waiting(), "ns", "p") == ""  # type: ignore[arg-type]
     assert logs.pod_log_text(Talking(), "ns", "p") == (  # type: ignore[arg-type]
-        "kerasjob: step 1/2\nkerasjob: step 2/2\n")
+        "kerasjob: step 1/2\nkerasjob: step 2/2\n"
+    )

@@ -50,24 +50,64 @@ def test_pod_view_says_why_a_pod_cannot_start() -> None:
     from kerasjob.podview import pod_view
 
     base = {
-        "metadata": {"name": "j-worker-0", "namespace": "ns", "uid": "u",
-                     "labels": {"kerasjob.dev/job-name": "j", "kerasjob.dev/replica-type": "worker",
-                                "kerasjob.dev/replica-index": "0"}},
+        "metadata": {
+            "name": "j-worker-0",
+            "namespace": "ns",
+            "uid": "u",
+            "labels": {
+                "kerasjob.dev/job-name": "j",
+                "kerasjob.dev/replica-type": "worker",
+                "kerasjob.dev/replica-index": "0",
+            },
+        },
         "spec": {"containers": [{"name": "trainer"}]},
     }
-    unschedulable = {**base, "status": {"phase": "Pending", "conditions": [{
-        "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-        "message": 'persistentvolumeclaim "ckpt" not found'}]}}
+    unschedulable = {
+        **base,
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": 'persistentvolumeclaim "ckpt" not found',
+                }
+            ],
+        },
+    }
     view = pod_view(unschedulable)
     assert view is not None
     assert view.waiting == 'Unschedulable: persistentvolumeclaim "ckpt" not found'
-    pulling = {**base, "status": {"phase": "Pending", "containerStatuses": [{
-        "name": "trainer", "restartCount": 0,
-        "state": {"waiting": {"reason": "ImagePullBackOff", "message": "no such image"}}}]}}
+    pulling = {
+        **base,
+        "status": {
+            "phase": "Pending",
+            "containerStatuses": [
+                {
+                    "name": "trainer",
+                    "restartCount": 0,
+                    "state": {
+                        "waiting": {"reason": "ImagePullBackOff", "message": "no such image"}
+                    },
+                }
+            ],
+        },
+    }
     view = pod_view(pulling)
     assert view is not None and view.waiting == "ImagePullBackOff: no such image"
-    creating = {**base, "status": {"phase": "Pending", "containerStatuses": [{
-        "name": "trainer", "restartCount": 0,
-        "state": {"waiting": {"reason": "ContainerCreating"}}}]}}
+    creating = {
+        **base,
+        "status": {
+            "phase": "Pending",
+            "containerStatuses": [
+                {
+                    "name": "trainer",
+                    "restartCount": 0,
+                    "state": {"waiting": {"reason": "ContainerCreating"}},
+                }
+            ],
+        },
+    }
     view = pod_view(creating)
     assert view is not None and view.waiting == ""

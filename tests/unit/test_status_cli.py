@@ -43,16 +43,22 @@ def test_status_says_why_a_queued_job_waits() -> None:
 
 
 def test_status_says_why_a_pending_job_waits_for_its_gang() -> None:
-    why = ("the gang of 9 Pods cannot be placed together (PodGroup big-gang-1: Unschedulable: "
-           "pod group is unschedulable); no Pod is bound until all fit: 0/4 nodes are available")
+    why = (
+        "the gang of 9 Pods cannot be placed together (PodGroup big-gang-1: Unschedulable: "
+        "pod group is unschedulable); no Pod is bound until all fit: 0/4 nodes are available"
+    )
     obj = {
         "metadata": {"name": "big"},
         "status": {
             "phase": "Pending",
             "conditions": [
                 {"type": "Created", "status": "True", "reason": "Created", "message": "ok"},
-                {"type": "Running", "status": "False", "reason": "GangUnschedulable",
-                 "message": why},
+                {
+                    "type": "Running",
+                    "status": "False",
+                    "reason": "GangUnschedulable",
+                    "message": why,
+                },
             ],
         },
     }
@@ -80,8 +86,11 @@ def test_status_errors_are_one_line_and_exit_1(capsys, tmp_path) -> None:
     assert err.startswith("kerasjob: no usable kubeconfig") and err.count("\n") == 1
 
     args = cli.parser().parse_args(["status", "mnist", "-n", "ml"])
-    gone = from_response(404, '{"kind": "Status", "reason": "NotFound", '
-                              '"details": {"name": "mnist"}}', namespace="ml")
+    gone = from_response(
+        404,
+        '{"kind": "Status", "reason": "NotFound", "details": {"name": "mnist"}}',
+        namespace="ml",
+    )
     assert cli._explain(gone, args) == "KerasJob 'mnist' not found in namespace 'ml'"
     no_crd = from_response(404, "404 page not found")
     assert "no kerasjobs.kerasjob.dev CRD" in (cli._explain(no_crd, args) or "")
@@ -98,10 +107,17 @@ def test_status_errors_are_one_line_and_exit_1(capsys, tmp_path) -> None:
 
 
 def test_status_shows_what_disruptions_cost() -> None:
-    costs = {"disruptions": 2, "lostSeconds": 21.5, "stepsRedone": 7,
-             "productiveSeconds": 300.0, "goodput": 0.9331}
-    obj = {"metadata": {"name": "mnist"},
-           "status": {"phase": "Running", "progress": {"step": 3, "goodput": costs}}}
+    costs = {
+        "disruptions": 2,
+        "lostSeconds": 21.5,
+        "stepsRedone": 7,
+        "productiveSeconds": 300.0,
+        "goodput": 0.9331,
+    }
+    obj = {
+        "metadata": {"name": "mnist"},
+        "status": {"phase": "Running", "progress": {"step": 3, "goodput": costs}},
+    }
     assert cli._summary(obj)["goodput"] == costs
     from kerasjob import goodput
 

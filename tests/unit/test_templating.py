@@ -12,29 +12,63 @@ from kerasjob.children import build_network_policy, build_pod, build_service
 
 # Strings that YAML would read as something else if they were not quoted: each must come out
 # exactly as it went in, both ways.
-AWKWARD = ["yes", "no", "null", "~", "0x1F", "1e3", "12:30", "- a", "a: b", "#x", "'q'",
-           '"dq"', "multi\nline", "tab\there", "ünïcødé", "", " lead", "{a: 1}", "[1]", "*x"]
+AWKWARD = [
+    "yes",
+    "no",
+    "null",
+    "~",
+    "0x1F",
+    "1e3",
+    "12:30",
+    "- a",
+    "a: b",
+    "#x",
+    "'q'",
+    '"dq"',
+    "multi\nline",
+    "tab\there",
+    "ünïcødé",
+    "",
+    " lead",
+    "{a: 1}",
+    "[1]",
+    "*x",
+]
 
 
 def _context(template: str, i: int) -> dict[str, Any]:
     s = AWKWARD[i % len(AWKWARD)]
     common = {
-        "job_name": f"j{i}", "namespace": f"ns-{s}", "labels": {"a": s, s or "k": "v"},
+        "job_name": f"j{i}",
+        "namespace": f"ns-{s}",
+        "labels": {"a": s, s or "k": "v"},
         "owner_references": [{"name": s, "controller": True, "uid": "u"}],
-        "selector": {"x": s}, "port": 2222 + i,
+        "selector": {"x": s},
+        "port": 2222 + i,
     }
     if template == "service.yaml.j2":
         return common
     if template == "networkpolicy.yaml.j2":
-        return {**common, "metrics_port": 9090,
-                "ports": [{"protocol": "TCP", **({"port": 2000 + i} if i % 2 else {})}],
-                "metrics_from": [{"podSelector": {"matchLabels": {"m": s}}}] if i % 2 else []}
+        return {
+            **common,
+            "metrics_port": 9090,
+            "ports": [{"protocol": "TCP", **({"port": 2000 + i} if i % 2 else {})}],
+            "metrics_from": [{"podSelector": {"matchLabels": {"m": s}}}] if i % 2 else [],
+        }
     return {
-        **common, "pod_name": f"p-{s}", "annotations": {s or "k": s},
-        "restart_policy": "Never", "termination_grace_period_seconds": 60 + i,
-        "container_name": "trainer", "image": f"img:{s}", "command": ["python", s, "-c"],
-        "metrics_port": 9090, "env": [{"name": "E", "value": s}, {"name": "N", "value": "1"}],
-        "checkpoint_volume_name": "ck", "tmp_volume_name": "tmp", "mount_path": f"/m/{s}",
+        **common,
+        "pod_name": f"p-{s}",
+        "annotations": {s or "k": s},
+        "restart_policy": "Never",
+        "termination_grace_period_seconds": 60 + i,
+        "container_name": "trainer",
+        "image": f"img:{s}",
+        "command": ["python", s, "-c"],
+        "metrics_port": 9090,
+        "env": [{"name": "E", "value": s}, {"name": "N", "value": "1"}],
+        "checkpoint_volume_name": "ck",
+        "tmp_volume_name": "tmp",
+        "mount_path": f"/m/{s}",
         "checkpoint_volume": {"name": "ck", "hostPath": {"path": f"/h/{s}", "n": i}},
     }
 
@@ -86,14 +120,27 @@ def test_children_built_from_shapes_equal_those_built_from_text(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     job = {
-        "apiVersion": "kerasjob.dev/v1alpha1", "kind": "KerasJob",
+        "apiVersion": "kerasjob.dev/v1alpha1",
+        "kind": "KerasJob",
         "metadata": {"name": "j", "namespace": "ns", "uid": "u-1", "generation": 3},
-        "spec": {"workers": 3, "chief": {"replicas": 1}, "evaluator": {"replicas": 1},
-                 "template": {"metadata": {"labels": {"team": "yes"}},
-                              "spec": {"containers": [{"name": "trainer",
-                                                       "env": [{"name": "A", "value": "no"}],
-                                                       "resources": {"limits": {"cpu": "1"}}}],
-                                       "tolerations": [{"key": "k", "operator": "Exists"}]}}},
+        "spec": {
+            "workers": 3,
+            "chief": {"replicas": 1},
+            "evaluator": {"replicas": 1},
+            "template": {
+                "metadata": {"labels": {"team": "yes"}},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "trainer",
+                            "env": [{"name": "A", "value": "no"}],
+                            "resources": {"limits": {"cpu": "1"}},
+                        }
+                    ],
+                    "tolerations": [{"key": "k", "operator": "Exists"}],
+                },
+            },
+        },
     }
     roles = [("worker", 0), ("worker", 2), ("chief", 0), ("evaluator", 0)]
 

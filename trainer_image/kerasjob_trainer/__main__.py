@@ -50,9 +50,11 @@ def main(argv: list[str] | None = None) -> int:
         if backend_of(argv) == "jax":
             return run_keras3(argv if argv is not None else sys.argv[1:])
         if importlib.util.find_spec("tensorflow") is None:
-            raise ConfigError("backend tensorflow, but this image has no TensorFlow (the Keras "
-                              "3 image?): set spec.trainer.backend: jax, or use the tf-keras "
-                              "trainer image")
+            raise ConfigError(
+                "backend tensorflow, but this image has no TensorFlow (the Keras "
+                "3 image?): set spec.trainer.backend: jax, or use the tf-keras "
+                "trainer image"
+            )
         ctx = build_context(argv)
         if ctx.config.command:
             exec_command(ctx.config.command)

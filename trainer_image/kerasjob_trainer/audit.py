@@ -33,10 +33,16 @@ class Audit:
     def __init__(self, directory: str, name: str) -> None:
         os.makedirs(directory, exist_ok=True)
         self._lock = threading.Lock()
-        self._data = open(os.path.join(directory, f"data-{name}.jsonl"), "a",  # noqa: SIM115
-                          encoding="utf-8")
-        self._steps = open(os.path.join(directory, f"steps-{name}.jsonl"), "a",  # noqa: SIM115
-                           encoding="utf-8")
+        self._data = open(  # noqa: SIM115  (open for the process's life)
+            os.path.join(directory, f"data-{name}.jsonl"),
+            "a",
+            encoding="utf-8",
+        )
+        self._steps = open(  # noqa: SIM115
+            os.path.join(directory, f"steps-{name}.jsonl"),
+            "a",
+            encoding="utf-8",
+        )
 
     @classmethod
     def from_env(cls, name: str) -> Audit | None:
@@ -61,8 +67,9 @@ class Audit:
         import tensorflow as tf
 
         def record(s: Any, r: Any, idx: Any) -> Any:
-            for step, replica, row in zip(s.numpy().tolist(), r.numpy().tolist(),
-                                          idx.numpy().tolist(), strict=True):
+            for step, replica, row in zip(
+                s.numpy().tolist(), r.numpy().tolist(), idx.numpy().tolist(), strict=True
+            ):
                 self._write(self._data, {"step": step, "replica": replica, "indices": row})
             return idx
 
@@ -82,14 +89,20 @@ class Audit:
             def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
                 optimizer = self.model.optimizer
                 iterations = int(optimizer.iterations.numpy())
-                audit._write(audit._steps, {
-                    "step": iterations - 1, "epoch": self.epoch, "batch": int(batch),
-                    "iterations": iterations,
-                    "lr": learning_rate(optimizer, iterations - 1),
-                    "loss": float((logs or {}).get("loss", float("nan"))),
-                    "logs": {k: float(v) for k, v in (logs or {}).items()},
-                    "pid": os.getpid(), "time": time.time(),
-                })
+                audit._write(
+                    audit._steps,
+                    {
+                        "step": iterations - 1,
+                        "epoch": self.epoch,
+                        "batch": int(batch),
+                        "iterations": iterations,
+                        "lr": learning_rate(optimizer, iterations - 1),
+                        "loss": float((logs or {}).get("loss", float("nan"))),
+                        "logs": {k: float(v) for k, v in (logs or {}).items()},
+                        "pid": os.getpid(),
+                        "time": time.time(),
+                    },
+                )
 
         return StepAudit()
 
@@ -101,5 +114,8 @@ def learning_rate(optimizer: Any, step: int) -> float:
     lr = getattr(optimizer, "_learning_rate", None)
     if isinstance(lr, tf_keras.optimizers.schedules.LearningRateSchedule):
         return float(lr(step))
-    return float(optimizer.learning_rate.numpy() if hasattr(optimizer.learning_rate, "numpy")
-                 else optimizer.learning_rate)
+    return float(
+        optimizer.learning_rate.numpy()
+        if hasattr(optimizer.learning_rate, "numpy")
+        else optimizer.learning_rate
+    )

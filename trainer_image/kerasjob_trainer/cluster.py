@@ -31,9 +31,7 @@ class ClusterInfo:
     def is_chief(self) -> bool:
         if self.role == "chief":
             return True
-        return self.role == "worker" and self.index == 0 and not self.training_cluster.get(
-            "chief"
-        )
+        return self.role == "worker" and self.index == 0 and not self.training_cluster.get("chief")
 
     @property
     def multi_worker(self) -> bool:

@@ -50,14 +50,20 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--config", help=f"trainer config JSON (default: ${Env.TRAINER_CONFIG.value})")
     p.add_argument("--tf-config", help="TF_CONFIG JSON (default: $TF_CONFIG)")
-    p.add_argument("--checkpoint-dir",
-                   help=f"shared checkpoint dir (default: ${Env.CHECKPOINT_DIR.value} or "
-                   f"./{DEFAULT_CHECKPOINT_DIR})")
-    p.add_argument("--output-dir",
-                   help=f"model/logs/progress dir (default: ${Env.OUTPUT_DIR.value} or "
-                   "<checkpoint-dir>/output)")
-    p.add_argument("--metrics-port", help=f"serve /metrics here; 0 = off "
-                   f"(default: ${Env.METRICS_PORT.value} or off)")
+    p.add_argument(
+        "--checkpoint-dir",
+        help=f"shared checkpoint dir (default: ${Env.CHECKPOINT_DIR.value} or "
+        f"./{DEFAULT_CHECKPOINT_DIR})",
+    )
+    p.add_argument(
+        "--output-dir",
+        help=f"model/logs/progress dir (default: ${Env.OUTPUT_DIR.value} or "
+        "<checkpoint-dir>/output)",
+    )
+    p.add_argument(
+        "--metrics-port",
+        help=f"serve /metrics here; 0 = off (default: ${Env.METRICS_PORT.value} or off)",
+    )
     return p
 
 
@@ -85,8 +91,14 @@ def build_context(argv: list[str] | None = None, *, check_model: bool = True) ->
         validate_dataset_files(config.dataset)
     if check_model:
         check_user_model(config)
-    return RunContext(config=config, raw_config=raw, cluster=cluster,
-                      checkpoint_dir=checkpoint_dir, output_dir=output_dir, metrics_port=port)
+    return RunContext(
+        config=config,
+        raw_config=raw,
+        cluster=cluster,
+        checkpoint_dir=checkpoint_dir,
+        output_dir=output_dir,
+        metrics_port=port,
+    )
 
 
 def check_command(command: tuple[str, ...]) -> None:
@@ -97,8 +109,6 @@ def check_command(command: tuple[str, ...]) -> None:
     for arg in command[1:]:
         if arg.endswith(".py") and arg.startswith("/") and not os.path.isfile(arg):
             raise ConfigError(f"command: script {arg!r} does not exist (is its volume mounted?)")
-
-
 
 
 def config_text(args: argparse.Namespace, env: Mapping[str, str]) -> str | None:
@@ -112,12 +122,17 @@ def raw_config(text: str | None) -> dict[str, Any]:
 
 def places(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[str, str, int | None]:
     """(checkpoint dir, output dir, metrics port), absolute, from flags or the environment."""
-    checkpoint_dir = (args.checkpoint_dir or env.get(Env.CHECKPOINT_DIR.value)
-                      or DEFAULT_CHECKPOINT_DIR)
-    output_dir = (args.output_dir or env.get(Env.OUTPUT_DIR.value)
-                  or os.path.join(checkpoint_dir, DEFAULT_OUTPUT_SUBDIR))
-    port = metrics_port(args.metrics_port if args.metrics_port is not None
-                        else env.get(Env.METRICS_PORT.value))
+    checkpoint_dir = (
+        args.checkpoint_dir or env.get(Env.CHECKPOINT_DIR.value) or DEFAULT_CHECKPOINT_DIR
+    )
+    output_dir = (
+        args.output_dir
+        or env.get(Env.OUTPUT_DIR.value)
+        or os.path.join(checkpoint_dir, DEFAULT_OUTPUT_SUBDIR)
+    )
+    port = metrics_port(
+        args.metrics_port if args.metrics_port is not None else env.get(Env.METRICS_PORT.value)
+    )
     return os.path.abspath(checkpoint_dir), os.path.abspath(output_dir), port
 
 

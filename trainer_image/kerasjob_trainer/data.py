@@ -62,13 +62,15 @@ def mnist_sample() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     return x[:n], y[:n], x[n:], y[n:]
 
 
-def load_examples(source: DatasetConfig, input_shape: tuple[int, ...], classes: int,
-                  seed: int) -> Examples:
+def load_examples(
+    source: DatasetConfig, input_shape: tuple[int, ...], classes: int, seed: int
+) -> Examples:
     import tensorflow as tf
 
     def from_arrays(x: np.ndarray, y: np.ndarray) -> Any:
-        return tf.data.Dataset.from_tensor_slices((shape_like(x, input_shape),
-                                                   np.asarray(y, dtype=np.int64)))
+        return tf.data.Dataset.from_tensor_slices(
+            (shape_like(x, input_shape), np.asarray(y, dtype=np.int64))
+        )
 
     def in_memory(x: np.ndarray, y: np.ndarray, test: Any | None) -> Examples:
         x, y = shape_like(x, input_shape), np.asarray(y, dtype=np.int64)
@@ -114,8 +116,11 @@ def materialize(ds: Any, finite: bool = False) -> tuple[pipeline.Indexed | None,
     if size == tf.data.UNKNOWN_CARDINALITY and not finite:
         return None, "its size is unknown (e.g. a generator, filter or TFRecord reader)"
     spec = ds.element_spec
-    if not (isinstance(spec, tuple) and len(spec) == 2 and all(
-            isinstance(s, tf.TensorSpec) and s.shape.is_fully_defined() for s in spec)):
+    if not (
+        isinstance(spec, tuple)
+        and len(spec) == 2
+        and all(isinstance(s, tf.TensorSpec) and s.shape.is_fully_defined() for s in spec)
+    ):
         return None, f"its elements are not (x, y) tensors of fixed shape: {spec}"
     xs, ys = [], []
     for x, y in ds.batch(4096).as_numpy_iterator():
@@ -152,8 +157,9 @@ def _options() -> Any:
     return options
 
 
-def make_stream_dataset(examples: Examples, global_batch: int, seed: int,
-                        skip_batches: int = 0) -> Any:
+def make_stream_dataset(
+    examples: Examples, global_batch: int, seed: int, skip_batches: int = 0
+) -> Any:
     """The stream pipeline: seeded shuffle buffer, repeat, global batches, DATA sharding.
 
     Its position is only reachable by reading through: `skip_batches` batches are produced
@@ -172,23 +178,32 @@ def make_stream_dataset(examples: Examples, global_batch: int, seed: int,
     return ds.prefetch(tf.data.AUTOTUNE).with_options(_options())
 
 
-def make_train_input(examples: Examples, global_batch: int, seed: int, start_step: int,
-                     audit: pipeline.AuditHook | None = None) -> Any:
+def make_train_input(
+    examples: Examples,
+    global_batch: int,
+    seed: int,
+    start_step: int,
+    audit: pipeline.AuditHook | None = None,
+) -> Any:
     """What `model.fit` trains on from global step `start_step` on; logs which pipeline."""
     if examples.indexed is None and examples.train_size is None:
         # User code's dataset: index it when it is finite (read once into memory).
         examples.indexed, why = materialize(examples.train)
         if examples.indexed is None:
-            say(f"data: the dataset cannot be indexed ({why}); stream pipeline: a resumed "
+            say(
+                f"data: the dataset cannot be indexed ({why}); stream pipeline: a resumed "
                 f"run reads through the {start_step} batches before step {start_step} "
-                "(exact only if the dataset is deterministic; cost grows with the step)")
+                "(exact only if the dataset is deterministic; cost grows with the step)"
+            )
             if audit:
                 say("data: audit records only indexed pipelines")
             return make_stream_dataset(examples, global_batch, seed, start_step)
         examples.train_size = examples.indexed.size
     assert examples.indexed is not None
-    say(f"data: indexed pipeline, {examples.indexed.size} examples, seed {seed}, "
-        f"starting at step {start_step}")
+    say(
+        f"data: indexed pipeline, {examples.indexed.size} examples, seed {seed}, "
+        f"starting at step {start_step}"
+    )
     return pipeline.indexed_input(examples.indexed, global_batch, seed, start_step, audit)
 
 

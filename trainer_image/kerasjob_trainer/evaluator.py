@@ -42,8 +42,9 @@ def run(ctx: RunContext, poll: float = POLL_SECONDS) -> int:
     if built.train_dataset is not None:
         test = built.test_dataset if built.test_dataset is not None else built.train_dataset
     else:
-        examples = data.load_examples(cfg.dataset, tuple(model.input_shape[1:]),
-                                      int(model.output_shape[-1]), cfg.seed)
+        examples = data.load_examples(
+            cfg.dataset, tuple(model.input_shape[1:]), int(model.output_shape[-1]), cfg.seed
+        )
         test = examples.test if examples.test is not None else examples.train
     # A bounded slice: the evaluator must keep up with the chief's backups.
     test_ds = test.take(2000).batch(cfg.batch_size_per_replica).prefetch(2)
@@ -53,11 +54,20 @@ def run(ctx: RunContext, poll: float = POLL_SECONDS) -> int:
 
     def evaluate(m: Any, step: int, final: bool) -> None:
         result = m.evaluate(test_ds, verbose=0, return_dict=True)
-        say(f"eval step={step} " + " ".join(f"{k}={v:.4f}" for k, v in result.items())
-            + (" final" if final else ""))
-        write_json_atomic(os.path.join(ctx.output_dir, EVAL_FILE),
-                          {"step": step, "final": final, "updatedAt": now_iso(),
-                           **{k: float(v) for k, v in result.items()}})
+        say(
+            f"eval step={step} "
+            + " ".join(f"{k}={v:.4f}" for k, v in result.items())
+            + (" final" if final else "")
+        )
+        write_json_atomic(
+            os.path.join(ctx.output_dir, EVAL_FILE),
+            {
+                "step": step,
+                "final": final,
+                "updatedAt": now_iso(),
+                **{k: float(v) for k, v in result.items()},
+            },
+        )
 
     while True:
         done = _done(ctx.output_dir)  # read first: the final model exists once done is set

@@ -21,8 +21,17 @@ from kerasjob_contract import ExitCode
 
 # Substrings of OpError messages that mean "the group broke", not "the program is wrong".
 _PEER_HINTS = (
-    "collective", "coordination", "heartbeat", "peer", "socket closed", "connection reset",
-    "failed to connect", "connection refused", "unavailable", "abort", "barrier",
+    "collective",
+    "coordination",
+    "heartbeat",
+    "peer",
+    "socket closed",
+    "connection reset",
+    "failed to connect",
+    "connection refused",
+    "unavailable",
+    "abort",
+    "barrier",
 )
 
 
@@ -30,8 +39,12 @@ def classify(error: BaseException) -> ExitCode:
     """Map an exception raised during multi-worker training to an exit code."""
     import tensorflow as tf
 
-    peer_errors = (tf.errors.UnavailableError, tf.errors.AbortedError,
-                   tf.errors.CancelledError, tf.errors.DeadlineExceededError)
+    peer_errors = (
+        tf.errors.UnavailableError,
+        tf.errors.AbortedError,
+        tf.errors.CancelledError,
+        tf.errors.DeadlineExceededError,
+    )
     if isinstance(error, peer_errors):
         return ExitCode.PEER_LOST
     if isinstance(error, (tf.errors.InternalError, tf.errors.UnknownError)):
@@ -44,8 +57,11 @@ def classify(error: BaseException) -> ExitCode:
 def summary(error: BaseException, limit: int = 300) -> str:
     """One line: TensorFlow's messages start with "Graph execution error:" and bury the cause."""
     lines = [ln.strip() for ln in str(error).splitlines() if ln.strip()]
-    useful = [ln for ln in lines if not ln.startswith(("Graph execution error", "Detected at",
-                                                       "File ", "[["))]
+    useful = [
+        ln
+        for ln in lines
+        if not ln.startswith(("Graph execution error", "Detected at", "File ", "[["))
+    ]
     return " ".join(useful or lines)[:limit]
 
 
@@ -86,8 +102,7 @@ class Watchdog:
         self._poll = poll
         self._last: float | None = None
         self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._run, name="kerasjob-watchdog",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, name="kerasjob-watchdog", daemon=True)
         self._thread.start()
 
     def beat(self) -> None:
@@ -104,9 +119,11 @@ class Watchdog:
             with self._lock:
                 last = self._last
             if last is not None and time.monotonic() - last > self.timeout:
-                hard_exit(ExitCode.PEER_LOST,
-                          f"no training step for {self.timeout:.0f}s: a peer is silent; "
-                          f"exiting {int(ExitCode.PEER_LOST)}")
+                hard_exit(
+                    ExitCode.PEER_LOST,
+                    f"no training step for {self.timeout:.0f}s: a peer is silent; "
+                    f"exiting {int(ExitCode.PEER_LOST)}",
+                )
 
 
 def listening(host: str, port: int, timeout: float) -> bool:
@@ -129,8 +146,13 @@ class PeerMonitor:
     exiting on purpose (SIGTERM) or after training.
     """
 
-    def __init__(self, peers: list[str], interval: float = 0.2, connect_timeout: float = 0.5,
-                 failures: int = 2) -> None:
+    def __init__(
+        self,
+        peers: list[str],
+        interval: float = 0.2,
+        connect_timeout: float = 0.5,
+        failures: int = 2,
+    ) -> None:
         self._peers = [(h, int(p)) for h, _, p in (a.rpartition(":") for a in peers)]
         self._interval = interval
         self._timeout = connect_timeout
@@ -159,10 +181,14 @@ class PeerMonitor:
         while not self._stopped:
             for peer in self._peers:
                 misses[peer] = 0 if self._reachable(*peer) else misses[peer] + 1
-                if misses[peer] >= self._failures and not self._stopped and not any(
-                    q() for q in self._quiet
+                if (
+                    misses[peer] >= self._failures
+                    and not self._stopped
+                    and not any(q() for q in self._quiet)
                 ):
-                    hard_exit(ExitCode.PEER_LOST,
-                              f"peer {peer[0]}:{peer[1]} is gone; exiting "
-                              f"{int(ExitCode.PEER_LOST)} to restart from the last backup")
+                    hard_exit(
+                        ExitCode.PEER_LOST,
+                        f"peer {peer[0]}:{peer[1]} is gone; exiting "
+                        f"{int(ExitCode.PEER_LOST)} to restart from the last backup",
+                    )
             time.sleep(self._interval)

@@ -94,12 +94,14 @@ def cause_of(records: list[WorkerRecord], workers: int | None = None) -> str:
     return "peer-lost"
 
 
-def disruption(records: list[WorkerRecord], resumed_step: int,
-               first_step_at: float, workers: int | None = None) -> Disruption:
+def disruption(
+    records: list[WorkerRecord], resumed_step: int, first_step_at: float, workers: int | None = None
+) -> Disruption:
     """What the gap between the previous generation and this one cost (pure)."""
     if not records:
-        return Disruption("unknown", resumed_step, first_step_at, resumed_step, first_step_at,
-                          0, 0.0, 0.0)
+        return Disruption(
+            "unknown", resumed_step, first_step_at, resumed_step, first_step_at, 0, 0.0, 0.0
+        )
     last = max(records, key=lambda r: (r.step, r.at))
     at = max(r.at for r in records if r.step == last.step)
     redone = max(last.step - resumed_step, 0)
@@ -107,10 +109,17 @@ def disruption(records: list[WorkerRecord], resumed_step: int,
     step_s = sorted(means)[len(means) // 2] if means else 0.0
     downtime = max(first_step_at - at, 0.0)
     exits = [r.exited_at for r in records if r.exited_at is not None]
-    return Disruption(cause_of(records, workers), last.step, at, resumed_step, first_step_at,
-                      redone,
-                      round(downtime, 3), round(downtime + redone * step_s, 3),
-                      round(max(exits), 3) if exits else None)
+    return Disruption(
+        cause_of(records, workers),
+        last.step,
+        at,
+        resumed_step,
+        first_step_at,
+        redone,
+        round(downtime, 3),
+        round(downtime + redone * step_s, 3),
+        round(max(exits), 3) if exits else None,
+    )
 
 
 @dataclasses.dataclass
@@ -140,26 +149,39 @@ class Ledger:
         return round(self.productive_s / self.span_s, 4) if self.span_s > 0 else 1.0
 
     def totals(self) -> dict[str, Any]:
-        return {"disruptions": len(self.disruptions), "lostSeconds": self.lost_s,
-                "productiveSeconds": self.productive_s, "goodput": self.goodput,
-                "stepsRedone": sum(d.steps_redone for d in self.disruptions)}
+        return {
+            "disruptions": len(self.disruptions),
+            "lostSeconds": self.lost_s,
+            "productiveSeconds": self.productive_s,
+            "goodput": self.goodput,
+            "stepsRedone": sum(d.steps_redone for d in self.disruptions),
+        }
 
     def to_json(self) -> dict[str, Any]:
-        return {"firstStepAt": self.first_step_at, "latestStepAt": self.latest_step_at,
-                "events": [d.to_json() for d in self.disruptions], "totals": self.totals()}
+        return {
+            "firstStepAt": self.first_step_at,
+            "latestStepAt": self.latest_step_at,
+            "events": [d.to_json() for d in self.disruptions],
+            "totals": self.totals(),
+        }
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> Ledger:
-        return cls(raw.get("firstStepAt"), raw.get("latestStepAt"),
-                   [Disruption(**d) for d in raw.get("events", [])])
+        return cls(
+            raw.get("firstStepAt"),
+            raw.get("latestStepAt"),
+            [Disruption(**d) for d in raw.get("events", [])],
+        )
 
 
 def log_line(number: int, d: Disruption, goodput: float) -> str:
     """The `kerasjob: disruption ...` line without its prefix (LOG_DISRUPTION_RE)."""
-    return (f"disruption {number} cause={d.cause} last_step={d.last_step} at={d.at:.3f} "
-            f"resumed_step={d.resumed_step} first_step_at={d.first_step_at:.3f} "
-            f"steps_redone={d.steps_redone} downtime_s={d.downtime_s:.2f} "
-            f"lost_s={d.lost_s:.2f} goodput={goodput:.4f}")
+    return (
+        f"disruption {number} cause={d.cause} last_step={d.last_step} at={d.at:.3f} "
+        f"resumed_step={d.resumed_step} first_step_at={d.first_step_at:.3f} "
+        f"steps_redone={d.steps_redone} downtime_s={d.downtime_s:.2f} "
+        f"lost_s={d.lost_s:.2f} goodput={goodput:.4f}"
+    )
 
 
 def _read(path: str) -> dict[str, Any] | None:
@@ -177,8 +199,14 @@ class Recorder:
     generation before this process, read at construction (before `fit`).
     """
 
-    def __init__(self, checkpoint_dir: str, name: str, is_chief: bool,
-                 clock: Any = time.time, workers: int | None = None) -> None:
+    def __init__(
+        self,
+        checkpoint_dir: str,
+        name: str,
+        is_chief: bool,
+        clock: Any = time.time,
+        workers: int | None = None,
+    ) -> None:
         self.dir = os.path.join(checkpoint_dir, GOODPUT_SUBDIR)
         os.makedirs(self.dir, exist_ok=True)
         self.name = name
@@ -209,8 +237,7 @@ class Recorder:
         with self._lock:
             first = self._record is None
             if first:
-                self._record = WorkerRecord(self.name, step, now, step, now,
-                                            workers=self.workers)
+                self._record = WorkerRecord(self.name, step, now, step, now, workers=self.workers)
             else:
                 assert self._record is not None
                 self._record.step, self._record.at = step, now

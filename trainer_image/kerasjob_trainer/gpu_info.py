@@ -134,8 +134,10 @@ def collect() -> dict[str, Any]:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
 
-    build_info = {k: v if isinstance(v, bool | int | float) else str(v)
-                  for k, v in tf.sysconfig.get_build_info().items()}
+    build_info = {
+        k: v if isinstance(v, bool | int | float) else str(v)
+        for k, v in tf.sysconfig.get_build_info().items()
+    }
     site = [p for p in {sysconfig.get_path("purelib"), sysconfig.get_path("platlib")} if p]
     info: dict[str, Any] = {
         "tensorflow": tf.__version__,
@@ -152,11 +154,15 @@ def collect() -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kerasjob_trainer.gpu_info",
-                                     description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m kerasjob_trainer.gpu_info", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--out", help="also write the JSON to this file")
-    parser.add_argument("--require-cuda", action="store_true",
-                        help="exit 1 unless a CUDA build with all its libraries loading")
+    parser.add_argument(
+        "--require-cuda",
+        action="store_true",
+        help="exit 1 unless a CUDA build with all its libraries loading",
+    )
     args = parser.parse_args(argv)
     info = collect()
     info["problems"] = problems(info)

@@ -52,13 +52,17 @@ class MetricState:
         self.model = model
         holder = AutoTrackable()
         with tf.device("/cpu:0"):
-            holder.values = tf.Variable(tf.zeros([0], tf.float64), shape=tf.TensorShape([None]),
-                                        trainable=False, name="metric_values")
-            holder.replicas = tf.Variable(0, dtype=tf.int64, trainable=False,
-                                          name="metric_replicas")
+            holder.values = tf.Variable(
+                tf.zeros([0], tf.float64),
+                shape=tf.TensorShape([None]),
+                trainable=False,
+                name="metric_values",
+            )
+            holder.replicas = tf.Variable(
+                0, dtype=tf.int64, trainable=False, name="metric_replicas"
+            )
             holder.step = tf.Variable(-1, dtype=tf.int64, trainable=False, name="metric_step")
-            holder.layout = tf.Variable("", dtype=tf.string, trainable=False,
-                                        name="metric_layout")
+            holder.layout = tf.Variable("", dtype=tf.string, trainable=False, name="metric_layout")
         self.holder = holder
         setattr(model, ATTRIBUTE, holder)
         self._gather: Any = None
@@ -70,8 +74,10 @@ class MetricState:
         return [m for m in self.model.metrics if _additive(m)]
 
     def _layout(self) -> str:
-        return json.dumps([[m.name, [list(v.shape) for v in m.variables]]
-                           for m in self._metrics()], separators=(",", ":"))
+        return json.dumps(
+            [[m.name, [list(v.shape) for v in m.variables]] for m in self._metrics()],
+            separators=(",", ":"),
+        )
 
     def snapshot(self) -> None:
         """Before a backup is written: the group's metric state into the tracked variables.
@@ -83,8 +89,11 @@ class MetricState:
             strategy = self.model.distribute_strategy
 
             def flat() -> Any:
-                parts = [tf.reshape(tf.cast(v, tf.float64), [1, -1])
-                         for m in metrics for v in m.variables]
+                parts = [
+                    tf.reshape(tf.cast(v, tf.float64), [1, -1])
+                    for m in metrics
+                    for v in m.variables
+                ]
                 return tf.concat(parts, axis=1) if parts else tf.zeros([1, 0], tf.float64)
 
             @tf.function
@@ -122,17 +131,23 @@ class MetricState:
             return False  # a fresh run or a resume at an epoch boundary: nothing to continue
         saved_step = int(self.holder.step.numpy())
         if saved_step != restored_step:
-            say(f"metrics: the backup holds no running metric state for step {restored_step} "
-                f"(found {saved_step}); the logged averages restart at this resume")
+            say(
+                f"metrics: the backup holds no running metric state for step {restored_step} "
+                f"(found {saved_step}); the logged averages restart at this resume"
+            )
             return False
         skipped = [m.name for m in self.model.metrics if not _additive(m)]
         if skipped:
-            say(f"metrics: {', '.join(skipped)} (custom Metric classes) restart their running "
-                f"value at this resume; the others continue")
+            say(
+                f"metrics: {', '.join(skipped)} (custom Metric classes) restart their running "
+                f"value at this resume; the others continue"
+            )
         layout = self.holder.layout.numpy().decode()
         if layout != self._layout():
-            say("metrics: the saved running metric state is for other metrics "
-                "(the model changed); the logged averages restart at this resume")
+            say(
+                "metrics: the saved running metric state is for other metrics "
+                "(the model changed); the logged averages restart at this resume"
+            )
             return False
         strategy = self.model.distribute_strategy
         replicas = int(strategy.num_replicas_in_sync)
@@ -142,8 +157,10 @@ class MetricState:
             summed = np.zeros((replicas, rows.shape[1]))
             summed[0] = rows.sum(axis=0)
             rows = summed
-            say(f"metrics: saved by {saved} replicas, resumed on {replicas}: the group's sum "
-                f"continues on replica 0")
+            say(
+                f"metrics: saved by {saved} replicas, resumed on {replicas}: the group's sum "
+                f"continues on replica 0"
+            )
         table = tf.constant(rows, tf.float64)
         metrics = self._metrics()
 
@@ -154,7 +171,7 @@ class MetricState:
             for m in metrics:
                 for v in m.variables:
                     size = int(np.prod(v.shape))
-                    part = tf.reshape(row[offset:offset + size], v.shape)
+                    part = tf.reshape(row[offset : offset + size], v.shape)
                     v.assign_add(tf.cast(part, v.dtype))
                     offset += size
 

@@ -60,8 +60,9 @@ def render_prometheus(p: Progress) -> str:
     """Prometheus text exposition format 0.0.4, metric names from contract.py."""
     lines: list[str] = []
 
-    def gauge(name: str, help_text: str, samples: list[tuple[str, float]],
-              kind: str = "gauge") -> None:
+    def gauge(
+        name: str, help_text: str, samples: list[tuple[str, float]], kind: str = "gauge"
+    ) -> None:
         if not samples:
             return
         lines.append(f"# HELP {name} {help_text}")
@@ -69,26 +70,53 @@ def render_prometheus(p: Progress) -> str:
         lines.extend(f"{name}{labels} {_number(v)}" for labels, v in samples)
 
     gauge(contract.METRIC_EPOCH, "Current training epoch (0-based).", [("", p.epoch)])
-    gauge(contract.METRIC_STEP, "Optimizer steps done (global, across restarts).",
-          [("", p.step)])
-    gauge(contract.METRIC_LOSS, "Training loss of the last logged step.",
-          [("", p.loss)] if p.loss is not None else [])
-    gauge(contract.METRIC_SAMPLES_PER_SECOND, "Global training throughput.",
-          [("", p.samples_per_second)] if p.samples_per_second is not None else [])
-    gauge(contract.METRIC_TRAINING_METRIC, "Training metrics of the last logged step.",
-          [(f'{{name="{_escape_label(k)}"}}', v) for k, v in sorted(p.metrics.items())])
+    gauge(contract.METRIC_STEP, "Optimizer steps done (global, across restarts).", [("", p.step)])
+    gauge(
+        contract.METRIC_LOSS,
+        "Training loss of the last logged step.",
+        [("", p.loss)] if p.loss is not None else [],
+    )
+    gauge(
+        contract.METRIC_SAMPLES_PER_SECOND,
+        "Global training throughput.",
+        [("", p.samples_per_second)] if p.samples_per_second is not None else [],
+    )
+    gauge(
+        contract.METRIC_TRAINING_METRIC,
+        "Training metrics of the last logged step.",
+        [(f'{{name="{_escape_label(k)}"}}', v) for k, v in sorted(p.metrics.items())],
+    )
     g = p.goodput or {"disruptions": 0, "lostSeconds": 0.0, "stepsRedone": 0}
-    gauge(contract.METRIC_DISRUPTIONS, "Disruptions the job recovered from.",
-          [("", g["disruptions"])], "counter")
-    gauge(contract.METRIC_LOST_SECONDS, "Seconds lost to disruptions (downtime and redone "
-          "steps).", [("", g["lostSeconds"])], "counter")
-    gauge(contract.METRIC_STEPS_REDONE, "Steps trained again after disruptions.",
-          [("", g["stepsRedone"])], "counter")
+    gauge(
+        contract.METRIC_DISRUPTIONS,
+        "Disruptions the job recovered from.",
+        [("", g["disruptions"])],
+        "counter",
+    )
+    gauge(
+        contract.METRIC_LOST_SECONDS,
+        "Seconds lost to disruptions (downtime and redone steps).",
+        [("", g["lostSeconds"])],
+        "counter",
+    )
+    gauge(
+        contract.METRIC_STEPS_REDONE,
+        "Steps trained again after disruptions.",
+        [("", g["stepsRedone"])],
+        "counter",
+    )
     if p.goodput is not None:
-        gauge(contract.METRIC_PRODUCTIVE_SECONDS, "Training seconds not lost to disruptions.",
-              [("", g["productiveSeconds"])], "counter")
-        gauge(contract.METRIC_GOODPUT_RATIO, "Productive / (productive + lost) seconds.",
-              [("", g["goodput"])])
+        gauge(
+            contract.METRIC_PRODUCTIVE_SECONDS,
+            "Training seconds not lost to disruptions.",
+            [("", g["productiveSeconds"])],
+            "counter",
+        )
+        gauge(
+            contract.METRIC_GOODPUT_RATIO,
+            "Productive / (productive + lost) seconds.",
+            [("", g["goodput"])],
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -68,8 +68,9 @@ def build_model(name: str, config: dict[str, Any], learning_rate: float) -> Buil
     built = BuiltModel(model=result)
     if isinstance(result, tuple):
         if len(result) not in (2, 3):
-            raise ConfigError(f"model {name!r} must return model, (model, train) or "
-                              "(model, train, test)")
+            raise ConfigError(
+                f"model {name!r} must return model, (model, train) or (model, train, test)"
+            )
         built = BuiltModel(*result)
     else:
         dataset_fn = getattr(importlib.import_module(name.partition(":")[0]), "dataset", None)
@@ -87,36 +88,45 @@ def _builtin(name: str, learning_rate: float) -> Any:
     from tf_keras import layers
 
     if name == "mnist-mlp":
-        model = keras.Sequential([
-            keras.Input(shape=(784,)),
-            layers.Dense(256, activation="relu"),
-            layers.Dense(256, activation="relu"),
-            layers.Dense(10),
-        ], name="mnist_mlp")
+        model = keras.Sequential(
+            [
+                keras.Input(shape=(784,)),
+                layers.Dense(256, activation="relu"),
+                layers.Dense(256, activation="relu"),
+                layers.Dense(10),
+            ],
+            name="mnist_mlp",
+        )
     elif name == "mnist-cnn":
-        model = keras.Sequential([
-            keras.Input(shape=(28, 28, 1)),
-            layers.Conv2D(16, 3, activation="relu"),
-            layers.MaxPooling2D(),
-            layers.Conv2D(32, 3, activation="relu"),
-            layers.MaxPooling2D(),
-            layers.Flatten(),
-            layers.Dense(64, activation="relu"),
-            layers.Dense(10),
-        ], name="mnist_cnn")
+        model = keras.Sequential(
+            [
+                keras.Input(shape=(28, 28, 1)),
+                layers.Conv2D(16, 3, activation="relu"),
+                layers.MaxPooling2D(),
+                layers.Conv2D(32, 3, activation="relu"),
+                layers.MaxPooling2D(),
+                layers.Flatten(),
+                layers.Dense(64, activation="relu"),
+                layers.Dense(10),
+            ],
+            name="mnist_cnn",
+        )
     elif name == "cifar10-cnn":
-        model = keras.Sequential([
-            keras.Input(shape=(32, 32, 3)),
-            layers.Conv2D(32, 3, padding="same", activation="relu"),
-            layers.Conv2D(32, 3, activation="relu"),
-            layers.MaxPooling2D(),
-            layers.Conv2D(64, 3, padding="same", activation="relu"),
-            layers.Conv2D(64, 3, activation="relu"),
-            layers.MaxPooling2D(),
-            layers.Flatten(),
-            layers.Dense(128, activation="relu"),
-            layers.Dense(10),
-        ], name="cifar10_cnn")
+        model = keras.Sequential(
+            [
+                keras.Input(shape=(32, 32, 3)),
+                layers.Conv2D(32, 3, padding="same", activation="relu"),
+                layers.Conv2D(32, 3, activation="relu"),
+                layers.MaxPooling2D(),
+                layers.Conv2D(64, 3, padding="same", activation="relu"),
+                layers.Conv2D(64, 3, activation="relu"),
+                layers.MaxPooling2D(),
+                layers.Flatten(),
+                layers.Dense(128, activation="relu"),
+                layers.Dense(10),
+            ],
+            name="cifar10_cnn",
+        )
     else:  # parse_config rejects other names first
         raise ConfigError(f"unknown model {name!r}")
     model.compile(

@@ -42,8 +42,9 @@ class Indexed:
         return len(self.y)
 
 
-def example_indices(step: Any, replica: Any, per_replica: int, global_batch: int,
-                    size: int, seed: int) -> Any:
+def example_indices(
+    step: Any, replica: Any, per_replica: int, global_batch: int, size: int, seed: int
+) -> Any:
     """Indices (int64 tensor [n, per_replica]) of the slices of replicas `replica` (int64
     [n]) of global batches `step` (int64 [n]). Works eagerly and inside tf.data functions."""
     import tensorflow as tf
@@ -51,14 +52,22 @@ def example_indices(step: Any, replica: Any, per_replica: int, global_batch: int
     step = tf.cast(step, tf.int64)
     replica = tf.cast(replica, tf.int64)
     first = step * global_batch + replica * per_replica
-    positions = tf.reshape(first[:, None] + tf.range(per_replica, dtype=tf.int64)[None, :],
-                           [-1])
+    positions = tf.reshape(first[:, None] + tf.range(per_replica, dtype=tf.int64)[None, :], [-1])
     count = tf.size(positions)
-    seeds = tf.stack([tf.fill([count], tf.constant(seed, tf.int64)), positions // size,
-                      tf.fill([count], tf.constant(SEED_SALT, tf.int64))], axis=1)
-    shuffled = tf.raw_ops.RandomIndexShuffle(index=positions % size, seed=seeds,
-                                             max_index=tf.constant(size - 1, tf.int64),
-                                             rounds=SHUFFLE_ROUNDS)
+    seeds = tf.stack(
+        [
+            tf.fill([count], tf.constant(seed, tf.int64)),
+            positions // size,
+            tf.fill([count], tf.constant(SEED_SALT, tf.int64)),
+        ],
+        axis=1,
+    )
+    shuffled = tf.raw_ops.RandomIndexShuffle(
+        index=positions % size,
+        seed=seeds,
+        max_index=tf.constant(size - 1, tf.int64),
+        rounds=SHUFFLE_ROUNDS,
+    )
     return tf.reshape(shuffled, [-1, per_replica])
 
 
@@ -74,8 +83,9 @@ AuditHook = Callable[[Any, Any, Any], Any]
 BLOCK = 16
 
 
-def dataset_fn(source: Indexed, global_batch: int, seed: int, start_step: int,
-               audit: AuditHook | None = None) -> Callable[[Any], Any]:
+def dataset_fn(
+    source: Indexed, global_batch: int, seed: int, start_step: int, audit: AuditHook | None = None
+) -> Callable[[Any], Any]:
     """The function for `strategy.distribute_datasets_from_function` (via DatasetCreator).
 
     Each worker's pipeline yields one per-replica batch per local replica and step, in the
@@ -107,8 +117,9 @@ def dataset_fn(source: Indexed, global_batch: int, seed: int, start_step: int,
     return make
 
 
-def indexed_input(source: Indexed, global_batch: int, seed: int, start_step: int,
-                  audit: AuditHook | None = None) -> Any:
+def indexed_input(
+    source: Indexed, global_batch: int, seed: int, start_step: int, audit: AuditHook | None = None
+) -> Any:
     """What `model.fit` takes: a DatasetCreator (every worker builds its own slices)."""
     import tensorflow as tf
     import tf_keras

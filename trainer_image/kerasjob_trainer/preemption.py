@@ -98,8 +98,9 @@ def enable_save_before_preemption() -> bool:
     return _enabled
 
 
-def backup_and_restore(backup_dir: str, save_freq: int,
-                       on_saved: Callable[[], None], metric_state: Any = None) -> Any:
+def backup_and_restore(
+    backup_dir: str, save_freq: int, on_saved: Callable[[], None], metric_state: Any = None
+) -> Any:
     """A BackupAndRestore callback; with the override, SIGTERM saves and calls on_saved().
     `metric_state` (a `metric_state.MetricState`) is kept in every backup it writes."""
     import tf_keras
@@ -143,7 +144,9 @@ def backup_and_restore(backup_dir: str, save_freq: int,
     return PreemptibleBackupAndRestore(
         # Kept after fit(): the chief deletes it only once the final model is on disk, so a
         # kill between the two resumes near the end instead of starting over.
-        backup_dir, save_freq=save_freq, delete_checkpoint=False,
+        backup_dir,
+        save_freq=save_freq,
+        delete_checkpoint=False,
         save_before_preemption=enabled,
     )
 
@@ -157,12 +160,13 @@ def preemption_in_progress(model: Any) -> bool:
     handler = getattr(model, "_preemption_handler", None)
     if handler is None:
         return False
-    events = [getattr(handler, name, None)
-              for name in ("_received_own_sigterm", "_received_checkpoint_step")]
+    events = [
+        getattr(handler, name, None)
+        for name in ("_received_own_sigterm", "_received_checkpoint_step")
+    ]
     return any(e is not None and e.is_set() for e in events) or bool(
         getattr(handler, "_final_checkpoint_countdown", False)
     )
-
 
 
 #: Variables tf_keras's WorkerTrainingState writes into every backup (pinned like the rest).

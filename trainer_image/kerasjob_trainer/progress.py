@@ -16,8 +16,15 @@ TENSORBOARD_SUBDIR = "tensorboard"
 _SCALAR_METADATA: bytes = b""
 
 
-def progress_callback(session: Any, *, total: int, steps_per_epoch: int, interval: int,
-                      global_batch: int | None = None, start_step: int | None = None) -> Any:
+def progress_callback(
+    session: Any,
+    *,
+    total: int,
+    steps_per_epoch: int,
+    interval: int,
+    global_batch: int | None = None,
+    start_step: int | None = None,
+) -> Any:
     """A tf_keras callback that logs `kerasjob: step N/M ...` after the first step of the
     process and every ``interval`` steps, reports progress (the chief) and beats the stall
     watchdog and arms the peer monitor on every step."""
@@ -32,8 +39,11 @@ def progress_callback(session: Any, *, total: int, steps_per_epoch: int, interva
         plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars")
     ).SerializeToString()
     reporter = session.reporter
-    writer = (tf.summary.create_file_writer(os.path.join(session.output_dir, TENSORBOARD_SUBDIR))
-              if reporter else None)
+    writer = (
+        tf.summary.create_file_writer(os.path.join(session.output_dir, TENSORBOARD_SUBDIR))
+        if reporter
+        else None
+    )
 
     class ProgressCallback(tf_keras.callbacks.Callback):
         def on_train_begin(self, logs: Any = None) -> None:
@@ -49,8 +59,10 @@ def progress_callback(session: Any, *, total: int, steps_per_epoch: int, interva
             if start_step is not None and self.step != start_step:
                 # The input pipeline started at start_step: training on would silently
                 # feed the wrong batches.
-                raise RuntimeError(f"data position mismatch: the pipeline starts at step "
-                                   f"{start_step}, the restored optimizer at {self.step}")
+                raise RuntimeError(
+                    f"data position mismatch: the pipeline starts at step "
+                    f"{start_step}, the restored optimizer at {self.step}"
+                )
             self.epoch = self.step // steps_per_epoch
             self.resumed_at = self.step
             self.mark = (time.monotonic(), self.step)
@@ -92,20 +104,27 @@ def progress_callback(session: Any, *, total: int, steps_per_epoch: int, interva
             now = time.monotonic()
             then, then_step = self.mark
             self.mark = (now, self.step)
-            rate = ((self.step - then_step) * global_batch / max(now - then, 1e-9)
-                    if global_batch else None)
+            rate = (
+                (self.step - then_step) * global_batch / max(now - then, 1e-9)
+                if global_batch
+                else None
+            )
             metrics = {k: float(v) for k, v in logs.items() if k != "loss"}
             loss = float(logs["loss"]) if "loss" in logs else None
             text = " ".join(f"{k}={v:.4f}" for k, v in metrics.items())
             loss_text = f"{loss:.4f}" if loss is not None else "nan"
             rate_text = f" samples/s={rate:.0f}" if rate is not None else ""
-            say(f"step {self.step}/{total} epoch {self.epoch} loss={loss_text} {text}"
-                f"{rate_text}")
+            say(f"step {self.step}/{total} epoch {self.epoch} loss={loss_text} {text}{rate_text}")
             if reporter:
                 ledger = session.goodput.ledger  # productive seconds grow as training goes on
-                reporter.update(step=self.step, epoch=self.epoch, loss=loss, metrics=metrics,
-                                samples_per_second=round(rate, 1) if rate else None,
-                                **({"goodput": ledger.totals()} if ledger.disruptions else {}))
+                reporter.update(
+                    step=self.step,
+                    epoch=self.epoch,
+                    loss=loss,
+                    metrics=metrics,
+                    samples_per_second=round(rate, 1) if rate else None,
+                    **({"goodput": ledger.totals()} if ledger.disruptions else {}),
+                )
             if writer:
                 scalars = {"loss": loss, **metrics, "samples_per_second": rate}
                 with writer.as_default(step=self.step):
@@ -113,8 +132,9 @@ def progress_callback(session: Any, *, total: int, steps_per_epoch: int, interva
                         if v is not None:
                             # tf.summary.scalar lives in the tensorboard package, which
                             # tensorflow-cpu does not install; write() + metadata is the same.
-                            tf.summary.write(k, tf.constant(v, tf.float32),
-                                             metadata=_SCALAR_METADATA)
+                            tf.summary.write(
+                                k, tf.constant(v, tf.float32), metadata=_SCALAR_METADATA
+                            )
                 writer.flush()
 
     return ProgressCallback()

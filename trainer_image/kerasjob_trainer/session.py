@@ -63,11 +63,14 @@ def install_early_sigterm_handler() -> None:
 
     def handler(signum: int, frame: Any) -> None:
         if steps.steps_this_process() == 0:
-            hard_exit(ExitCode.PREEMPTED_SAVED,
-                      "SIGTERM before the first step: the backup is current; exiting 42")
-        hard_exit(ExitCode.PEER_LOST,
-                  "SIGTERM without save-before-preemption: resuming from the last backup; "
-                  "exiting 43")
+            hard_exit(
+                ExitCode.PREEMPTED_SAVED,
+                "SIGTERM before the first step: the backup is current; exiting 42",
+            )
+        hard_exit(
+            ExitCode.PEER_LOST,
+            "SIGTERM without save-before-preemption: resuming from the last backup; exiting 43",
+        )
 
     signal.signal(signal.SIGTERM, handler)
 
@@ -92,9 +95,12 @@ class Session:
         #: The data and step audit (KERASJOB_AUDIT_DIR), None when off.
         self.audit = Audit.from_env(f"{ctx.cluster.role}{ctx.cluster.index}")
         # Before fit: the chief reads the previous generation's goodput records now.
-        self.goodput = goodput.Recorder(ctx.checkpoint_dir,
-                                        f"{ctx.cluster.role}{ctx.cluster.index}", self.is_chief,
-                                        workers=self.num_workers)
+        self.goodput = goodput.Recorder(
+            ctx.checkpoint_dir,
+            f"{ctx.cluster.role}{ctx.cluster.index}",
+            self.is_chief,
+            workers=self.num_workers,
+        )
         faults.on_hard_exit(self.goodput.exiting)
         if self.reporter is not None:  # the exact last progress, for the operator
             faults.on_hard_exit(self._leave_progress)
@@ -154,16 +160,20 @@ class Session:
         preferred = (elastic.preferred_workers + chief) * replicas // self.num_workers
         global_batch = int(per_replica) * preferred
         if global_batch % replicas:
-            hard_exit(ExitCode.INVALID_CONFIG,
-                      f"elastic: the global batch {global_batch} ({per_replica} x {preferred} "
-                      f"replicas at the preferred size) cannot be split evenly across the "
-                      f"{replicas} replicas now in the job; choose a per-replica batch that "
-                      f"every size between minWorkers and workers divides")
+            hard_exit(
+                ExitCode.INVALID_CONFIG,
+                f"elastic: the global batch {global_batch} ({per_replica} x {preferred} "
+                f"replicas at the preferred size) cannot be split evenly across the "
+                f"{replicas} replicas now in the job; choose a per-replica batch that "
+                f"every size between minWorkers and workers divides",
+            )
         if preferred != replicas and not self._elastic_said:
             self._elastic_said = True
-            say(f"elastic: {self.num_workers - chief} of {elastic.preferred_workers} preferred "
+            say(
+                f"elastic: {self.num_workers - chief} of {elastic.preferred_workers} preferred "
                 f"workers; global batch {global_batch} kept ({elastic.batch_policy}): "
-                f"{global_batch // replicas} per replica instead of {per_replica}")
+                f"{global_batch // replicas} per replica instead of {per_replica}"
+            )
         return global_batch
 
     def restored_step(self, steps_per_epoch: int) -> int:
@@ -173,9 +183,15 @@ class Session:
 
     # -- training -----------------------------------------------------------------------------
 
-    def callbacks(self, model: Any, *, epochs: int, steps_per_epoch: int,
-                  global_batch_size: int | None = None,
-                  start_step: int | None = None) -> list[Any]:
+    def callbacks(
+        self,
+        model: Any,
+        *,
+        epochs: int,
+        steps_per_epoch: int,
+        global_batch_size: int | None = None,
+        start_step: int | None = None,
+    ) -> list[Any]:
         """Progress (first: a step is logged before it is saved) and BackupAndRestore with
         save-on-SIGTERM. `fit` adds them; use this only to call model.fit yourself.
         `start_step`: the step the input pipeline starts at, checked at the first step."""
@@ -195,40 +211,67 @@ class Session:
             # keeps them from seeing a lost peer (43).
             time.sleep(PREEMPTED_EXIT_DELAY_SECONDS)
             step = int(model.optimizer.iterations.numpy())
-            hard_exit(ExitCode.PREEMPTED_SAVED, f"preempted: state saved at step {step}; "
-                      f"exiting {int(ExitCode.PREEMPTED_SAVED)}")
+            hard_exit(
+                ExitCode.PREEMPTED_SAVED,
+                f"preempted: state saved at step {step}; exiting {int(ExitCode.PREEMPTED_SAVED)}",
+            )
 
         cfg = self.config
-        say(f"{self.role}:{self.index} of {self.num_workers} worker(s), "
+        say(
+            f"{self.role}:{self.index} of {self.num_workers} worker(s), "
             f"{self.strategy.num_replicas_in_sync} replica(s), {epochs}x{steps_per_epoch} "
             f"steps, backup every {cfg.save_freq}"
-            f"{', deterministic' if cfg.deterministic else ''}")
+            f"{', deterministic' if cfg.deterministic else ''}"
+        )
         return [
-            progress_callback(self, total=epochs * steps_per_epoch,
-                              steps_per_epoch=steps_per_epoch,
-                              interval=cfg.log_every_steps or cfg.save_freq,
-                              global_batch=global_batch_size, start_step=start_step),
+            progress_callback(
+                self,
+                total=epochs * steps_per_epoch,
+                steps_per_epoch=steps_per_epoch,
+                interval=cfg.log_every_steps or cfg.save_freq,
+                global_batch=global_batch_size,
+                start_step=start_step,
+            ),
             *([self.audit.callback()] if self.audit else []),
-            preemption.backup_and_restore(self.backup_dir, cfg.save_freq, on_preempted_saved,
-                                          self.metric_state),
+            preemption.backup_and_restore(
+                self.backup_dir, cfg.save_freq, on_preempted_saved, self.metric_state
+            ),
         ]
 
-    def fit(self, model: Any, x: Any, *, epochs: int, steps_per_epoch: int,
-            callbacks: list[Any] | None = None, global_batch_size: int | None = None,
-            start_step: int | None = None, **kwargs: Any) -> Any:
+    def fit(
+        self,
+        model: Any,
+        x: Any,
+        *,
+        epochs: int,
+        steps_per_epoch: int,
+        callbacks: list[Any] | None = None,
+        global_batch_size: int | None = None,
+        start_step: int | None = None,
+        **kwargs: Any,
+    ) -> Any:
         """model.fit with backups, save-on-SIGTERM and progress; resumes where the job was.
 
         `start_step`: where `x` starts (`restored_step`); checked against the restored
         optimizer at the first step (exit 1 on a mismatch). Errors end the process with the
         contract's exit code (43 for a lost peer, else 1).
         """
-        ours = self.callbacks(model, epochs=epochs, steps_per_epoch=steps_per_epoch,
-                              global_batch_size=global_batch_size or _batch_size(x),
-                              start_step=start_step)
+        ours = self.callbacks(
+            model,
+            epochs=epochs,
+            steps_per_epoch=steps_per_epoch,
+            global_batch_size=global_batch_size or _batch_size(x),
+            start_step=start_step,
+        )
         try:
-            history = model.fit(x, epochs=epochs, steps_per_epoch=steps_per_epoch,
-                                callbacks=[*ours, *(callbacks or [])],
-                                verbose=kwargs.pop("verbose", 0), **kwargs)
+            history = model.fit(
+                x,
+                epochs=epochs,
+                steps_per_epoch=steps_per_epoch,
+                callbacks=[*ours, *(callbacks or [])],
+                verbose=kwargs.pop("verbose", 0),
+                **kwargs,
+            )
         except Exception as e:  # every error must end in a contract exit code, fast
             self.fail(e)
         self.watchdog.pause()
@@ -239,11 +282,11 @@ class Session:
     def fail(self, error: BaseException) -> NoReturn:
         """Exit with the code the error means (43: the group broke; else 1)."""
         code = faults.classify(error) if self.num_workers > 1 else ExitCode.FAILURE
-        hard_exit(code, f"{type(error).__name__}: {faults.summary(error)} -> exiting "
-                  f"{int(code)}")
+        hard_exit(code, f"{type(error).__name__}: {faults.summary(error)} -> exiting {int(code)}")
 
-    def finish(self, model: Any, *, metrics: dict[str, float] | None = None,
-               exit: bool = True) -> int:
+    def finish(
+        self, model: Any, *, metrics: dict[str, float] | None = None, exit: bool = True
+    ) -> int:
         """Save the final model (the chief keeps it in output_dir/model.keras), delete the
         backup, mark progress done; then exit 0 (TensorFlow's teardown may take 20 s at
         most). Every worker must call it: saving reads metric variables collectively."""
@@ -257,8 +300,9 @@ class Session:
         self.goodput.exiting(int(ExitCode.SUCCESS))
         if self.reporter is not None:
             final = {**self.reporter.progress.metrics, **(metrics or {})}
-            self.reporter.update(step=steps, metrics=final, done=True,
-                                 goodput=self.goodput.ledger.totals())
+            self.reporter.update(
+                step=steps, metrics=final, done=True, goodput=self.goodput.ledger.totals()
+            )
             self.reporter.write_termination_message()
             acc = final.get("test_accuracy")
             say(f"final {f'test_accuracy={acc:.4f} ' if acc is not None else ''}steps={steps}")
@@ -302,8 +346,10 @@ def session_for(ctx: Any) -> Session:
         address = leader.leader_address(ctx.cluster.training_cluster)
         up, waited = leader.wait_for_leader(address)
         if not up:
-            say(f"warning: the leader {address} did not accept a connection in {waited}s; "
-                "forming the cluster anyway")
+            say(
+                f"warning: the leader {address} did not accept a connection in {waited}s; "
+                "forming the cluster anyway"
+            )
     try:
         strategy = build_strategy(ctx.cluster)
     except Exception as e:  # e.g. a peer that died while the group was forming
@@ -341,7 +387,7 @@ def _batch_size(x: Any) -> int | None:
 
 
 def _peer_addresses(cluster: Any) -> list[str]:
-    mine = cluster.training_cluster.get(cluster.role, [])[cluster.index:cluster.index + 1]
+    mine = cluster.training_cluster.get(cluster.role, [])[cluster.index : cluster.index + 1]
     return [a for addrs in cluster.training_cluster.values() for a in addrs if a not in mine]
 
 
@@ -369,7 +415,8 @@ def _save_model(model: Any, output_dir: str, is_chief: bool) -> None:
 
 def _exit_after_teardown() -> None:
     """Let TensorFlow's shutdown barrier run, but never let it keep a finished job alive."""
-    timer = threading.Timer(SUCCESS_TEARDOWN_SECONDS,
-                            lambda: hard_exit(ExitCode.SUCCESS, "teardown slow; exiting 0"))
+    timer = threading.Timer(
+        SUCCESS_TEARDOWN_SECONDS, lambda: hard_exit(ExitCode.SUCCESS, "teardown slow; exiting 0")
+    )
     timer.daemon = True
     timer.start()

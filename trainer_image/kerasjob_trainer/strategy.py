@@ -22,9 +22,11 @@ def build_strategy(cluster: ClusterInfo) -> Any:
     """
     import tensorflow as tf
 
-    impl = (tf.distribute.experimental.CommunicationImplementation.NCCL
-            if tf.config.list_physical_devices("GPU")
-            else tf.distribute.experimental.CommunicationImplementation.RING)
+    impl = (
+        tf.distribute.experimental.CommunicationImplementation.NCCL
+        if tf.config.list_physical_devices("GPU")
+        else tf.distribute.experimental.CommunicationImplementation.RING
+    )
     options = tf.distribute.experimental.CommunicationOptions(implementation=impl)
     if not cluster.multi_worker:
         # An empty resolver, so a stray TF_CONFIG cannot turn this into multi-worker.

@@ -35,20 +35,29 @@ def _run(ctx: RunContext) -> int:
     if built.train_dataset is not None:
         examples = data.Examples(built.train_dataset, built.test_dataset, None)
     else:
-        examples = data.load_examples(cfg.dataset, tuple(model.input_shape[1:]),
-                                      int(model.output_shape[-1]), cfg.seed)
+        examples = data.load_examples(
+            cfg.dataset, tuple(model.input_shape[1:]), int(model.output_shape[-1]), cfg.seed
+        )
     # Where fit will resume (read from the backup's files; checked at the first step), so
     # the pipeline yields exactly the batches an undisturbed run trains on from there.
     start_step = job.restored_step(cfg.steps_per_epoch)
-    train_input = data.make_train_input(examples, global_batch, cfg.seed, start_step,
-                                        job.audit.pipeline_hook if job.audit else None)
-    job.fit(model, train_input, epochs=cfg.epochs, steps_per_epoch=cfg.steps_per_epoch,
-            global_batch_size=global_batch, start_step=start_step)
+    train_input = data.make_train_input(
+        examples, global_batch, cfg.seed, start_step, job.audit.pipeline_hook if job.audit else None
+    )
+    job.fit(
+        model,
+        train_input,
+        epochs=cfg.epochs,
+        steps_per_epoch=cfg.steps_per_epoch,
+        global_batch_size=global_batch,
+        start_step=start_step,
+    )
     metrics = {}
     if examples.test is not None:
         try:
-            result = model.evaluate(data.make_test_dataset(examples.test, global_batch),
-                                    verbose=0, return_dict=True)
+            result = model.evaluate(
+                data.make_test_dataset(examples.test, global_batch), verbose=0, return_dict=True
+            )
         except Exception as e:
             job.fail(e)
         if result.get("accuracy") is not None:

@@ -78,9 +78,7 @@ class KerasJob(_Model):
         description="APIVersion defines the versioned schema of this representation.",
     )
     kind: str = Field(KIND, description="Kind is the REST resource type: KerasJob.")
-    metadata: dict[str, Any] = Field(
-        default_factory=dict, description="Standard object metadata."
-    )
+    metadata: dict[str, Any] = Field(default_factory=dict, description="Standard object metadata.")
     spec: KerasJobSpec = Field(
         default_factory=KerasJobSpec, description="The desired state of the job."
     )
@@ -130,12 +128,45 @@ def plain(value: Any) -> Any:
 
 
 __all__ = [
-    "API_VERSION_FULL", "DEFAULT_MOUNT_PATH", "JAX_NO_CHIEF", "JAX_NO_EVALUATOR", "KIND",
-    "MODEL_PATTERN", "MOUNT_PATH_NOT_NORMAL", "MOUNT_PATH_SYSTEM", "VOLUME_SOURCES", "Backend",
-    "BatchPolicy", "CheckpointSpec", "CleanPodPolicy",
-    "Condition", "ConditionStatus", "ConditionType", "DatasetFormat", "DatasetSource",
-    "DatasetSpec", "ElasticSpec", "ElasticStatus", "Goodput", "KerasJob", "KerasJobSpec",
-    "KerasJobStatus", "LastRestart", "Phase", "Progress", "Reason", "ReplicaRole", "ReplicaSpec",
-    "ReplicaStatus", "Resize", "RestartCounts", "RestartPolicy", "Timestamp", "TrackedPod",
-    "TrainerSpec", "checkpoint_dir", "mount_path_problem", "plain",
+    "API_VERSION_FULL",
+    "DEFAULT_MOUNT_PATH",
+    "JAX_NO_CHIEF",
+    "JAX_NO_EVALUATOR",
+    "KIND",
+    "MODEL_PATTERN",
+    "MOUNT_PATH_NOT_NORMAL",
+    "MOUNT_PATH_SYSTEM",
+    "VOLUME_SOURCES",
+    "Backend",
+    "BatchPolicy",
+    "CheckpointSpec",
+    "CleanPodPolicy",
+    "Condition",
+    "ConditionStatus",
+    "ConditionType",
+    "DatasetFormat",
+    "DatasetSource",
+    "DatasetSpec",
+    "ElasticSpec",
+    "ElasticStatus",
+    "Goodput",
+    "KerasJob",
+    "KerasJobSpec",
+    "KerasJobStatus",
+    "LastRestart",
+    "Phase",
+    "Progress",
+    "Reason",
+    "ReplicaRole",
+    "ReplicaSpec",
+    "ReplicaStatus",
+    "Resize",
+    "RestartCounts",
+    "RestartPolicy",
+    "Timestamp",
+    "TrackedPod",
+    "TrainerSpec",
+    "checkpoint_dir",
+    "mount_path_problem",
+    "plain",
 ]

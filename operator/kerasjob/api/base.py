@@ -30,9 +30,23 @@ MODEL_PATTERN = (
 #: The core/v1 volume sources a checkpoint volume may use. Listed so that a typo such as
 #: `persistentVolumeclaim` is rejected by the API server instead of by the kubelet later.
 VOLUME_SOURCES = (
-    "persistentVolumeClaim", "hostPath", "emptyDir", "nfs", "csi", "ephemeral", "cephfs",
-    "glusterfs", "iscsi", "azureFile", "azureDisk", "gcePersistentDisk",
-    "awsElasticBlockStore", "configMap", "secret", "projected", "image",
+    "persistentVolumeClaim",
+    "hostPath",
+    "emptyDir",
+    "nfs",
+    "csi",
+    "ephemeral",
+    "cephfs",
+    "glusterfs",
+    "iscsi",
+    "azureFile",
+    "azureDisk",
+    "gcePersistentDisk",
+    "awsElasticBlockStore",
+    "configMap",
+    "secret",
+    "projected",
+    "image",
 )
 
 

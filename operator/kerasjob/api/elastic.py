@@ -90,7 +90,8 @@ class ElasticStatus(_StatusModel):
         None, description="The most recent resizes, oldest first (at most 10)."
     )
     growth: str | None = Field(
-        None, max_length=2048,
+        None,
+        max_length=2048,
         description=(
             "While the job runs below its preferred size: where a grow back stands, in "
             "words (a probe Pod waiting for a place and the scheduler's reason, a probe "

@@ -48,7 +48,18 @@ class ReplicaSpec(_Model):
 #: Top-level directories the checkpoint volume may not be mounted on or below: the
 #: container's programs, libraries, configuration and kernel filesystems.
 SYSTEM_DIRS = (
-    "bin", "boot", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "sbin", "sys", "usr",
+    "bin",
+    "boot",
+    "dev",
+    "etc",
+    "lib",
+    "lib32",
+    "lib64",
+    "libx32",
+    "proc",
+    "sbin",
+    "sys",
+    "usr",
 )
 #: Directories the volume may not replace (below them is fine): /tmp is the trainer's
 #: writable emptyDir, /run and /var hold the runtime's state.
@@ -64,7 +75,10 @@ MOUNT_PATH_NOT_NORMAL = (
 )
 MOUNT_PATH_SYSTEM = (
     "checkpoint.mountPath may not hide a system directory: not on or below /"
-    + ", /".join(SYSTEM_DIRS) + ", not /" + ", /".join(RESERVED_DIRS) + " themselves"
+    + ", /".join(SYSTEM_DIRS)
+    + ", not /"
+    + ", /".join(RESERVED_DIRS)
+    + " themselves"
 )
 
 
@@ -86,14 +100,20 @@ class CheckpointSpec(_Model):
     model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
-                _cel("self.mountPath.startsWith('/')",
-                     "checkpoint.mountPath must be an absolute path"),
-                _cel(f"self.mountPath.matches('{_NORMAL_PATH}') && "
-                     f"!self.mountPath.matches('{_DOT_SEGMENT}')",
-                     MOUNT_PATH_NOT_NORMAL),
-                _cel(f"!self.mountPath.matches('{_SYSTEM_PATH}') && "
-                     f"!self.mountPath.matches('{_RESERVED_PATH}')",
-                     MOUNT_PATH_SYSTEM),
+                _cel(
+                    "self.mountPath.startsWith('/')",
+                    "checkpoint.mountPath must be an absolute path",
+                ),
+                _cel(
+                    f"self.mountPath.matches('{_NORMAL_PATH}') && "
+                    f"!self.mountPath.matches('{_DOT_SEGMENT}')",
+                    MOUNT_PATH_NOT_NORMAL,
+                ),
+                _cel(
+                    f"!self.mountPath.matches('{_SYSTEM_PATH}') && "
+                    f"!self.mountPath.matches('{_RESERVED_PATH}')",
+                    MOUNT_PATH_SYSTEM,
+                ),
             ]
         }
     )
@@ -115,11 +135,14 @@ class CheckpointSpec(_Model):
             # below then says "exactly one" in words.
             "maxProperties": 4,
             "x-kubernetes-validations": [
-                _cel("self.size() == 1",
-                     "checkpoint.volume must have exactly one volume source key"),
-                _cel("self.all(k, k in " + repr(list(VOLUME_SOURCES)) + ")",
-                     "checkpoint.volume has an unknown volume source; expected one of "
-                     + ", ".join(VOLUME_SOURCES)),
+                _cel(
+                    "self.size() == 1", "checkpoint.volume must have exactly one volume source key"
+                ),
+                _cel(
+                    "self.all(k, k in " + repr(list(VOLUME_SOURCES)) + ")",
+                    "checkpoint.volume has an unknown volume source; expected one of "
+                    + ", ".join(VOLUME_SOURCES),
+                ),
             ],
         },
     )
@@ -157,8 +180,7 @@ JAX_NO_CHIEF = (
     "backend jax: process 0 (worker 0) is the chief; spec.chief is for backend tensorflow"
 )
 JAX_NO_EVALUATOR = (
-    "backend jax: the side-car evaluator runs tf-keras; spec.evaluator is for backend "
-    "tensorflow"
+    "backend jax: the side-car evaluator runs tf-keras; spec.evaluator is for backend tensorflow"
 )
 
 
@@ -195,8 +217,7 @@ class KerasJobSpec(_Model):
                     "managedBy is immutable",
                 ),
                 _cel(
-                    "self.trainer.backend != 'jax' || !has(self.chief) || "
-                    "self.chief.replicas == 0",
+                    "self.trainer.backend != 'jax' || !has(self.chief) || self.chief.replicas == 0",
                     JAX_NO_CHIEF,
                 ),
                 _cel(
@@ -308,9 +329,7 @@ class KerasJobSpec(_Model):
             "The volume that holds BackupAndRestore state (resuming after restarts) and the "
             "final model. Immutable."
         ),
-        json_schema_extra={
-            "default": {}, "x-kubernetes-validations": [_immutable("checkpoint")]
-        },
+        json_schema_extra={"default": {}, "x-kubernetes-validations": [_immutable("checkpoint")]},
     )
     restart_policy: RestartPolicy = Field(
         RestartPolicy.ON_FAILURE,

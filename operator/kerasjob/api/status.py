@@ -74,9 +74,7 @@ class LastRestart(_StatusModel):
     exit_code: int | None = Field(
         None, description="The trainer container's exit code, when it exited."
     )
-    disruption: bool | None = Field(
-        None, description="True for a disruption, false for a failure."
-    )
+    disruption: bool | None = Field(None, description="True for a disruption, false for a failure.")
     repeated: int | None = Field(
         None,
         ge=1,
@@ -97,8 +95,10 @@ class Goodput(_StatusModel):
 
     disruptions: int | None = Field(None, ge=0, description="Disruptions accounted.")
     lost_seconds: float | None = Field(
-        None, ge=0, description="Seconds from the last productive step to the first resumed "
-        "one, over all disruptions (restart, TensorFlow start-up, restore, redone steps)."
+        None,
+        ge=0,
+        description="Seconds from the last productive step to the first resumed "
+        "one, over all disruptions (restart, TensorFlow start-up, restore, redone steps).",
     )
     steps_redone: int | None = Field(
         None, ge=0, description="Steps trained again after resuming from an older backup."
@@ -121,9 +121,7 @@ class Progress(_StatusModel):
     metrics: dict[str, float] | None = Field(
         None, description="Most recent training metrics by name, e.g. accuracy."
     )
-    samples_per_second: float | None = Field(
-        None, ge=0, description="Global training throughput."
-    )
+    samples_per_second: float | None = Field(None, ge=0, description="Global training throughput.")
     updated_at: Timestamp | None = Field(None, description="When this was last observed.")
     goodput: Goodput | None = Field(
         None, description="What disruptions cost so far (set once the first one is accounted)."
@@ -182,9 +180,7 @@ class KerasJobStatus(_StatusModel):
     start_time: Timestamp | None = Field(
         None, description="When the operator first created the job's Pods."
     )
-    completion_time: Timestamp | None = Field(
-        None, description="When the job succeeded or failed."
-    )
+    completion_time: Timestamp | None = Field(None, description="When the job succeeded or failed.")
     observed_generation: int | None = Field(
         None, ge=0, description="The .metadata.generation this status reflects."
     )

@@ -26,11 +26,15 @@ class DatasetSpec(_Model):
     model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
-                _cel("self.source != 'path' || has(self.path)",
-                     "dataset.path is required when dataset.source is 'path'"),
-                _cel("self.source == 'path' || (!has(self.path) && !has(self.format))",
-                     "dataset.path and dataset.format are only allowed when dataset.source "
-                     "is 'path'"),
+                _cel(
+                    "self.source != 'path' || has(self.path)",
+                    "dataset.path is required when dataset.source is 'path'",
+                ),
+                _cel(
+                    "self.source == 'path' || (!has(self.path) && !has(self.format))",
+                    "dataset.path and dataset.format are only allowed when dataset.source "
+                    "is 'path'",
+                ),
             ]
         }
     )
@@ -75,9 +79,11 @@ class TrainerSpec(_Model):
     model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
-                _cel(f"self.model.matches('{MODEL_PATTERN}')",
-                     "trainer.model must be a built-in model name (e.g. mnist-mlp) or "
-                     "'package.module:function'"),
+                _cel(
+                    f"self.model.matches('{MODEL_PATTERN}')",
+                    "trainer.model must be a built-in model name (e.g. mnist-mlp) or "
+                    "'package.module:function'",
+                ),
             ]
         }
     )

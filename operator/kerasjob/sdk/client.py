@@ -133,15 +133,18 @@ class KerasJobClient:
         return summarize(self.get(name, namespace))
 
     def delete(
-        self, name: str, namespace: str | None = None, *, wait: bool = False,
+        self,
+        name: str,
+        namespace: str | None = None,
+        *,
+        wait: bool = False,
         timeout: float = 60,
     ) -> None:
         """Delete the job; its Pods and Service go with it (owner references, foreground
         when ``wait``: returns once the job and its children are gone)."""
         ns = self._ns(namespace)
         policy = "Foreground" if wait else "Background"
-        self.transport.request("DELETE", job_path(ns, name),
-                               body={"propagationPolicy": policy})
+        self.transport.request("DELETE", job_path(ns, name), body={"propagationPolicy": policy})
         if not wait:
             return
         deadline = time.monotonic() + timeout
@@ -160,8 +163,10 @@ class KerasJobClient:
 
     def _set_suspend(self, name: str, namespace: str | None, value: bool) -> KerasJob:
         body = self.transport.request(
-            "PATCH", job_path(self._ns(namespace), name),
-            body={"spec": {"suspend": value}}, content_type=MERGE,
+            "PATCH",
+            job_path(self._ns(namespace), name),
+            body={"spec": {"suspend": value}},
+            content_type=MERGE,
         )
         return KerasJob.from_body(body)
 
@@ -207,7 +212,9 @@ class KerasJobClient:
             if left <= 0:
                 raise WaitTimeoutError(
                     f"KerasJob {name!r} not {'/'.join(sorted(wanted))} after {timeout:g}s "
-                    f"(phase {phase_of(job) or 'none yet'})", job)
+                    f"(phase {phase_of(job) or 'none yet'})",
+                    job,
+                )
             job, version = self._next_change(ns, name, version, left, job)
 
     def _check(self, job: KerasJob, wanted: set[str]) -> bool:
@@ -216,11 +223,15 @@ class KerasJobClient:
             return True
         if phase == Phase.FAILED.value:
             failed = condition(job, ConditionType.FAILED.value)
-            raise JobFailedError(job.name, failed.reason if failed else "",
-                                 failed.message if failed else "", job)
+            raise JobFailedError(
+                job.name, failed.reason if failed else "", failed.message if failed else "", job
+            )
         if phase in FINISHED:  # succeeded while waiting for something else: never happens now
-            raise WaitTimeoutError(f"KerasJob {job.name!r} finished {phase}; "
-                                   f"it will never be {'/'.join(sorted(wanted))}", job)
+            raise WaitTimeoutError(
+                f"KerasJob {job.name!r} finished {phase}; "
+                f"it will never be {'/'.join(sorted(wanted))}",
+                job,
+            )
         return False
 
     def _next_change(
@@ -228,8 +239,10 @@ class KerasJobClient:
     ) -> tuple[KerasJob, str | None]:
         """The job at its next change, or as it is when the watch ends quietly."""
         events = self.transport.watch(
-            job_path(ns), timeout_s=max(1, math.ceil(min(left, 300))),
-            fieldSelector=f"metadata.name={name}", resourceVersion=version,
+            job_path(ns),
+            timeout_s=max(1, math.ceil(min(left, 300))),
+            fieldSelector=f"metadata.name={name}",
+            resourceVersion=version,
         )
         for event in events:
             obj = event.get("object") or {}
@@ -248,7 +261,8 @@ class KerasJobClient:
     def pods(self, name: str, namespace: str | None = None) -> builtins.list[dict[str, Any]]:
         """The job's Pods as the API server has them (plain dicts)."""
         listed = self.transport.request(
-            "GET", pod_path(self._ns(namespace)),
+            "GET",
+            pod_path(self._ns(namespace)),
             query={"labelSelector": f"{API_GROUP}/job-name={name}"},
         )
         return list(listed.get("items") or [])
@@ -256,7 +270,8 @@ class KerasJobClient:
     def events(self, name: str, namespace: str | None = None) -> builtins.list[dict[str, Any]]:
         """The job's Events (transitions, counted restarts, invalid spec), oldest first."""
         listed = self.transport.request(
-            "GET", events_path(self._ns(namespace)),
+            "GET",
+            events_path(self._ns(namespace)),
             query={"fieldSelector": f"involvedObject.kind={KIND},involvedObject.name={name}"},
         )
         items = list(listed.get("items") or [])
@@ -268,11 +283,15 @@ class KerasJobClient:
             return [pod_name(job.name, role, i) for role, i in job.spec.tasks()]
         if replica:
             role, _, index = replica.rpartition("-")
-            if role not in {r.value for r in ReplicaRole} or not index.isdigit() or (
-                ReplicaRole(role), int(index)) not in job.spec.tasks():
+            if (
+                role not in {r.value for r in ReplicaRole}
+                or not index.isdigit()
+                or (ReplicaRole(role), int(index)) not in job.spec.tasks()
+            ):
                 tasks = ", ".join(f"{r.value}-{i}" for r, i in job.spec.tasks())
-                raise NotFoundError(404, f"KerasJob {job.name!r} has no replica {replica!r} "
-                                         f"(it has {tasks})")
+                raise NotFoundError(
+                    404, f"KerasJob {job.name!r} has no replica {replica!r} (it has {tasks})"
+                )
             return [pod_name(job.name, role, int(index))]
         return [pod_name(job.name, *job.spec.chief_task())]
 
@@ -294,20 +313,30 @@ class KerasJobClient:
         job = self.get(name, ns)
         pods = self.replica_pods(job, "all" if all_replicas else replica)
         if follow:
+
             def finished() -> bool:
                 try:
                     return phase_of(self.get(name, ns)) in FINISHED
                 except NotFoundError:
                     return True
 
-            yield from _logs.follow(self.transport, ns, pods, finished=finished,
-                                    container=container, tail_lines=tail_lines)
+            yield from _logs.follow(
+                self.transport,
+                ns,
+                pods,
+                finished=finished,
+                container=container,
+                tail_lines=tail_lines,
+            )
             return
         per_pod = []
         for pod in pods:
             try:
-                per_pod.append(_logs.read_pod_log(self.transport, ns, pod, container=container,
-                                                  tail_lines=tail_lines))
+                per_pod.append(
+                    _logs.read_pod_log(
+                        self.transport, ns, pod, container=container, tail_lines=tail_lines
+                    )
+                )
             except NotFoundError:
                 if len(pods) == 1:
                     raise

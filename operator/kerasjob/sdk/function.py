@@ -69,11 +69,13 @@ def function_job(
     """The KerasJob that runs ``build`` from the ConfigMap ``<name>-code`` (not created)."""
     template = {
         "spec": {
-            "containers": [{
-                "name": TRAINER_CONTAINER,
-                "env": [{"name": "PYTHONPATH", "value": MOUNT_PATH}],
-                "volumeMounts": [{"name": VOLUME, "mountPath": MOUNT_PATH, "readOnly": True}],
-            }],
+            "containers": [
+                {
+                    "name": TRAINER_CONTAINER,
+                    "env": [{"name": "PYTHONPATH", "value": MOUNT_PATH}],
+                    "volumeMounts": [{"name": VOLUME, "mountPath": MOUNT_PATH, "readOnly": True}],
+                }
+            ],
             "volumes": [{"name": VOLUME, "configMap": {"name": code_configmap(name)}}],
         }
     }
@@ -118,8 +120,11 @@ def submit_function(
     cm = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": {"name": code_configmap(name), "namespace": ns,
-                     "labels": {"kerasjob.dev/job-name": name}},
+        "metadata": {
+            "name": code_configmap(name),
+            "namespace": ns,
+            "labels": {"kerasjob.dev/job-name": name},
+        },
         "data": {f"{MODULE}.py": source},
     }
     t.request("POST", configmap_path(ns), body=cm)
@@ -128,9 +133,18 @@ def submit_function(
     except KerasJobError:
         t.request("DELETE", configmap_path(ns, code_configmap(name)))
         raise
-    owner = {"apiVersion": created.api_version, "kind": created.kind, "name": created.name,
-             "uid": created.uid, "controller": False, "blockOwnerDeletion": False}
-    t.request("PATCH", configmap_path(ns, code_configmap(name)),
-              body={"metadata": {"ownerReferences": [owner]}},
-              content_type="application/merge-patch+json")
+    owner = {
+        "apiVersion": created.api_version,
+        "kind": created.kind,
+        "name": created.name,
+        "uid": created.uid,
+        "controller": False,
+        "blockOwnerDeletion": False,
+    }
+    t.request(
+        "PATCH",
+        configmap_path(ns, code_configmap(name)),
+        body={"metadata": {"ownerReferences": [owner]}},
+        content_type="application/merge-patch+json",
+    )
     return created

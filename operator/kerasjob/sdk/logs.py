@@ -52,11 +52,14 @@ def read_pod_log(
     previous: bool = False,
 ) -> list[LogLine]:
     """A Pod's log now (NotFoundError for no such Pod; [] before its container started)."""
-    query = {"container": container, "timestamps": "true", "tailLines": tail_lines,
-             "previous": "true" if previous else None}
+    query = {
+        "container": container,
+        "timestamps": "true",
+        "tailLines": tail_lines,
+        "previous": "true" if previous else None,
+    }
     try:
-        lines = list(transport.lines(pod_path(namespace, pod, "log"), query=query,
-                                     read_timeout=30))
+        lines = list(transport.lines(pod_path(namespace, pod, "log"), query=query, read_timeout=30))
     except ApiError as e:
         if e.status == 400:  # "container ... is waiting to start"
             return []
@@ -64,13 +67,18 @@ def read_pod_log(
     return [LogLine(pod, text, stamp) for stamp, text in map(_split_timestamp, lines)]
 
 
-def pod_log_text(transport: Transport, namespace: str, pod: str,
-                 container: str = TRAINER_CONTAINER) -> str:
+def pod_log_text(
+    transport: Transport, namespace: str, pod: str, container: str = TRAINER_CONTAINER
+) -> str:
     """The current container's log as `kubectl logs` shows it; "" when there is none yet, or
     the API server or kubelet cannot be reached (for pollers: the demo, tests, benches)."""
     try:
-        return "".join(f"{line}\n" for line in transport.lines(
-            pod_path(namespace, pod, "log"), query={"container": container}, read_timeout=10))
+        return "".join(
+            f"{line}\n"
+            for line in transport.lines(
+                pod_path(namespace, pod, "log"), query={"container": container}, read_timeout=10
+            )
+        )
     except KerasJobError:
         return ""
 
@@ -148,8 +156,12 @@ def _follow_one(
                 stop.wait(POLL_SECONDS)
                 continue
             streamed.add(uid)
-            query = {"container": container, "follow": "true", "timestamps": "true",
-                     "tailLines": tail_lines if len(streamed) == 1 else None}
+            query = {
+                "container": container,
+                "follow": "true",
+                "timestamps": "true",
+                "tailLines": tail_lines if len(streamed) == 1 else None,
+            }
             try:
                 for line in transport.lines(pod_path(namespace, pod, "log"), query=query):
                     stamp, text = _split_timestamp(line)
@@ -163,4 +175,3 @@ def _follow_one(
                 stop.wait(POLL_SECONDS)
     except KerasJobError as e:
         out.put(e)
-

@@ -38,14 +38,14 @@ class JobSummary:
 
     @property
     def size(self) -> str:
-        """"3", or "2/3" for an elastic job running short of its preferred size."""
+        """ "3", or "2/3" for an elastic job running short of its preferred size."""
         if self.preferred_workers and self.workers != self.preferred_workers:
             return f"{self.workers}/{self.preferred_workers}"
         return str(self.workers)
 
     @property
     def progress(self) -> str:
-        """"step 340/600 loss 0.1235", or "-" before the first report."""
+        """ "step 340/600 loss 0.1235", or "-" before the first report."""
         if self.step is None:
             return "-"
         text = f"step {self.step}/{self.total_steps if self.total_steps is not None else '?'}"
@@ -97,8 +97,11 @@ def summarize(job: KerasJob | Mapping[str, Any]) -> JobSummary:
     """The summary of a job (a model, or a body as the API server returns it)."""
     if not isinstance(job, KerasJob):
         job = KerasJob.model_validate(
-            {"metadata": job.get("metadata") or {}, "status": job.get("status") or None,
-             "spec": job.get("spec") or {}}
+            {
+                "metadata": job.get("metadata") or {},
+                "status": job.get("status") or None,
+                "spec": job.get("spec") or {},
+            }
         )
     status = job.status
     restarts = status.restarts if status and status.restarts else None
@@ -108,7 +111,8 @@ def summarize(job: KerasJob | Mapping[str, Any]) -> JobSummary:
     # Kueue's reason, evicted by whom).
     why = (
         condition(job, ConditionType.ADMITTED.value if phase == Phase.QUEUED.value else phase)
-        if phase else None
+        if phase
+        else None
     )
     if phase == Phase.PENDING.value:
         # Why its Pods do not run yet (a gang that cannot be placed, a Pod no node fits, an

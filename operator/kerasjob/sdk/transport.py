@@ -29,8 +29,13 @@ JSON = "application/json"
 MERGE = "application/merge-patch+json"
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
 
-_KIND_OF_RESOURCE = {PLURAL: "KerasJob", "pods": "Pod", "configmaps": "ConfigMap",
-                     "events": "Event", "namespaces": "Namespace"}
+_KIND_OF_RESOURCE = {
+    PLURAL: "KerasJob",
+    "pods": "Pod",
+    "configmaps": "ConfigMap",
+    "events": "Event",
+    "namespaces": "Namespace",
+}
 
 
 def _kind_of(path: str) -> str:
@@ -87,8 +92,9 @@ class Transport:
             url += "?" + urlencode({k: v for k, v in query.items() if v is not None})
         return url
 
-    def _send(self, method: str, url: str, *, extra_headers: dict[str, str] | None = None,
-              **kwargs: Any) -> urllib3.BaseHTTPResponse:
+    def _send(
+        self, method: str, url: str, *, extra_headers: dict[str, str] | None = None, **kwargs: Any
+    ) -> urllib3.BaseHTTPResponse:
         for attempt in (1, 2):
             headers = {**self.headers, **(extra_headers or {})}
             try:
@@ -121,12 +127,14 @@ class Transport:
         if body is not None:
             data = json.dumps(body).encode()
             extra["Content-Type"] = content_type
-        resp = self._send(method, self.url(path, query), body=data, timeout=timeout,
-                          extra_headers=extra)
+        resp = self._send(
+            method, self.url(path, query), body=data, timeout=timeout, extra_headers=extra
+        )
         text = resp.data.decode(errors="replace")
         if resp.status >= 400:
-            raise from_response(resp.status, text, kind=_kind_of(path),
-                                namespace=_namespace_of(path))
+            raise from_response(
+                resp.status, text, kind=_kind_of(path), namespace=_namespace_of(path)
+            )
         return json.loads(text) if text else {}
 
     def get(self, path: str, **query: Any) -> dict[str, Any] | None:
@@ -149,8 +157,9 @@ class Transport:
         )
         try:
             if resp.status >= 400:
-                raise from_response(resp.status, resp.data, kind=_kind_of(path),
-                                    namespace=_namespace_of(path))
+                raise from_response(
+                    resp.status, resp.data, kind=_kind_of(path), namespace=_namespace_of(path)
+                )
             buf = b""
             try:
                 for chunk in resp.stream(65536, decode_content=True):
@@ -171,5 +180,3 @@ class Transport:
         for line in self.lines(path, query=q, read_timeout=timeout_s + 30):
             if line.strip():
                 yield json.loads(line)
-
-

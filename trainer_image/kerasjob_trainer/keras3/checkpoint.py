@@ -98,14 +98,17 @@ def restore(backup_dir: str, model: Any) -> Header | None:
         paths = [str(p) for p in f["paths"]]
         mine = [v.path for v in variables]
         if paths != mine:
-            raise ValueError(f"the backup in {backup_dir} holds other variables than this "
-                             f"model ({len(paths)} saved, {len(mine)} here; first difference: "
-                             f"{_first_difference(paths, mine)})")
+            raise ValueError(
+                f"the backup in {backup_dir} holds other variables than this "
+                f"model ({len(paths)} saved, {len(mine)} here; first difference: "
+                f"{_first_difference(paths, mine)})"
+            )
         for i, v in enumerate(variables):
             value = f[f"v{i:05d}"]
             if tuple(value.shape) != tuple(v.shape):
-                raise ValueError(f"backup variable {v.path}: shape {value.shape}, "
-                                 f"model {tuple(v.shape)}")
+                raise ValueError(
+                    f"backup variable {v.path}: shape {value.shape}, model {tuple(v.shape)}"
+                )
             v.assign(value)
     return header
 

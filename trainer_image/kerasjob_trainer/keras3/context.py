@@ -36,8 +36,9 @@ def build_context(argv: list[str] | None = None, *, check_model: bool = True) ->
     text = config_text(args, env)
     config = parse_config(text)
     if env.get("KERAS_BACKEND", "jax") != "jax":
-        raise ConfigError(f"KERAS_BACKEND is {env['KERAS_BACKEND']!r}; the Keras 3 trainer "
-                          "runs the jax backend")
+        raise ConfigError(
+            f"KERAS_BACKEND is {env['KERAS_BACKEND']!r}; the Keras 3 trainer runs the jax backend"
+        )
     identity = parse_identity(env)
     checkpoint_dir, output_dir, port = places(args, env)
     if config.command:
@@ -45,11 +46,17 @@ def build_context(argv: list[str] | None = None, *, check_model: bool = True) ->
     else:
         validate_dataset_files(config.dataset)
         if config.dataset.source == "tfrecord":
-            raise ConfigError("dataset format tfrecord needs TensorFlow: use backend "
-                              "tensorflow, or an npz file, for backend jax")
+            raise ConfigError(
+                "dataset format tfrecord needs TensorFlow: use backend "
+                "tensorflow, or an npz file, for backend jax"
+            )
     if check_model:
         check_user_model(config)
-    return Context(config=config, raw_config=raw_config(text), identity=identity,
-                   checkpoint_dir=checkpoint_dir, output_dir=output_dir, metrics_port=port)
-
-
+    return Context(
+        config=config,
+        raw_config=raw_config(text),
+        identity=identity,
+        checkpoint_dir=checkpoint_dir,
+        output_dir=output_dir,
+        metrics_port=port,
+    )

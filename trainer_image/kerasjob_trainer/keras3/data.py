@@ -53,13 +53,15 @@ class Permutations:
 
 def share(global_batch: int, processes: int) -> int:
     if global_batch % processes:
-        raise ValueError(f"the global batch {global_batch} cannot be split evenly across "
-                         f"{processes} processes")
+        raise ValueError(
+            f"the global batch {global_batch} cannot be split evenly across {processes} processes"
+        )
     return global_batch // processes
 
 
-def process_indices(perms: Permutations, step: int, process: int, processes: int,
-                    global_batch: int) -> np.ndarray:
+def process_indices(
+    perms: Permutations, step: int, process: int, processes: int, global_batch: int
+) -> np.ndarray:
     """The example indices of process `process`'s share of global batch `step`."""
     b = share(global_batch, processes)
     first = step * global_batch + process * b
@@ -79,8 +81,9 @@ class StepSource:
     size: int | None = None  # examples per pass (None: a user batch function)
 
 
-def indexed_source(examples: Indexed, global_batch: int, seed: int,
-                   audit: Any | None = None) -> StepSource:
+def indexed_source(
+    examples: Indexed, global_batch: int, seed: int, audit: Any | None = None
+) -> StepSource:
     perms = Permutations(examples.size, seed)
 
     def batch(step: int, process: int, processes: int) -> tuple[Any, Any]:
@@ -92,8 +95,9 @@ def indexed_source(examples: Indexed, global_batch: int, seed: int,
     return StepSource(batch, examples.size)
 
 
-def step_input(source: StepSource, start_step: int, steps: int, process: int,
-               processes: int) -> Any:
+def step_input(
+    source: StepSource, start_step: int, steps: int, process: int, processes: int
+) -> Any:
     """A keras.utils.PyDataset of `steps` batches: item i is global step start_step + i
     (Keras asks for items in order, one epoch per `fit` call: see `session.fit`)."""
     import keras

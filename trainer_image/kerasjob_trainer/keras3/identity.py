@@ -55,8 +55,9 @@ def _int(env: Mapping[str, str], names: tuple[Env, Env], what: str) -> int | Non
         raise ConfigError(f"{' and '.join(values)} disagree: {values}")
     text = next(iter(values.values()))
     if not text.isdigit():
-        raise ConfigError(f"{next(iter(values))} must be a non-negative integer ({what}), "
-                          f"got {text!r}")
+        raise ConfigError(
+            f"{next(iter(values))} must be a non-negative integer ({what}), got {text!r}"
+        )
     return int(text)
 
 
@@ -84,12 +85,16 @@ def parse_identity(env: Mapping[str, str] | None = None) -> Identity:
     if count is None and pid is None and address is None:
         return LOCAL
     if count is None or pid is None:
-        raise ConfigError("a multi-process job needs the number of processes and this "
-                          "process's id (KERAS_DISTRIBUTION_NUM_PROCESSES, "
-                          "KERAS_DISTRIBUTION_PROCESS_ID)")
+        raise ConfigError(
+            "a multi-process job needs the number of processes and this "
+            "process's id (KERAS_DISTRIBUTION_NUM_PROCESSES, "
+            "KERAS_DISTRIBUTION_PROCESS_ID)"
+        )
     if count < 1 or not 0 <= pid < count:
         raise ConfigError(f"process id {pid} is not in 0..{count - 1}")
     if count > 1 and address is None:
-        raise ConfigError("a multi-process job needs the coordinator's address "
-                          "(KERAS_DISTRIBUTION_JOB_ADDRESSES or JAX_COORDINATOR_ADDRESS)")
+        raise ConfigError(
+            "a multi-process job needs the coordinator's address "
+            "(KERAS_DISTRIBUTION_JOB_ADDRESSES or JAX_COORDINATOR_ADDRESS)"
+        )
     return Identity(process_id=pid, num_processes=count, coordinator=address)

@@ -19,8 +19,9 @@ from kerasjob_trainer.models import call_with_config, load_user_function
 Arrays = tuple[Any, Any]
 
 
-def build_model(name: str, config: dict[str, Any],
-                learning_rate: float) -> tuple[Any, Arrays | None, Arrays | None]:
+def build_model(
+    name: str, config: dict[str, Any], learning_rate: float
+) -> tuple[Any, Arrays | None, Arrays | None]:
     """(compiled model, train arrays or None, test arrays or None)."""
     if name in BUILTIN_MODELS:
         return builtin(name, learning_rate), None, None
@@ -29,8 +30,9 @@ def build_model(name: str, config: dict[str, Any],
     train = test = None
     if isinstance(result, tuple):
         if len(result) not in (2, 3):
-            raise ConfigError(f"model {name!r} must return model, (model, train) or "
-                              "(model, train, test)")
+            raise ConfigError(
+                f"model {name!r} must return model, (model, train) or (model, train, test)"
+            )
         model, train, test = (*result, None)[:3]
     else:
         model = result
@@ -60,36 +62,45 @@ def builtin(name: str, learning_rate: float) -> Any:
     from keras import layers
 
     if name == "mnist-mlp":
-        model = keras.Sequential([
-            keras.Input(shape=(784,)),
-            layers.Dense(256, activation="relu"),
-            layers.Dense(256, activation="relu"),
-            layers.Dense(10),
-        ], name="mnist_mlp")
+        model = keras.Sequential(
+            [
+                keras.Input(shape=(784,)),
+                layers.Dense(256, activation="relu"),
+                layers.Dense(256, activation="relu"),
+                layers.Dense(10),
+            ],
+            name="mnist_mlp",
+        )
     elif name == "mnist-cnn":
-        model = keras.Sequential([
-            keras.Input(shape=(28, 28, 1)),
-            layers.Conv2D(16, 3, activation="relu"),
-            layers.MaxPooling2D(),
-            layers.Conv2D(32, 3, activation="relu"),
-            layers.MaxPooling2D(),
-            layers.Flatten(),
-            layers.Dense(64, activation="relu"),
-            layers.Dense(10),
-        ], name="mnist_cnn")
+        model = keras.Sequential(
+            [
+                keras.Input(shape=(28, 28, 1)),
+                layers.Conv2D(16, 3, activation="relu"),
+                layers.MaxPooling2D(),
+                layers.Conv2D(32, 3, activation="relu"),
+                layers.MaxPooling2D(),
+                layers.Flatten(),
+                layers.Dense(64, activation="relu"),
+                layers.Dense(10),
+            ],
+            name="mnist_cnn",
+        )
     elif name == "cifar10-cnn":
-        model = keras.Sequential([
-            keras.Input(shape=(32, 32, 3)),
-            layers.Conv2D(32, 3, padding="same", activation="relu"),
-            layers.Conv2D(32, 3, activation="relu"),
-            layers.MaxPooling2D(),
-            layers.Conv2D(64, 3, padding="same", activation="relu"),
-            layers.Conv2D(64, 3, activation="relu"),
-            layers.MaxPooling2D(),
-            layers.Flatten(),
-            layers.Dense(128, activation="relu"),
-            layers.Dense(10),
-        ], name="cifar10_cnn")
+        model = keras.Sequential(
+            [
+                keras.Input(shape=(32, 32, 3)),
+                layers.Conv2D(32, 3, padding="same", activation="relu"),
+                layers.Conv2D(32, 3, activation="relu"),
+                layers.MaxPooling2D(),
+                layers.Conv2D(64, 3, padding="same", activation="relu"),
+                layers.Conv2D(64, 3, activation="relu"),
+                layers.MaxPooling2D(),
+                layers.Flatten(),
+                layers.Dense(128, activation="relu"),
+                layers.Dense(10),
+            ],
+            name="cifar10_cnn",
+        )
     else:
         raise ConfigError(f"unknown model {name!r}")
     model.compile(

@@ -55,9 +55,18 @@ from kerasjob_trainer.pipeline import Indexed
 SUCCESS_TEARDOWN_SECONDS = 20.0
 #: Errors of a multi-process step that mean "the group broke" (gloo, the coordination service).
 #: The message, not the type, tells: JAX raises them as JaxRuntimeError or ValueError.
-_PEER_HINTS = ("gloo", "connection reset", "connection closed", "connection refused",
-               "socket closed", "unavailable:", "coordination service", "heartbeat",
-               "barrier", "deadline_exceeded")
+_PEER_HINTS = (
+    "gloo",
+    "connection reset",
+    "connection closed",
+    "connection refused",
+    "socket closed",
+    "unavailable:",
+    "coordination service",
+    "heartbeat",
+    "barrier",
+    "deadline_exceeded",
+)
 
 
 class _Signal:
@@ -72,8 +81,10 @@ def install_early_sigterm_handler() -> None:
 
     def handler(signum: int, frame: Any) -> None:
         if steps.steps_this_process() == 0:
-            hard_exit(ExitCode.PREEMPTED_SAVED,
-                      "SIGTERM before the first step: the backup is current; exiting 42")
+            hard_exit(
+                ExitCode.PREEMPTED_SAVED,
+                "SIGTERM before the first step: the backup is current; exiting 42",
+            )
         _Signal.term.set()
 
     signal.signal(signal.SIGTERM, handler)
@@ -93,11 +104,13 @@ class Session:
         self.ctx = ctx
         self.reporter: ProgressReporter | None = _reporter(ctx) if self.is_chief else None
         cfg = ctx.config
-        self.watchdog = faults.Watchdog(min(cfg.collective_timeout_seconds,
-                                            cfg.stall_timeout_seconds))
+        self.watchdog = faults.Watchdog(
+            min(cfg.collective_timeout_seconds, cfg.stall_timeout_seconds)
+        )
         self.audit = Audit.from_env(ctx.identity.name)
-        self.goodput = goodput.Recorder(ctx.checkpoint_dir, ctx.identity.name, self.is_chief,
-                                        workers=self.num_workers)
+        self.goodput = goodput.Recorder(
+            ctx.checkpoint_dir, ctx.identity.name, self.is_chief, workers=self.num_workers
+        )
         self.steps = 0
         self._elastic_said = False
         faults.on_hard_exit(self.goodput.exiting)
@@ -152,16 +165,20 @@ class Session:
         preferred = elastic.preferred_workers * jax.local_device_count()
         global_batch = int(per_replica) * preferred
         if global_batch % devices:
-            hard_exit(ExitCode.INVALID_CONFIG,
-                      f"elastic: the global batch {global_batch} ({per_replica} x {preferred} "
-                      f"devices at the preferred size) cannot be split evenly across the "
-                      f"{devices} devices now in the job; choose a per-replica batch that "
-                      f"every size between minWorkers and workers divides")
+            hard_exit(
+                ExitCode.INVALID_CONFIG,
+                f"elastic: the global batch {global_batch} ({per_replica} x {preferred} "
+                f"devices at the preferred size) cannot be split evenly across the "
+                f"{devices} devices now in the job; choose a per-replica batch that "
+                f"every size between minWorkers and workers divides",
+            )
         if preferred != devices and not self._elastic_said:
             self._elastic_said = True
-            say(f"elastic: {self.num_workers} of {elastic.preferred_workers} preferred "
+            say(
+                f"elastic: {self.num_workers} of {elastic.preferred_workers} preferred "
                 f"workers; global batch {global_batch} kept ({elastic.batch_policy}): "
-                f"{global_batch // devices} per device instead of {per_replica}")
+                f"{global_batch // devices} per device instead of {per_replica}"
+            )
         return global_batch
 
     def restored_step(self) -> int:
@@ -171,9 +188,17 @@ class Session:
 
     # -- training -----------------------------------------------------------------------------
 
-    def fit(self, model: Any, train: Indexed | tuple[Any, Any] | k3data.BatchFn, *,
-            epochs: int, steps_per_epoch: int, global_batch_size: int,
-            callbacks: list[Any] | None = None, **kwargs: Any) -> int:
+    def fit(
+        self,
+        model: Any,
+        train: Indexed | tuple[Any, Any] | k3data.BatchFn,
+        *,
+        epochs: int,
+        steps_per_epoch: int,
+        global_batch_size: int,
+        callbacks: list[Any] | None = None,
+        **kwargs: Any,
+    ) -> int:
         """Restore the backup, then model.fit epoch by epoch from the restored step, with
         backups, save-on-SIGTERM, progress and goodput. Returns the steps done."""
         source = self._source(train, global_batch_size)
@@ -187,21 +212,37 @@ class Session:
         totals = checkpoint.metric_totals(self.backup_dir) if step % steps_per_epoch else {}
         startup.mark("restore")
         total = epochs * steps_per_epoch
-        ours = _keras_callback()(self, model, total=total, steps_per_epoch=steps_per_epoch,
-                                 start=step, global_batch=global_batch_size, totals=totals)
+        ours = _keras_callback()(
+            self,
+            model,
+            total=total,
+            steps_per_epoch=steps_per_epoch,
+            start=step,
+            global_batch=global_batch_size,
+            totals=totals,
+        )
         cfg = self.config
-        say(f"worker:{self.index} of {self.num_workers} process(es), keras {_keras_version()} "
+        say(
+            f"worker:{self.index} of {self.num_workers} process(es), keras {_keras_version()} "
             f"on jax, {epochs}x{steps_per_epoch} steps, global batch {global_batch_size}, "
-            f"backup every {cfg.save_freq}{', deterministic' if cfg.deterministic else ''}")
+            f"backup every {cfg.save_freq}{', deterministic' if cfg.deterministic else ''}"
+        )
         ours.begin()
         while step < total:
             epoch = step // steps_per_epoch
             steps = (epoch + 1) * steps_per_epoch - step
             x = k3data.step_input(source, step, steps, self.index, self.num_workers)
             try:
-                model.fit(x, epochs=epoch + 1, initial_epoch=epoch, steps_per_epoch=steps,
-                          callbacks=[ours, *(callbacks or [])], verbose=0, shuffle=False,
-                          **kwargs)
+                model.fit(
+                    x,
+                    epochs=epoch + 1,
+                    initial_epoch=epoch,
+                    steps_per_epoch=steps,
+                    callbacks=[ours, *(callbacks or [])],
+                    verbose=0,
+                    shuffle=False,
+                    **kwargs,
+                )
             except Exception as e:  # every error must end in a contract exit code, fast
                 self.fail(e)
             step += steps
@@ -221,8 +262,7 @@ class Session:
         code = classify(error, self.ctx.identity.multi_process)
         if code == ExitCode.FAILURE:  # a program error: its traceback is the user's clue
             traceback.print_exception(error, file=sys.stderr)
-        hard_exit(code, f"{type(error).__name__}: {faults.summary(error)} -> exiting "
-                  f"{int(code)}")
+        hard_exit(code, f"{type(error).__name__}: {faults.summary(error)} -> exiting {int(code)}")
 
     def evaluate(self, model: Any, test: tuple[Any, Any], global_batch: int) -> dict[str, float]:
         """Every process evaluates its equal share of the test set (a collective)."""
@@ -231,14 +271,16 @@ class Session:
         per = len(y) // n
         mine = slice(self.index * per, (self.index + 1) * per)
         try:
-            result = model.evaluate(x[mine], y[mine], batch_size=max(global_batch // n, 1),
-                                    verbose=0, return_dict=True)
+            result = model.evaluate(
+                x[mine], y[mine], batch_size=max(global_batch // n, 1), verbose=0, return_dict=True
+            )
         except Exception as e:
             self.fail(e)
         return {k: float(v) for k, v in result.items()}
 
-    def finish(self, model: Any, *, metrics: dict[str, float] | None = None,
-               exit: bool = True) -> int:
+    def finish(
+        self, model: Any, *, metrics: dict[str, float] | None = None, exit: bool = True
+    ) -> int:
         """The chief saves output_dir/model.keras (every process must call this: the save is
         a collective) and deletes the backup; progress is marked
         done; every process leaves the JAX runtime together; exit 0."""
@@ -246,16 +288,18 @@ class Session:
             _save_model(model, self.output_dir, self.is_chief)
             if self.is_chief:
                 shutil.rmtree(self.backup_dir, ignore_errors=True)  # the model is safe now
-                shutil.rmtree(os.path.join(self.checkpoint_dir, JAX_CACHE_SUBDIR),
-                              ignore_errors=True)
+                shutil.rmtree(
+                    os.path.join(self.checkpoint_dir, JAX_CACHE_SUBDIR), ignore_errors=True
+                )
         except Exception as e:
             self.fail(e)
         steps = self.steps
         self.goodput.exiting(int(ExitCode.SUCCESS))
         if self.reporter is not None:
             final = {**self.reporter.progress.metrics, **(metrics or {})}
-            self.reporter.update(step=steps, metrics=final, done=True,
-                                 goodput=self.goodput.ledger.totals())
+            self.reporter.update(
+                step=steps, metrics=final, done=True, goodput=self.goodput.ledger.totals()
+            )
             self.reporter.write_termination_message()
             acc = final.get("test_accuracy")
             say(f"final {f'test_accuracy={acc:.4f} ' if acc is not None else ''}steps={steps}")
@@ -291,9 +335,17 @@ class _Callback:
     """Progress, backups, save-on-SIGTERM, goodput and the watchdog, after every step.
     A keras.callbacks.Callback (`_keras_callback` mixes it in once Keras is imported)."""
 
-    def __init__(self, session: Session, model: Any, *, total: int, steps_per_epoch: int,
-                 start: int, global_batch: int,
-                 totals: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        session: Session,
+        model: Any,
+        *,
+        total: int,
+        steps_per_epoch: int,
+        start: int,
+        global_batch: int,
+        totals: dict[str, Any] | None = None,
+    ) -> None:
         self.session, self.total, self.spe = session, total, steps_per_epoch
         self.step, self.resumed_at, self.global_batch = start, start, global_batch
         self.interval = session.config.log_interval
@@ -312,13 +364,17 @@ class _Callback:
     def begin(self) -> None:
         iterations = int(self._kj_model.optimizer.iterations.numpy())
         if iterations != self.step:
-            hard_exit(ExitCode.FAILURE, f"data position mismatch: the input starts at step "
-                      f"{self.step}, the restored optimizer at {iterations}")
+            hard_exit(
+                ExitCode.FAILURE,
+                f"data position mismatch: the input starts at step "
+                f"{self.step}, the restored optimizer at {iterations}",
+            )
         self.mark = (time.monotonic(), self.step)
         say(f"resumed at step {self.step}" if self.step else f"starting at step 0 of {self.total}")
         if self.session.reporter:
-            self.session.reporter.update(step=self.step, epoch=self.step // self.spe,
-                                         total_steps=self.total)
+            self.session.reporter.update(
+                step=self.step, epoch=self.step // self.spe, total_steps=self.total
+            )
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
         s = self.session
@@ -336,27 +392,42 @@ class _Callback:
             if s.reporter:
                 s.reporter.update(goodput=ledger.totals())
         if s.audit is not None:
-            s.audit.step({"step": self.step - 1, "epoch": (self.step - 1) // self.spe,
-                          "batch": int(batch), "iterations": self.step,
-                          "loss": float((logs or {}).get("loss", float("nan"))),
-                          "logs": {k: float(v) for k, v in (logs or {}).items()},
-                          "pid": os.getpid(), "time": time.time()})
+            s.audit.step(
+                {
+                    "step": self.step - 1,
+                    "epoch": (self.step - 1) // self.spe,
+                    "batch": int(batch),
+                    "iterations": self.step,
+                    "loss": float((logs or {}).get("loss", float("nan"))),
+                    "logs": {k: float(v) for k, v in (logs or {}).items()},
+                    "pid": os.getpid(),
+                    "time": time.time(),
+                }
+            )
         if first or self.step % self.interval == 0 or self.step == self.total:
             self._log(logs or {})
         if self.preemption.reached(self.step):
             self._save()
             s.watchdog.pause()
-            hard_exit(ExitCode.PREEMPTED_SAVED, f"preempted: state saved at step {self.step}; "
-                      f"exiting {int(ExitCode.PREEMPTED_SAVED)}")
+            hard_exit(
+                ExitCode.PREEMPTED_SAVED,
+                f"preempted: state saved at step {self.step}; "
+                f"exiting {int(ExitCode.PREEMPTED_SAVED)}",
+            )
         if self.step % s.config.save_freq == 0 and self.step < self.total:
             self._save()
 
     def _save(self) -> None:
         if self.session.is_chief:
-            checkpoint.save(self.session.backup_dir, self._kj_model,
-                            checkpoint.Header(step=self.step,
-                                              processes=self.session.num_workers,
-                                              global_batch=self.global_batch))
+            checkpoint.save(
+                self.session.backup_dir,
+                self._kj_model,
+                checkpoint.Header(
+                    step=self.step,
+                    processes=self.session.num_workers,
+                    global_batch=self.global_batch,
+                ),
+            )
 
     def _log(self, logs: dict[str, Any]) -> None:
         now = time.monotonic()
@@ -367,14 +438,21 @@ class _Callback:
         loss = float(logs["loss"]) if "loss" in logs else None
         text = " ".join(f"{k}={v:.4f}" for k, v in metrics.items())
         epoch = (self.step - 1) // self.spe
-        say(f"step {self.step}/{self.total} epoch {epoch} "
-            f"loss={f'{loss:.4f}' if loss is not None else 'nan'} {text} samples/s={rate:.0f}")
+        say(
+            f"step {self.step}/{self.total} epoch {epoch} "
+            f"loss={f'{loss:.4f}' if loss is not None else 'nan'} {text} samples/s={rate:.0f}"
+        )
         s = self.session
         if s.reporter:
             ledger = s.goodput.ledger
-            s.reporter.update(step=self.step, epoch=epoch, loss=loss, metrics=metrics,
-                              samples_per_second=round(rate, 1),
-                              **({"goodput": ledger.totals()} if ledger.disruptions else {}))
+            s.reporter.update(
+                step=self.step,
+                epoch=epoch,
+                loss=loss,
+                metrics=metrics,
+                samples_per_second=round(rate, 1),
+                **({"goodput": ledger.totals()} if ledger.disruptions else {}),
+            )
 
 
 def _keras_callback() -> type:
@@ -419,19 +497,28 @@ def session_for(ctx: Context) -> Session:
         try:
             jax.distributed.initialize(
                 coordinator_address=identity.coordinator,
-                num_processes=identity.num_processes, process_id=identity.process_id,
+                num_processes=identity.num_processes,
+                process_id=identity.process_id,
                 heartbeat_timeout_seconds=max(int(ctx.config.collective_timeout_seconds), 10),
             )
         except Exception as e:  # e.g. the coordinator went away while the group formed
-            hard_exit(ExitCode.PEER_LOST, f"{type(e).__name__}: {faults.summary(e)} -> "
-                      f"exiting {int(ExitCode.PEER_LOST)}")
+            hard_exit(
+                ExitCode.PEER_LOST,
+                f"{type(e).__name__}: {faults.summary(e)} -> exiting {int(ExitCode.PEER_LOST)}",
+            )
     import keras
 
     if keras.backend.backend() != "jax":
-        hard_exit(ExitCode.INVALID_CONFIG, f"Keras runs the {keras.backend.backend()} backend; "
-                  "backend jax needs KERAS_BACKEND=jax before Keras is imported")
-    keras.distribution.set_distribution(keras.distribution.DataParallel(
-        devices=keras.distribution.list_devices(), auto_shard_dataset=False))
+        hard_exit(
+            ExitCode.INVALID_CONFIG,
+            f"Keras runs the {keras.backend.backend()} backend; "
+            "backend jax needs KERAS_BACKEND=jax before Keras is imported",
+        )
+    keras.distribution.set_distribution(
+        keras.distribution.DataParallel(
+            devices=keras.distribution.list_devices(), auto_shard_dataset=False
+        )
+    )
     keras.utils.set_random_seed(ctx.config.seed)
     startup.mark("cluster")
     return Session(ctx)
@@ -488,8 +575,9 @@ def _save_model(model: Any, output_dir: str, is_chief: bool) -> None:
 def _leave_together(identity: Identity) -> None:
     """Leave JAX's distributed runtime through its shutdown barrier (a process that simply
     left would make the others' clients abort), within SUCCESS_TEARDOWN_SECONDS."""
-    timer = threading.Timer(SUCCESS_TEARDOWN_SECONDS,
-                            lambda: hard_exit(ExitCode.SUCCESS, "teardown slow; exiting 0"))
+    timer = threading.Timer(
+        SUCCESS_TEARDOWN_SECONDS, lambda: hard_exit(ExitCode.SUCCESS, "teardown slow; exiting 0")
+    )
     timer.daemon = True
     timer.start()
     if identity.multi_process:

@@ -58,11 +58,11 @@ def exit_code(returncode: int, lost_peer: bool) -> int:
     return 128 - returncode
 
 
-def supervise(argv: Sequence[str], *, name: str | None = None,
-              checkpoint_dir: str | None = None) -> int:
+def supervise(
+    argv: Sequence[str], *, name: str | None = None, checkpoint_dir: str | None = None
+) -> int:
     """Run `argv` to its end; its exit code in the contract's terms (see the module doc)."""
-    child = subprocess.Popen(list(argv), stderr=subprocess.PIPE,
-                             preexec_fn=_die_with_parent)
+    child = subprocess.Popen(list(argv), stderr=subprocess.PIPE, preexec_fn=_die_with_parent)
     assert child.stderr is not None
 
     def forward(signum: int, frame: object) -> None:
@@ -83,9 +83,12 @@ def supervise(argv: Sequence[str], *, name: str | None = None,
     if code == ExitCode.PEER_LOST and returncode < 0:
         if name and checkpoint_dir:
             goodput.record_exit(checkpoint_dir, name, code, time.time())
-        print(f"kerasjob: the JAX distributed runtime aborted the trainer (a peer is gone); "
-              f"exiting {int(ExitCode.PEER_LOST)} to restart from the last backup",
-              file=sys.stderr, flush=True)
+        print(
+            f"kerasjob: the JAX distributed runtime aborted the trainer (a peer is gone); "
+            f"exiting {int(ExitCode.PEER_LOST)} to restart from the last backup",
+            file=sys.stderr,
+            flush=True,
+        )
     return code
 
 
@@ -95,5 +98,6 @@ def main(argv: Sequence[str], command: Sequence[str] = ()) -> int:
     from kerasjob_trainer.keras3.identity import parse_identity
 
     child = list(command) or [sys.executable, "-m", "kerasjob_trainer.keras3", *argv]
-    return supervise(child, name=parse_identity().name,
-                     checkpoint_dir=os.environ.get(Env.CHECKPOINT_DIR.value))
+    return supervise(
+        child, name=parse_identity().name, checkpoint_dir=os.environ.get(Env.CHECKPOINT_DIR.value)
+    )

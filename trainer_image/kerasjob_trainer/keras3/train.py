@@ -28,8 +28,9 @@ def run(ctx: Context) -> int:
         hard_exit(code, f"{type(e).__name__}: {faults.summary(e)} -> exiting {int(code)}")
 
 
-def load_examples(source: DatasetConfig, input_shape: tuple[int, ...], classes: int,
-                  seed: int) -> tuple[Indexed, tuple[Any, Any] | None]:
+def load_examples(
+    source: DatasetConfig, input_shape: tuple[int, ...], classes: int, seed: int
+) -> tuple[Indexed, tuple[Any, Any] | None]:
     """The configured source in memory (TFRecord needs TensorFlow: backend tensorflow)."""
     from kerasjob_trainer.data import mnist_sample, shape_like
 
@@ -50,8 +51,10 @@ def load_examples(source: DatasetConfig, input_shape: tuple[int, ...], classes: 
             held_out = indexed(f["x_test"], f["y_test"]) if "x_test" in f else None
             train = indexed(f["x_train"], f["y_train"])
             return train, (held_out.x, held_out.y) if held_out else None
-    raise ConfigError(f"dataset {source.source!r} needs TensorFlow: use backend tensorflow, "
-                      "or an npz file, for backend jax")
+    raise ConfigError(
+        f"dataset {source.source!r} needs TensorFlow: use backend tensorflow, "
+        "or an npz file, for backend jax"
+    )
 
 
 def _run(ctx: Context) -> int:
@@ -64,10 +67,16 @@ def _run(ctx: Context) -> int:
     if train is not None:
         examples = Indexed(np.asarray(train[0]), np.asarray(train[1]))
     else:
-        examples, test = load_examples(cfg.dataset, tuple(model.input_shape[1:]),
-                                       int(model.output_shape[-1]), cfg.seed)
-    job.fit(model, examples, epochs=cfg.epochs, steps_per_epoch=cfg.steps_per_epoch,
-            global_batch_size=global_batch)
+        examples, test = load_examples(
+            cfg.dataset, tuple(model.input_shape[1:]), int(model.output_shape[-1]), cfg.seed
+        )
+    job.fit(
+        model,
+        examples,
+        epochs=cfg.epochs,
+        steps_per_epoch=cfg.steps_per_epoch,
+        global_batch_size=global_batch,
+    )
     metrics = {}
     if test is not None:
         result = job.evaluate(model, (np.asarray(test[0]), np.asarray(test[1])), global_batch)
