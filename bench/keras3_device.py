@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("KERAS_BACKEND", "jax")
+# Steps/s, not start-up: no persistent compilation cache (each measurement's directory goes).
+os.environ.setdefault("KERASJOB_JAX_CACHE", "0")
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "keras3_device.json"

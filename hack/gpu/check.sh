@@ -1,27 +1,33 @@
 #!/usr/bin/env bash
 # On the GPU machine (CUDA + JAX installed, no TensorFlow, no network), from the repository
 # root with .whl/ carried along (hack/gpu/prepare.sh): the Keras 3 trainer on the GPU.
-#   1. a venv over the machine's own packages (its CUDA JAX), plus the carried wheels;
+#   1. the carried wheels into a private --target folder (no network, no venv: the machine's
+#      own CUDA build of JAX is what runs, with Keras and our two packages on PYTHONPATH);
 #   2. JAX sees a GPU (else it says so and stops: CPU figures are not GPU figures);
 #   3. bench/keras3_device.py: MNIST CNN and a ResNet-style model, steps/s, backup overhead
 #      at saveFreq 100, save/restore seconds and a bit-exact restore check -> $OUT or
 #      bench/results/keras3_device.json.
 # Minutes: about 3-6 on an H100 (compiles included).
+#   PYTHON=...                          the interpreter that has JAX (default python3)
+#   KERASJOB_GPU_CHECK_ALLOW_CPU=1      run it on CPU anyway (the dry mode tests use, --quick)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+python=${PYTHON:-python3}
 [ -d .whl ] || { echo "gpu check: no .whl/ (run hack/gpu/prepare.sh where PyPI is reachable)" >&2; exit 2; }
-venv=${TMPDIR:-/tmp}/kerasjob-gpu-venv
-rm -rf "$venv"
-"${PYTHON:-python3}" -m venv --system-site-packages "$venv"
-"$venv/bin/pip" install -q --no-index --find-links .whl keras kerasjob-contract
-"$venv/bin/pip" install -q --no-index --no-deps --find-links .whl kerasjob-trainer
-"$venv/bin/python" - <<'PY'
+"$python" -c "import jax" 2>/dev/null || { echo "gpu check: $python has no JAX" >&2; exit 2; }
+target=$(mktemp -d "${TMPDIR:-/tmp}/kerasjob-gpu-check.XXXXXX")
+trap 'rm -rf "$target"' EXIT
+"$python" -m pip install -q --no-index --no-deps --find-links .whl --target "$target" \
+  keras absl-py namex optree rich markdown-it-py mdurl pygments h5py kerasjob-contract \
+  kerasjob-trainer
+export PYTHONPATH="$target${PYTHONPATH:+:$PYTHONPATH}" KERAS_BACKEND=jax
+"$python" - <<'PY'
 import os, sys, jax
 gpus = [d for d in jax.devices() if d.platform == "gpu"]
 print("jax", jax.__version__, "devices", jax.devices())
 if not gpus and os.environ.get("KERASJOB_GPU_CHECK_ALLOW_CPU") != "1":
     sys.exit("gpu check: JAX sees no GPU here (KERASJOB_GPU_CHECK_ALLOW_CPU=1 to try the script on CPU)")
 PY
-out=${OUT:+$OUT/keras3_device.json}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || true
-KERAS_BACKEND=jax "$venv/bin/python" bench/keras3_device.py ${out:+--out "$out"} "$@"
+out=${OUT:+$OUT/keras3_device.json}
+"$python" bench/keras3_device.py ${out:+--out "$out"} "$@"

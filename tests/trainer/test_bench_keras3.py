@@ -4,6 +4,7 @@ that each bench completes and writes its JSON, so the benches cannot rot unnotic
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -36,7 +37,38 @@ def test_keras3_bench_quick(tmp_path: Path) -> None:
         assert r["startup"]["total_s"] > 0
 
 
-def test_keras3_device_bench_quick(tmp_path: Path) -> None:
-    result = _quick("keras3_device.py", tmp_path / "device.json")
+def test_gpu_check_runs_on_cpu_in_its_dry_mode(tmp_path: Path) -> None:
+    """hack/gpu/prepare.sh + check.sh as on a GPU machine (wheels from .whl/, no network, the
+    interpreter's own JAX), here on CPU (KERASJOB_GPU_CHECK_ALLOW_CPU=1) at quick sizes."""
+    env = {**os.environ, "PYTHON": sys.executable}
+    prepare = subprocess.run(
+        ["bash", str(ROOT / "hack/gpu/prepare.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert prepare.returncode == 0, prepare.stdout[-2000:] + prepare.stderr[-2000:]
+    check = subprocess.run(
+        ["bash", str(ROOT / "hack/gpu/check.sh"), "--quick", "--out", str(tmp_path / "d.json")],
+        env={**env, "KERASJOB_GPU_CHECK_ALLOW_CPU": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert check.returncode == 0, check.stdout[-3000:] + check.stderr[-3000:]
+    result = json.loads((tmp_path / "d.json").read_text())
     assert [m["model"] for m in result["models"]] == ["mnist-cnn", "resnet"]
     assert all(m["restore_bit_exact"] and m["steps_per_s"] > 0 for m in result["models"])
+    # without the override, a CPU is refused: CPU figures are not GPU figures
+    refused = subprocess.run(
+        ["bash", str(ROOT / "hack/gpu/check.sh"), "--quick"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert refused.returncode != 0 and "sees no GPU" in refused.stderr
