@@ -95,7 +95,8 @@ class TrainerSpec(_Model):
         description=(
             "The model to train: a built-in name (mnist-mlp, mnist-cnn, cifar10-cnn) or "
             "'package.module:function' naming a function, importable in the trainer image, "
-            "that returns a compiled tf_keras model. Default: mnist-mlp."
+            "that returns a compiled model: tf_keras for backend tensorflow, Keras 3 for "
+            "backend jax. Default: mnist-mlp."
         ),
     )
     dataset: DatasetSpec = Field(
