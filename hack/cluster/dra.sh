@@ -9,7 +9,10 @@
 #   hack/cluster/dra.sh up          build if needed, start the kubelet plugin on the running real
 #                                   node, create the DeviceClass, wait for its ResourceSlice;
 #                                   idempotent
-#   hack/cluster/dra.sh down        stop it, delete its ResourceSlices, DeviceClass, CDI specs
+#   hack/cluster/dra.sh down [--now] stop it (first waiting up to DRA_DRAIN_TIMEOUT s until no Pod
+#                                   holds one of its claims: the kubelet needs the driver to
+#                                   let such a Pod terminate; --now: no wait), delete its
+#                                   ResourceSlices, DeviceClass and CDI specs
 #
 # How it runs: a host process (like the kubelet) with the cluster's admin kubeconfig. It
 # registers with the kubelet through the kubelet's plugin registration directory
@@ -24,7 +27,7 @@
 # DeviceClass). That variable is how a test sees that a claim's device reached a container.
 #
 # Env: DRA_DRIVER (fake-gpu.kerasjob.dev), DRA_CLASS (fake-gpu.kerasjob.dev: the DeviceClass),
-# DRA_DEVICES (4), DRA_READY_TIMEOUT (60 s); the cluster's variables (lib.sh) as for up.sh.
+# DRA_DEVICES (4), DRA_READY_TIMEOUT (60 s), DRA_DRAIN_TIMEOUT (90 s); the cluster's variables (lib.sh) as for up.sh.
 # Opt-in: tests/e2e/test_dra.py brings it up for its module; node.sh down stops it.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -35,6 +38,7 @@ DRA_DRIVER="${DRA_DRIVER:-fake-gpu.kerasjob.dev}"
 DRA_CLASS="${DRA_CLASS:-fake-gpu.kerasjob.dev}"
 DRA_DEVICES="${DRA_DEVICES:-4}"
 DRA_READY_TIMEOUT="${DRA_READY_TIMEOUT:-60}"
+DRA_DRAIN_TIMEOUT="${DRA_DRAIN_TIMEOUT:-90}"
 KUBELET_ROOT="$NODE_DIR/kubelet"
 CDI_DIR="$NODE_DIR/cdi"
 KUBECONFIG_FILE="$STATE_DIR/kubeconfig"
@@ -55,6 +59,7 @@ slices() {  # the number of devices the driver publishes for the node
 
 up() {
   [ "$(id -u)" = 0 ] || die "the DRA kubelet plugin needs root (the kubelet's plugin directories)"
+  command -v jq >/dev/null || die "jq not found: apt-get install jq"
   [ -f "$KUBECONFIG_FILE" ] || die "no cluster at $STATE_DIR: start it first (hack/cluster/up.sh)"
   alive kubelet || die "the real node is not running: make cluster-up first (not KERASJOB_NODE=0)"
   grep -q 'enable_cdi = true' "$NODE_DIR/containerd.toml" 2>/dev/null \
@@ -67,7 +72,7 @@ up() {
   fi
   alive dra && down
   local t0; t0="$(date +%s.%N)"
-  mkdir -p "$CDI_DIR" "$KUBELET_ROOT/plugins_registry" "$KUBELET_ROOT/plugins" "$LOGS" "$PIDS"
+  mkdir -p "$CDI_DIR" "$KUBELET_ROOT/plugins_registry" "$KUBELET_ROOT/plugins/$DRA_DRIVER" "$LOGS" "$PIDS"
   launch dra "$BIN_DRA" --kubeconfig="$KUBECONFIG_FILE" --drivername="$DRA_DRIVER" -v=2 \
     kubelet-plugin --node-name="$NODE_NAME" --num-devices="$DRA_DEVICES" \
     --plugin-registration-path="$KUBELET_ROOT/plugins_registry" \
@@ -109,7 +114,26 @@ strays() {  # driver processes of this node whose pid file is gone
   return 0
 }
 
-down() {
+# in_use: claims of the driver that a Pod still holds (reserved). The kubelet needs the driver
+# to unprepare them before such a Pod can terminate: stopping it first leaves the Pod
+# Terminating ("DRA driver ... is not registered") until the driver is back.
+in_use() {
+  kctl get resourceclaims -A -o json 2>/dev/null | jq -r --arg d "$DRA_DRIVER" '.items[]
+    | select(any(.status.allocation.devices.results[]?; .driver == $d))
+    | select((.status.reservedFor // []) | length > 0)
+    | "\(.metadata.namespace)/\(.metadata.name)"' 2>/dev/null || true
+}
+
+down() {  # down [--now]: --now (node.sh down: the node goes too) does not wait for the Pods
+  if [ "${1:-}" != --now ] && alive dra && [ -f "$KUBECONFIG_FILE" ]; then
+    local i left
+    for ((i = 0; i < DRA_DRAIN_TIMEOUT; i++)); do
+      left="$(in_use)"; [ -n "$left" ] || break
+      ((i % 10)) || log "waiting for Pods to release claims: $(echo $left)"
+      sleep 1
+    done
+    [ -z "$left" ] || log "warning: stopping the driver while claims are still held (their Pods stay Terminating until it is back): $(echo $left)"
+  fi
   stop_proc dra 10
   local left; left="$(strays)"
   # shellcheck disable=SC2086
@@ -119,7 +143,7 @@ down() {
     kctl delete resourceslices --field-selector "spec.driver=$DRA_DRIVER" --ignore-not-found >/dev/null 2>&1 || true
     kctl delete deviceclass "$DRA_CLASS" --ignore-not-found >/dev/null 2>&1 || true
   fi
-  rm -rf "$CDI_DIR" "$KUBELET_ROOT/plugins/$DRA_DRIVER" "$NODE_DIR/dra.settings"
+  rm -rf "$CDI_DIR" "$KUBELET_ROOT/plugins/$DRA_DRIVER" "$NODE_DIR/dra.settings" "$PIDS/dra.cmd"
   rm -f "$KUBELET_ROOT/plugins_registry/$DRA_DRIVER"-reg.sock
 }
 
@@ -127,6 +151,6 @@ case "${1:-}" in
   build) build; log "DRA test driver ($DRA_VERSION): $BIN_DRA" ;;
   --bin) echo "$BIN_DRA" ;;
   up) up ;;
-  down) down ;;
-  *) die "usage: dra.sh build | --bin | up | down" ;;
+  down) down "${2:-}" ;;
+  *) die "usage: dra.sh build | --bin | up | down [--now]" ;;
 esac

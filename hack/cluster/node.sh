@@ -437,7 +437,7 @@ down() {
   # 0. The NetworkPolicy enforcer, if one was started on this node (cilium.sh up).
   if [ -e "$NODE_DIR/cni/bin/cilium-cni" ]; then "$CLUSTER_DIR/cilium.sh" down; fi
   # The DRA driver (dra.sh up), a kubelet plugin of this node.
-  if [ -f "$PIDS/dra.pid" ] || [ -d "$NODE_DIR/cdi" ]; then "$CLUSTER_DIR/dra.sh" down; fi
+  if [ -f "$PIDS/dra.pid" ] || [ -d "$NODE_DIR/cdi" ]; then "$CLUSTER_DIR/dra.sh" down --now; fi
   # 1. Nothing may restart a container: the kubelet goes first.
   stop_proc kubelet
   stop_proc kube-proxy
