@@ -42,7 +42,7 @@ PODS_READY_TIMEOUT = "20s"
 
 #: The waitForPodsReady and feature gate settings of the Kueue this process started ([]
 #: before any).
-_kueue_setting: list[tuple[str, str]] = []
+_kueue_setting: list[tuple[str, str, str]] = []
 
 
 def ensure_kueue(
@@ -50,18 +50,21 @@ def ensure_kueue(
     *,
     pods_ready_timeout: str | None = PODS_READY_TIMEOUT,
     feature_gates: str | None = None,
+    device_class_mappings: str | None = None,
 ) -> None:
     """Kueue on the local cluster with this waitForPodsReady setting and these feature
     gates (None: kueue.sh's, with ElasticJobsViaWorkloadSlices): started once, and
     restarted when a caller asks for other settings than the running one's (the e2e test
     wants no waitForPodsReady, the integration tests 20 s; whichever ran first used to
-    win)."""
+    win). ``device_class_mappings``: kueue.sh's KUEUE_DEVICE_CLASS_MAPPINGS (DRA devices
+    counted against quota; with the DynamicResourceAllocation gate)."""
     if cluster.local:
         env = cluster.env()
         env["KUEUE_PODS_READY_TIMEOUT"] = pods_ready_timeout or ""
+        env["KUEUE_DEVICE_CLASS_MAPPINGS"] = device_class_mappings or ""
         if feature_gates is not None:
             env["KUEUE_FEATURE_GATES"] = feature_gates
-        setting = (pods_ready_timeout or "", feature_gates or "")
+        setting = (pods_ready_timeout or "", feature_gates or "", device_class_mappings or "")
         script = str(REPO_ROOT / "hack" / "cluster" / "kueue.sh")
         if _kueue_setting and _kueue_setting[0] != setting:
             subprocess.run([script, "down"], check=True, env=env, cwd=REPO_ROOT)

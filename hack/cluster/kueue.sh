@@ -30,7 +30,11 @@
 # Env: KUEUE_WEBHOOK_PORT (20290), KUEUE_HEALTH_PORT (20291), KUEUE_FEATURE_GATES,
 # KUEUE_READY_TIMEOUT (60 s), KUEUE_PODS_READY_TIMEOUT (e.g. 20s: Kueue's waitForPodsReady,
 # evicting a workload whose Pods are not all ready in time; requeued after 5-10 s; default
-# off); the cluster's variables (lib.sh) as for up.sh.
+# off), KUEUE_DEVICE_CLASS_MAPPINGS (e.g. `kerasjob.dev/fake-gpu=fake-gpu.kerasjob.dev`:
+# space-separated `resource=deviceClass[,deviceClass...]`, Kueue's deviceClassMappings, so
+# that with its DynamicResourceAllocation gate in KUEUE_FEATURE_GATES the devices a
+# Workload's ResourceClaimTemplates ask for count against that quota; default none); the
+# cluster's variables (lib.sh) as for up.sh.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -99,6 +103,14 @@ integrations:
   frameworks: ["batch/job"]
   externalFrameworks: ["$EXTERNAL_FRAMEWORK"]
 EOF
+  if [ -n "${KUEUE_DEVICE_CLASS_MAPPINGS:-}" ]; then
+    local m
+    echo "resources:" >> "$KUEUE_DIR/config.yaml"
+    echo "  deviceClassMappings:" >> "$KUEUE_DIR/config.yaml"
+    for m in $KUEUE_DEVICE_CLASS_MAPPINGS; do
+      printf '  - name: %s\n    deviceClassNames: [%s]\n' "${m%%=*}" "${m#*=}" >> "$KUEUE_DIR/config.yaml"
+    done
+  fi
   if [ -n "${KUEUE_PODS_READY_TIMEOUT:-}" ]; then
     cat >> "$KUEUE_DIR/config.yaml" <<EOF
 waitForPodsReady:
@@ -140,6 +152,7 @@ up() {
   build
   # What the manager runs with: one already running with other settings is restarted.
   local settings="gates=$KUEUE_FEATURE_GATES podsReady=${KUEUE_PODS_READY_TIMEOUT:-}"
+  [ -z "${KUEUE_DEVICE_CLASS_MAPPINGS:-}" ] || settings+=" deviceClasses=$KUEUE_DEVICE_CLASS_MAPPINGS"
   if alive kueue && curl -fsS --max-time 2 "http://127.0.0.1:$KUEUE_HEALTH_PORT/readyz" >/dev/null 2>&1; then
     if [ "$(cat "$KUEUE_DIR/settings" 2>/dev/null)" = "$settings" ]; then
       log "Kueue already running (pid $(cat "$PIDS/kueue.pid"))"; return 0
