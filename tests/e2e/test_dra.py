@@ -61,8 +61,9 @@ def dra(cluster: Cluster, images: object) -> Iterator[None]:
     if not cluster.local:
         pytest.skip("starts a DRA driver on the local cluster's real node")
     t0 = time.monotonic()
-    up = subprocess.run([str(DRA), "up"], env=cluster.env(), capture_output=True, text=True,
-                        timeout=900)
+    up = subprocess.run(
+        [str(DRA), "up"], env=cluster.env(), capture_output=True, text=True, timeout=900
+    )
     assert up.returncode == 0, f"dra.sh up failed:\n{up.stderr[-4000:]}"
     print(f"\nDRA driver up in {time.monotonic() - t0:.1f} s: {up.stderr.strip()[-300:]}")
     try:
@@ -89,8 +90,9 @@ def claim_template(name: str, count: int = 1) -> dict[str, Any]:
     return template
 
 
-def dra_job(name: str, claim: str, template_name: str, workers: int = 2,
-            **trainer: Any) -> dict[str, Any]:
+def dra_job(
+    name: str, claim: str, template_name: str, workers: int = 2, **trainer: Any
+) -> dict[str, Any]:
     """The example's job, trained with the CPU trainer: examples/mnist.yaml with the
     example's resourceClaims and the trainer container's claims."""
     _, example_job = example()
@@ -126,6 +128,7 @@ def running_with_claim(kj: Kube, ns: str, pod: str, not_uid: str = "") -> dict[s
             return None
         ok = (p.get("status") or {}).get("phase") == "Running" and claim_of(p)
         return p if ok else None
+
     return wait_for(done, timeout=180, interval=0.5, what=f"{pod} Running with its claim")
 
 
@@ -146,8 +149,9 @@ def check_claim(kj: Kube, ns: str, pod: dict[str, Any]) -> tuple[str, str]:
 
 
 def container_env(cluster: Cluster, ns: str, pod: str) -> str:
-    return cluster.kubectl("exec", "-n", ns, pod, "-c", "trainer", "--", "printenv",
-                           timeout=60).stdout
+    return cluster.kubectl(
+        "exec", "-n", ns, pod, "-c", "trainer", "--", "printenv", timeout=60
+    ).stdout
 
 
 def test_each_worker_gets_its_own_claim_and_a_recreated_pod_a_fresh_one(
@@ -156,12 +160,16 @@ def test_each_worker_gets_its_own_claim_and_a_recreated_pod_a_fresh_one(
     kj, ns, cluster = deployment.kube, deployment.namespace, deployment.cluster
     t0 = time.monotonic()
     run = Run(deployment, "dra", tmp_path)
-    kj.request("POST", f"{RESOURCE}/namespaces/{ns}/resourceclaimtemplates",
-               body=claim_template("fake-gpu"))
+    kj.request(
+        "POST",
+        f"{RESOURCE}/namespaces/{ns}/resourceclaimtemplates",
+        body=claim_template("fake-gpu"),
+    )
     try:
         run.make_claim()
-        kj.request("POST", JOBS.format(ns=ns),
-                   body=dra_job(run.name, run.claim, "fake-gpu", epochs=2))
+        kj.request(
+            "POST", JOBS.format(ns=ns), body=dra_job(run.name, run.claim, "fake-gpu", epochs=2)
+        )
         workers = [f"{run.name}-worker-0", f"{run.name}-worker-1"]
         pods = {w: running_with_claim(kj, ns, w) for w in workers}
         claims = {w: check_claim(kj, ns, p) for w, p in pods.items()}
@@ -170,12 +178,17 @@ def test_each_worker_gets_its_own_claim_and_a_recreated_pod_a_fresh_one(
         for w, (claim, _) in claims.items():
             env = container_env(cluster, ns, w)
             assert f"{env_name(claim)}=true" in env.splitlines(), env
-        print(f"claims {claims} allocated and in the containers after "
-              f"{time.monotonic() - t0:.1f} s")
+        print(
+            f"claims {claims} allocated and in the containers after {time.monotonic() - t0:.1f} s"
+        )
 
         # A disruption mid-training: worker-1's Pod deleted; the operator re-creates it.
-        wait_for(lambda: last_step(run.log(workers[0])) >= 20, timeout=180, interval=0.5,
-                 what="the chief to pass step 20")
+        wait_for(
+            lambda: last_step(run.log(workers[0])) >= 20,
+            timeout=180,
+            interval=0.5,
+            what="the chief to pass step 20",
+        )
         victim = workers[1]
         old_uid, (old_claim, _) = pods[victim]["metadata"]["uid"], claims[victim]
         t1 = time.monotonic()
@@ -184,10 +197,16 @@ def test_each_worker_gets_its_own_claim_and_a_recreated_pod_a_fresh_one(
         new_claim, _ = check_claim(kj, ns, new)
         assert new_claim != old_claim
         assert f"{env_name(new_claim)}=true" in container_env(cluster, ns, victim).splitlines()
-        wait_for(lambda: kj.get(f"{RESOURCE}/namespaces/{ns}/resourceclaims/{old_claim}")
-                 is None, timeout=90, interval=0.5, what=f"the old claim {old_claim} to go")
-        print(f"re-created {victim} with claim {new_claim} in {time.monotonic() - t1:.1f} s; "
-              f"{old_claim} deleted")
+        wait_for(
+            lambda: kj.get(f"{RESOURCE}/namespaces/{ns}/resourceclaims/{old_claim}") is None,
+            timeout=90,
+            interval=0.5,
+            what=f"the old claim {old_claim} to go",
+        )
+        print(
+            f"re-created {victim} with claim {new_claim} in {time.monotonic() - t1:.1f} s; "
+            f"{old_claim} deleted"
+        )
 
         def finished() -> dict[str, Any] | None:
             status = run.status()
@@ -213,24 +232,35 @@ def test_a_job_asking_more_devices_than_exist_waits_with_the_schedulers_reason(
 ) -> None:
     kj, ns = deployment.kube, deployment.namespace
     run = Run(deployment, "dra-big", tmp_path)
-    kj.request("POST", f"{RESOURCE}/namespaces/{ns}/resourceclaimtemplates",
-               body=claim_template("too-many", count=DEVICES + 1))
+    kj.request(
+        "POST",
+        f"{RESOURCE}/namespaces/{ns}/resourceclaimtemplates",
+        body=claim_template("too-many", count=DEVICES + 1),
+    )
     try:
         run.make_claim()
-        kj.request("POST", JOBS.format(ns=ns),
-                   body=dra_job(run.name, run.claim, "too-many", workers=1))
+        kj.request(
+            "POST", JOBS.format(ns=ns), body=dra_job(run.name, run.claim, "too-many", workers=1)
+        )
 
         def waiting() -> dict[str, Any] | None:
             status = run.status()
             for c in status.get("conditions") or []:
-                if c.get("type") == "Running" and c.get("status") == "False" \
-                        and "cannot allocate all claims" in (c.get("message") or ""):
+                if (
+                    c.get("type") == "Running"
+                    and c.get("status") == "False"
+                    and "cannot allocate all claims" in (c.get("message") or "")
+                ):
                     return {"phase": status.get("phase"), **c}
             return None
 
         try:
-            cond = wait_for(waiting, timeout=120, interval=0.5,
-                            what="the job to say its claim cannot be allocated")
+            cond = wait_for(
+                waiting,
+                timeout=120,
+                interval=0.5,
+                what="the job to say its claim cannot be allocated",
+            )
         except TimeoutError:
             print(run.status(), kj.get(pod_path(ns, f"{run.name}-worker-0")), sep="\n")
             raise
@@ -253,12 +283,18 @@ def gang_operator(dra: None, deployment: Any) -> Iterator[tuple[Kube, str]]:
     kj.request("POST", "/api/v1/namespaces", body={"metadata": {"name": ns}})
     try:
         localdeploy.install_operator(
-            cluster.tool("helm"), str(cluster.kubeconfig), release=release, namespace=op_ns,
-            watch_namespaces=[ns], extra={"gangScheduling": {"enabled": True}})
+            cluster.tool("helm"),
+            str(cluster.kubeconfig),
+            release=release,
+            namespace=op_ns,
+            watch_namespaces=[ns],
+            extra={"gangScheduling": {"enabled": True}},
+        )
         yield kj, ns
     finally:
-        localdeploy.uninstall_operator(cluster.tool("helm"), str(cluster.kubeconfig),
-                                       release=release, namespace=op_ns)
+        localdeploy.uninstall_operator(
+            cluster.tool("helm"), str(cluster.kubeconfig), release=release, namespace=op_ns
+        )
         for gone in (ns, op_ns):
             with contextlib.suppress(ApiError):
                 kj.request("DELETE", f"/api/v1/namespaces/{gone}")
@@ -282,19 +318,26 @@ def test_a_gang_is_bound_with_its_claims_all_together_or_not_at_all(
         return out
 
     def run_job(name: str, per_worker: int) -> None:
-        kj.request("POST", f"{RESOURCE}/namespaces/{ns}/resourceclaimtemplates",
-                   body=claim_template(name, count=per_worker))
-        kj.request("POST", JOBS.format(ns=ns), body=dra_job(name, "gang-ckpt", name,
-                                                             workers=workers))
+        kj.request(
+            "POST",
+            f"{RESOURCE}/namespaces/{ns}/resourceclaimtemplates",
+            body=claim_template(name, count=per_worker),
+        )
+        kj.request(
+            "POST", JOBS.format(ns=ns), body=dra_job(name, "gang-ckpt", name, workers=workers)
+        )
 
     def cleanup(name: str) -> None:
-        for path in (f"{JOBS.format(ns=ns)}/{name}",
-                     f"{RESOURCE}/namespaces/{ns}/resourceclaimtemplates/{name}"):
+        for path in (
+            f"{JOBS.format(ns=ns)}/{name}",
+            f"{RESOURCE}/namespaces/{ns}/resourceclaimtemplates/{name}",
+        ):
             with contextlib.suppress(ApiError):
                 kj.request("DELETE", path)
         # The kubelet unprepares the claims through the driver as the Pods go.
-        wait_for(lambda: not any(pods_of(name)), timeout=120, interval=0.5,
-                 what=f"{name}'s Pods to go")
+        wait_for(
+            lambda: not any(pods_of(name)), timeout=120, interval=0.5, what=f"{name}'s Pods to go"
+        )
 
     t0 = time.monotonic()
     pv = localdeploy.shared_claim(kj, ns, "gang-ckpt", tmp_path / "ckpt")
@@ -307,8 +350,7 @@ def test_a_gang_is_bound_with_its_claims_all_together_or_not_at_all(
     print(f"both gangs in {time.monotonic() - t0:.1f} s")
 
 
-def both_gangs(kj: Kube, ns: str, run_job: Any, cleanup: Any, pods_of: Any,
-               claims_of: Any) -> None:
+def both_gangs(kj: Kube, ns: str, run_job: Any, cleanup: Any, pods_of: Any, claims_of: Any) -> None:
     # 2 workers x 3 devices, 4 devices: no worker is bound, no device held.
     try:
         run_job("gang-big", 3)
@@ -337,15 +379,19 @@ def both_gangs(kj: Kube, ns: str, run_job: Any, cleanup: Any, pods_of: Any,
         def bound() -> list[dict[str, Any]] | None:
             claims = claims_of("gang-fit")
             ok = all((c.get("status") or {}).get("allocation") for c in claims) and all(
-                (p.get("status") or {}).get("phase") == "Running" for p in pods_of("gang-fit"))
+                (p.get("status") or {}).get("phase") == "Running" for p in pods_of("gang-fit")
+            )
             return claims if ok else None
 
         claims = wait_for(bound, timeout=180, interval=0.5, what="the gang Running with claims")
-        devices = [r["device"] for c in claims for r in c["status"]["allocation"]["devices"]
-                   ["results"]]
+        devices = [
+            r["device"] for c in claims for r in c["status"]["allocation"]["devices"]["results"]
+        ]
         assert len(devices) == 4 and len(set(devices)) == 4, devices
-        groups = {(p["spec"].get("schedulingGroup") or {}).get("podGroupName")
-                  for p in pods_of("gang-fit")}
+        groups = {
+            (p["spec"].get("schedulingGroup") or {}).get("podGroupName")
+            for p in pods_of("gang-fit")
+        }
         assert len(groups) == 1 and None not in groups, groups
         print(f"gang of 2 x 2 devices bound with {sorted(devices)}")
     finally:
@@ -363,21 +409,30 @@ def kueue_operator(dra: None, deployment: Any) -> Iterator[tuple[Kube, str]]:
     from kerasjob_dev.kueue import ensure_kueue
 
     cluster, kj = deployment.cluster, deployment.kube
-    ensure_kueue(cluster, pods_ready_timeout=None,
-                 feature_gates="VisibilityOnDemand=false,ElasticJobsViaWorkloadSlices=true,"
-                               "DynamicResourceAllocation=true",
-                 device_class_mappings=f"{KUEUE_DEVICES}={DEVICE_CLASS}")
+    ensure_kueue(
+        cluster,
+        pods_ready_timeout=None,
+        feature_gates="VisibilityOnDemand=false,ElasticJobsViaWorkloadSlices=true,"
+        "DynamicResourceAllocation=true",
+        device_class_mappings=f"{KUEUE_DEVICES}={DEVICE_CLASS}",
+    )
     suffix = deployment.namespace.removeprefix("e2e-")
     ns, op_ns, release = f"e2e-kq-dra-{suffix}", f"kerasjob-kq-dra-{suffix}", f"kqd-{suffix}"
     kj.request("POST", "/api/v1/namespaces", body={"metadata": {"name": ns}})
     try:
         localdeploy.install_operator(
-            cluster.tool("helm"), str(cluster.kubeconfig), release=release, namespace=op_ns,
-            watch_namespaces=[ns], extra={"kueue": {"enabled": True}})
+            cluster.tool("helm"),
+            str(cluster.kubeconfig),
+            release=release,
+            namespace=op_ns,
+            watch_namespaces=[ns],
+            extra={"kueue": {"enabled": True}},
+        )
         yield kj, ns
     finally:
-        localdeploy.uninstall_operator(cluster.tool("helm"), str(cluster.kubeconfig),
-                                       release=release, namespace=op_ns)
+        localdeploy.uninstall_operator(
+            cluster.tool("helm"), str(cluster.kubeconfig), release=release, namespace=op_ns
+        )
         for gone in (ns, op_ns):
             with contextlib.suppress(ApiError):
                 kj.request("DELETE", f"/api/v1/namespaces/{gone}")
@@ -395,8 +450,11 @@ def test_kueue_counts_a_jobs_claimed_devices_against_its_quota(
     cluster = deployment.cluster
     t0 = time.monotonic()
     pv = localdeploy.shared_claim(kj, ns, "kq-ckpt", tmp_path / "ckpt")
-    kj.request("POST", f"{RESOURCE}/namespaces/{ns}/resourceclaimtemplates",
-               body=claim_template("fake-gpu"))
+    kj.request(
+        "POST",
+        f"{RESOURCE}/namespaces/{ns}/resourceclaimtemplates",
+        body=claim_template("fake-gpu"),
+    )
 
     def submit(name: str, queue: str) -> None:
         job = dra_job(name, "kq-ckpt", "fake-gpu")
@@ -411,13 +469,18 @@ def test_kueue_counts_a_jobs_claimed_devices_against_its_quota(
         return (kj.get(f"{JOBS.format(ns=ns)}/{name}") or {}).get("status") or {}
 
     try:
-        with cluster_queue(cluster.api_client(), ns, cpu="8", memory="64Gi",
-                           extra_quota={KUEUE_DEVICES: "2"}) as queue:
+        with cluster_queue(
+            cluster.api_client(), ns, cpu="8", memory="64Gi", extra_quota={KUEUE_DEVICES: "2"}
+        ) as queue:
             submit("kq-first", queue)
             devices = running_with_claims("kq-first")
             wl = workload_of(cluster.api_client(), ns, "kq-first") or {}
-            usage = [a.get("resourceUsage") for a in
-                     ((wl.get("status") or {}).get("admission") or {}).get("podSetAssignments", [])]
+            usage = [
+                a.get("resourceUsage")
+                for a in ((wl.get("status") or {}).get("admission") or {}).get(
+                    "podSetAssignments", []
+                )
+            ]
             print(f"kq-first admitted, devices {devices}; quota used {usage}")
             submit("kq-second", queue)
 
@@ -427,24 +490,39 @@ def test_kueue_counts_a_jobs_claimed_devices_against_its_quota(
                         return str(c["message"])
                 return None
 
-            message = wait_for(queued, timeout=90, interval=0.5,
-                               what="kq-second queued for want of devices")
+            message = wait_for(
+                queued, timeout=90, interval=0.5, what="kq-second queued for want of devices"
+            )
             print(f"kq-second waits: {message}")
             assert not any(kj.get(pod_path(ns, f"kq-second-worker-{i}")) for i in range(2))
             kj.request("DELETE", f"{JOBS.format(ns=ns)}/kq-first")
             devices = running_with_claims("kq-second")
-            print(f"kq-second admitted after kq-first went, devices {devices} "
-                  f"({time.monotonic() - t0:.1f} s)")
+            print(
+                f"kq-second admitted after kq-first went, devices {devices} "
+                f"({time.monotonic() - t0:.1f} s)"
+            )
             for name in ("kq-first", "kq-second"):
                 with contextlib.suppress(ApiError):
                     kj.request("DELETE", f"{JOBS.format(ns=ns)}/{name}")
-            wait_for(lambda: not any(kj.get(pod_path(ns, f"{n}-worker-{i}"))
-                                     for n in ("kq-first", "kq-second") for i in range(2)),
-                     timeout=120, interval=0.5, what="the jobs' Pods to go")
+            wait_for(
+                lambda: (
+                    not any(
+                        kj.get(pod_path(ns, f"{n}-worker-{i}"))
+                        for n in ("kq-first", "kq-second")
+                        for i in range(2)
+                    )
+                ),
+                timeout=120,
+                interval=0.5,
+                what="the jobs' Pods to go",
+            )
     finally:
-        for path in (f"{JOBS.format(ns=ns)}/kq-first", f"{JOBS.format(ns=ns)}/kq-second",
-                     f"{RESOURCE}/namespaces/{ns}/resourceclaimtemplates/fake-gpu",
-                     f"/api/v1/namespaces/{ns}/persistentvolumeclaims/kq-ckpt"):
+        for path in (
+            f"{JOBS.format(ns=ns)}/kq-first",
+            f"{JOBS.format(ns=ns)}/kq-second",
+            f"{RESOURCE}/namespaces/{ns}/resourceclaimtemplates/fake-gpu",
+            f"/api/v1/namespaces/{ns}/persistentvolumeclaims/kq-ckpt",
+        ):
             with contextlib.suppress(ApiError):
                 kj.request("DELETE", path)
         localdeploy.delete_volume(kj, pv)
