@@ -16,7 +16,8 @@ Prints (and with ``--out FILE`` writes) one JSON object:
 With ``--require-cuda`` it exits 1, saying why, unless TensorFlow is a CUDA build whose
 libraries are all present and load, with no ``tensorflow-cpu`` beside it. The GPU trainer
 image runs it at build time and keeps the result in ``/etc/kerasjob/gpu-info.json``; on a
-GPU node the same command is the smoke test (``gpus`` then lists the devices).
+GPU node the same command is the smoke test (``gpus`` then lists the devices), and
+``--allreduce`` adds the time of a 64 MB NCCL all-reduce over the Pod's GPUs.
 """
 
 from __future__ import annotations
@@ -153,6 +154,50 @@ def collect() -> dict[str, Any]:
     return info
 
 
+ALLREDUCE_MB = 64
+ALLREDUCE_ROUNDS = 10
+
+
+def allreduce_time(megabytes: int = ALLREDUCE_MB, rounds: int = ALLREDUCE_ROUNDS) -> dict[str, Any]:
+    """Seconds of one all-reduce (SUM) of `megabytes` of float32 over this Pod's devices, the
+    median of `rounds` after a warm-up: NCCL over every local GPU
+    (MirroredStrategy + NcclAllReduce); without a GPU, TensorFlow's default reduction on the
+    CPU, so the same code runs (and is tested) on machines without one."""
+    import statistics
+    import time
+
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        strategy = tf.distribute.MirroredStrategy(cross_device_ops=tf.distribute.NcclAllReduce())
+        via = "nccl"
+    else:
+        strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+        via = "cpu"
+    n = megabytes * 1024 * 1024 // 4
+    values = strategy.run(lambda: tf.ones([n], tf.float32))
+
+    @tf.function
+    def once() -> Any:
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, values, axis=None)
+
+    once().numpy()  # warm-up: tracing, NCCL communicators
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        once().numpy()
+        times.append(time.perf_counter() - t0)
+    median = statistics.median(times)
+    return {
+        "via": via,
+        "devices": strategy.num_replicas_in_sync,
+        "megabytes": megabytes,
+        "median_s": round(median, 5),
+        "gb_per_s": round(megabytes / 1024 / median, 2),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m kerasjob_trainer.gpu_info", description=__doc__.split("\n")[0]
@@ -163,9 +208,16 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="exit 1 unless a CUDA build with all its libraries loading",
     )
+    parser.add_argument(
+        "--allreduce",
+        action="store_true",
+        help=f"also time an all-reduce of {ALLREDUCE_MB} MB over this Pod's GPUs (NCCL)",
+    )
     args = parser.parse_args(argv)
     info = collect()
     info["problems"] = problems(info)
+    if args.allreduce:
+        info["allreduce"] = allreduce_time()
     text = json.dumps(info, indent=2, sort_keys=True)
     print(text)
     if args.out:
