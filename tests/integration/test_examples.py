@@ -123,7 +123,10 @@ def test_operator_renders_pods_the_trainer_accepts(
             for mount in wanted.get("volumeMounts", []):
                 assert mount in trainer["volumeMounts"]
             for kind, amounts in wanted.get("resources", {}).items():
-                assert amounts.items() <= trainer["resources"][kind].items()
+                if isinstance(amounts, list):  # claims: DRA claims the container uses
+                    assert all(c in trainer["resources"][kind] for c in amounts), kind
+                else:  # requests, limits
+                    assert amounts.items() <= trainer["resources"][kind].items()
             for volume in wanted_pod.get("volumes", []):
                 assert volume in pod["spec"]["volumes"]
             for toleration in wanted_pod.get("tolerations", []):
