@@ -11,7 +11,9 @@ on 32x32x3 inputs, synthetic data), in one process on the default device:
 - steps/s: median over windows of WINDOW steps after WARMUP, through the trainer's own
   session (`kerasjob_trainer.keras3.session.fit`), no backups;
 - backup overhead: the same with a backup every SAVE_FREQ steps, in % of step time;
-- save_s / restore_s: one `checkpoint.save` / `checkpoint.restore` of the model's whole state.
+- save_s / restore_s: one `checkpoint.save` / `checkpoint.restore` of the model's whole state;
+- disruption: the bundled Keras 3 trainer (mnist-cnn) SIGTERMed after its first steps and
+  restarted: the goodput ledger's downtime and steps redone, the restart's start-up.
 Prints one line per figure and writes JSON (default bench/results/keras3_device.json).
 """
 
@@ -144,6 +146,64 @@ def measure(
     return out
 
 
+def disruption(steps: int, quick: bool) -> dict[str, Any]:
+    """One SIGTERM to the bundled Keras 3 trainer (`python -m kerasjob_trainer`, backend jax,
+    mnist-cnn, one process on the default device), then a restart: what the goodput ledger
+    says it cost (downtime, steps redone, goodput) and the restarted process's start-up."""
+    import re
+    import signal
+    import subprocess
+
+    import kerasjob_contract as contract
+    from kerasjob_trainer.goodput import Ledger
+
+    with tempfile.TemporaryDirectory() as tmp:
+        config = {
+            "backend": "jax",
+            "model": "mnist-cnn",
+            "epochs": 1,
+            "stepsPerEpoch": steps,
+            "saveFreq": 50,
+            "batchSizePerReplica": 64,
+            "logEverySteps": 1,
+        }
+        env = {
+            **os.environ,
+            "KERASJOB_TRAINER_CONFIG": json.dumps(config),
+            "KERASJOB_CHECKPOINT_DIR": tmp,
+            "KERASJOB_JAX_CACHE": "1",
+        }
+        env.pop("KERASJOB_METRICS_PORT", None)
+        cmd = [sys.executable, "-m", "kerasjob_trainer"]
+        first = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)
+        assert first.stdout is not None
+        for line in first.stdout:  # until its first step
+            if re.match(contract.LOG_STEP_RE, line):
+                break
+        time.sleep(0.5 if quick else 2.0)
+        first.send_signal(signal.SIGTERM)
+        first.stdout.read()
+        code = first.wait(120)
+        second = subprocess.run(
+            cmd, env=env, capture_output=True, text=True, timeout=900, check=False
+        )
+        if code != 42 or second.returncode != 0:
+            raise RuntimeError(
+                f"disruption run: exits {code}, {second.returncode}\n"
+                f"{second.stdout[-2000:]}{second.stderr[-2000:]}"
+            )
+        ledger = json.loads(Path(tmp, "goodput", "ledger.json").read_text())
+        startup = re.search(contract.LOG_STARTUP_RE, second.stdout, re.M)
+    (event,) = ledger["events"]
+    return {
+        "cause": event["cause"],
+        "downtime_s": round(event["downtime_s"], 2),
+        "steps_redone": event["steps_redone"],
+        "goodput": round(Ledger.from_json(ledger).goodput, 4),
+        "restart_startup_total_s": float(startup.group(7)) if startup else None,
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes: checks it runs")
@@ -169,6 +229,13 @@ def main() -> int:
             flush=True,
         )
         results.append(r)
+    recovery = disruption(200 if args.quick else 2000, args.quick)
+    print(
+        f"SIGTERM -> resumed: {recovery['cause']}, downtime {recovery['downtime_s']} s, "
+        f"steps redone {recovery['steps_redone']}, restart start-up "
+        f"{recovery['restart_startup_total_s']} s",
+        flush=True,
+    )
     if not all(r["restore_bit_exact"] for r in results):
         print("restore was not bit-exact", file=sys.stderr)
         return 1
@@ -180,6 +247,7 @@ def main() -> int:
         "jax": jax.__version__,
         "batch": batch,
         "models": results,
+        "disruption": recovery,
         "seconds": round(time.time() - started, 1),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -62,6 +62,8 @@ def test_gpu_check_runs_on_cpu_in_its_dry_mode(tmp_path: Path) -> None:
     result = json.loads((tmp_path / "d.json").read_text())
     assert [m["model"] for m in result["models"]] == ["mnist-cnn", "resnet"]
     assert all(m["restore_bit_exact"] and m["steps_per_s"] > 0 for m in result["models"])
+    d = result["disruption"]  # SIGTERM -> 42 -> resumed at the saved step, from the ledger
+    assert d["cause"] == "preempted" and d["steps_redone"] == 0 and 0 < d["goodput"] <= 1
     # without the override, a CPU is refused: CPU figures are not GPU figures
     refused = subprocess.run(
         ["bash", str(ROOT / "hack/gpu/check.sh"), "--quick"],
