@@ -84,9 +84,16 @@ def build_model(name: str, config: dict[str, Any], learning_rate: float) -> Buil
 
 
 def _builtin(name: str, learning_rate: float) -> Any:
-    import tf_keras as keras
-    from tf_keras import layers
+    import tf_keras
 
+    return builtin_with(tf_keras, name, learning_rate)
+
+
+def builtin_with(keras: Any, name: str, learning_rate: float) -> Any:
+    """A compiled built-in model, written once for both Keras generations: `keras` is the
+    tf_keras module (backend tensorflow) or Keras 3's `keras` (backend jax); their Sequential,
+    layers, Adam and loss have the same API."""
+    layers = keras.layers
     if name == "mnist-mlp":
         model = keras.Sequential(
             [

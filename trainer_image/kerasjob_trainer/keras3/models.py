@@ -14,7 +14,7 @@ import importlib
 from typing import Any
 
 from kerasjob_contract.trainer_config import BUILTIN_MODELS, ConfigError
-from kerasjob_trainer.models import call_with_config, load_user_function
+from kerasjob_trainer.models import builtin_with, call_with_config, load_user_function
 
 Arrays = tuple[Any, Any]
 
@@ -58,54 +58,7 @@ def _split(result: Any) -> tuple[Arrays, Arrays | None]:
 
 
 def builtin(name: str, learning_rate: float) -> Any:
+    """The built-in `name` in Keras 3: the same layers as the tf-keras built-ins."""
     import keras
-    from keras import layers
 
-    if name == "mnist-mlp":
-        model = keras.Sequential(
-            [
-                keras.Input(shape=(784,)),
-                layers.Dense(256, activation="relu"),
-                layers.Dense(256, activation="relu"),
-                layers.Dense(10),
-            ],
-            name="mnist_mlp",
-        )
-    elif name == "mnist-cnn":
-        model = keras.Sequential(
-            [
-                keras.Input(shape=(28, 28, 1)),
-                layers.Conv2D(16, 3, activation="relu"),
-                layers.MaxPooling2D(),
-                layers.Conv2D(32, 3, activation="relu"),
-                layers.MaxPooling2D(),
-                layers.Flatten(),
-                layers.Dense(64, activation="relu"),
-                layers.Dense(10),
-            ],
-            name="mnist_cnn",
-        )
-    elif name == "cifar10-cnn":
-        model = keras.Sequential(
-            [
-                keras.Input(shape=(32, 32, 3)),
-                layers.Conv2D(32, 3, padding="same", activation="relu"),
-                layers.Conv2D(32, 3, activation="relu"),
-                layers.MaxPooling2D(),
-                layers.Conv2D(64, 3, padding="same", activation="relu"),
-                layers.Conv2D(64, 3, activation="relu"),
-                layers.MaxPooling2D(),
-                layers.Flatten(),
-                layers.Dense(128, activation="relu"),
-                layers.Dense(10),
-            ],
-            name="cifar10_cnn",
-        )
-    else:
-        raise ConfigError(f"unknown model {name!r}")
-    model.compile(
-        optimizer=keras.optimizers.Adam(learning_rate),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        metrics=["accuracy"],
-    )
-    return model
+    return builtin_with(keras, name, learning_rate)
