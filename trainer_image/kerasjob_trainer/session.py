@@ -33,12 +33,10 @@ import os
 import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 from typing import Any, NoReturn
 
-import kerasjob_contract as contract
 from kerasjob_contract import ExitCode
 from kerasjob_contract.trainer_config import ConfigError, TrainerConfig
 from kerasjob_trainer import faults, goodput, leader, preemption, startup, steps
@@ -46,6 +44,7 @@ from kerasjob_trainer.audit import Audit
 from kerasjob_trainer.faults import hard_exit, say
 from kerasjob_trainer.metric_state import MetricState
 from kerasjob_trainer.metrics import ProgressReporter
+from kerasjob_trainer.outputs import open_reporter, save_model
 from kerasjob_trainer.progress import progress_callback
 
 #: A successful run that is still tearing TensorFlow down after this long exits anyway.
@@ -81,7 +80,9 @@ class Session:
     def __init__(self, ctx: Any, strategy: Any) -> None:
         self.ctx = ctx  # kerasjob_trainer.context.RunContext
         self.strategy = strategy
-        self.reporter: ProgressReporter | None = _reporter(ctx) if self.is_chief else None
+        self.reporter: ProgressReporter | None = (
+            open_reporter(ctx.output_dir, ctx.metrics_port) if self.is_chief else None
+        )
         # A step stuck on a collective for collectiveTimeoutSeconds is a lost peer (not
         # TensorFlow's per-op timeout: `strategy.build_strategy`); stallTimeoutSeconds caps it.
         cfg = ctx.config
@@ -291,7 +292,7 @@ class Session:
         backup, mark progress done; then exit 0 (TensorFlow's teardown may take 20 s at
         most). Every worker must call it: saving reads metric variables collectively."""
         try:
-            _save_model(model, self.output_dir, self.is_chief)
+            save_model(model, self.output_dir, self.is_chief)
             if self.is_chief:
                 shutil.rmtree(self.backup_dir, ignore_errors=True)  # the model is safe now
         except Exception as e:
@@ -389,28 +390,6 @@ def _batch_size(x: Any) -> int | None:
 def _peer_addresses(cluster: Any) -> list[str]:
     mine = cluster.training_cluster.get(cluster.role, [])[cluster.index : cluster.index + 1]
     return [a for addrs in cluster.training_cluster.values() for a in addrs if a not in mine]
-
-
-def _reporter(ctx: Any) -> ProgressReporter:
-    try:
-        return ProgressReporter(ctx.output_dir, ctx.metrics_port)
-    except OSError as e:  # a busy port must not stop training; progress.json still works
-        say(f"warning: cannot serve /metrics on port {ctx.metrics_port}: {e}")
-        return ProgressReporter(ctx.output_dir, None)
-
-
-def _save_model(model: Any, output_dir: str, is_chief: bool) -> None:
-    """Every worker saves (reading metric variables is a collective); only the chief keeps it."""
-    if is_chief:
-        os.makedirs(output_dir, exist_ok=True)
-        path = os.path.join(output_dir, contract.MODEL_FILE)
-        tmp = os.path.join(output_dir, f".tmp-{contract.MODEL_FILE}")
-        model.save(tmp)
-        os.replace(tmp, path)  # the evaluator and users never see a half-written model
-        say(f"saved model to {path}")
-        return
-    with tempfile.TemporaryDirectory() as tmp:
-        model.save(os.path.join(tmp, contract.MODEL_FILE))
 
 
 def _exit_after_teardown() -> None:

@@ -33,13 +33,11 @@ import os
 import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 import traceback
 from typing import Any, NoReturn
 
-import kerasjob_contract as contract
 from kerasjob_contract import ExitCode
 from kerasjob_contract.trainer_config import ConfigError, TrainerConfig
 from kerasjob_trainer import faults, goodput, startup, steps
@@ -50,6 +48,7 @@ from kerasjob_trainer.keras3 import data as k3data
 from kerasjob_trainer.keras3.context import Context
 from kerasjob_trainer.keras3.identity import Identity
 from kerasjob_trainer.metrics import ProgressReporter
+from kerasjob_trainer.outputs import open_reporter, save_model
 from kerasjob_trainer.pipeline import Indexed
 
 SUCCESS_TEARDOWN_SECONDS = 20.0
@@ -102,7 +101,9 @@ class Session:
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
-        self.reporter: ProgressReporter | None = _reporter(ctx) if self.is_chief else None
+        self.reporter: ProgressReporter | None = (
+            open_reporter(ctx.output_dir, ctx.metrics_port) if self.is_chief else None
+        )
         cfg = ctx.config
         self.watchdog = faults.Watchdog(
             min(cfg.collective_timeout_seconds, cfg.stall_timeout_seconds)
@@ -285,7 +286,7 @@ class Session:
         a collective) and deletes the backup; progress is marked
         done; every process leaves the JAX runtime together; exit 0."""
         try:
-            _save_model(model, self.output_dir, self.is_chief)
+            save_model(model, self.output_dir, self.is_chief)
             if self.is_chief:
                 shutil.rmtree(self.backup_dir, ignore_errors=True)  # the model is safe now
                 shutil.rmtree(
@@ -547,29 +548,6 @@ def _keras_version() -> str:
     import keras
 
     return str(keras.__version__)
-
-
-def _reporter(ctx: Context) -> ProgressReporter:
-    try:
-        return ProgressReporter(ctx.output_dir, ctx.metrics_port)
-    except OSError as e:
-        say(f"warning: cannot serve /metrics on port {ctx.metrics_port}: {e}")
-        return ProgressReporter(ctx.output_dir, None)
-
-
-def _save_model(model: Any, output_dir: str, is_chief: bool) -> None:
-    """Every process saves (Keras checks across processes that the values agree: a
-    collective); only the chief keeps the file."""
-    if not is_chief:
-        with tempfile.TemporaryDirectory() as tmp:
-            model.save(os.path.join(tmp, contract.MODEL_FILE))
-        return
-    os.makedirs(output_dir, exist_ok=True)
-    path = os.path.join(output_dir, contract.MODEL_FILE)
-    tmp = os.path.join(output_dir, f".tmp-{contract.MODEL_FILE}")
-    model.save(tmp)
-    os.replace(tmp, path)
-    say(f"saved model to {path}")
 
 
 def _leave_together(identity: Identity) -> None:
