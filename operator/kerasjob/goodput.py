@@ -4,9 +4,10 @@ The chief serves
 ``kerasjob_disruptions_total``, ``kerasjob_lost_seconds_total``,
 ``kerasjob_steps_redone_total``, ``kerasjob_productive_seconds_total`` and
 ``kerasjob_goodput_ratio`` (names in `kerasjob_contract`) next to the progress gauges that
-`progress.parse_metrics` reads. The controller's progress scrape stores `parse_goodput` in
-``status.progress.goodput`` and posts the Events of `goodput_events` when a disruption was
-accounted; ``kerasjob status`` and ``kerasjob describe`` print `describe`.
+`progress.parse_metrics` reads (both parse with `prom.samples`). The controller's progress
+scrape stores `parse_goodput` in ``status.progress.goodput`` and posts the Events of
+`goodput_events` when a disruption was accounted; ``kerasjob status`` and ``kerasjob
+describe`` print `describe`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kerasjob.progress import samples
+from kerasjob.prom import samples
 from kerasjob_contract import (
     METRIC_DISRUPTIONS,
     METRIC_GOODPUT_RATIO,

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
-import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 import aiohttp
 
+from kerasjob import goodput
+from kerasjob.prom import samples
 from kerasjob_contract import (
     METRIC_EPOCH,
     METRIC_LOSS,
@@ -28,30 +28,6 @@ from kerasjob_contract import (
 from kerasjob_contract.times import format_time
 
 log = logging.getLogger(__name__)
-
-_LINE = re.compile(
-    r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)"
-)
-_LABEL = re.compile(r'(?P<k>[a-zA-Z_][a-zA-Z0-9_]*)="(?P<v>(?:[^"\\]|\\.)*)"')
-
-
-def samples(text: str) -> Iterator[tuple[str, dict[str, str], float]]:
-    """(name, labels, value) of each finite sample in Prometheus text format."""
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        m = _LINE.match(line)
-        if not m:
-            continue
-        try:
-            value = float(m.group("value"))
-        except ValueError:
-            continue
-        if math.isnan(value) or math.isinf(value):
-            continue
-        labels = {lm.group("k"): lm.group("v") for lm in _LABEL.finditer(m.group("labels") or "")}
-        yield m.group("name"), labels, value
 
 
 def parse_metrics(text: str) -> dict[str, Any]:
@@ -99,8 +75,6 @@ def from_termination(
 ) -> dict[str, Any] | None:
     """The new ``status.progress`` from the chief's termination message (the /metrics
     samples it leaves when its process ends), or None when it holds none or nothing new."""
-    from kerasjob import goodput  # goodput reads this module's `samples`
-
     scraped = parse_metrics(message)
     if not scraped:
         return None
