@@ -212,8 +212,48 @@ def build_pod(
     role = ReplicaRole(role)
     spec = j.spec
     name = pod_name(j.name, role, index)
+    owned_env = _owned_env(j, role, index, workers, restart_attempt)
+    annotations = {labels.RESTART_ATTEMPT: str(restart_attempt)}
+    if "generation" in j.metadata:
+        annotations[labels.JOB_GENERATION] = str(j.metadata["generation"])
+    pod_lbls = pod_labels(j.name, role, index, is_chief=(role, index) == spec.chief_task())
+    volume = {"name": CHECKPOINT_VOLUME, **(spec.checkpoint.volume or {"emptyDir": {}})}
+    pod = _render_pod(j, name, pod_lbls, annotations, owned_env, volume, default_image)
+    owned_spec = {key: pod["spec"][key] for key in OWNED_POD_SPEC_FIELDS}
+    # The pod is freshly rendered, ours alone: the template is merged into it in place.
+    template = role_template(j, role)
+    merge_into(pod["metadata"], template.get("metadata") or {})
+    merge_into(pod["spec"], template.get("spec") or {})
+
+    # The operator's fields win over anything a template said.
+    meta = pod["metadata"]
+    meta.update(name=name, namespace=j.namespace, ownerReferences=[owner_reference(j)])
+    meta["labels"] = {**(meta.get("labels") or {}), **pod_lbls}
+    meta["annotations"] = {**(meta.get("annotations") or {}), **annotations}
+    meta.pop("generateName", None)
+    pod_spec = pod["spec"]
+    pod_spec.update(owned_spec)
+    trainer = _trainer_container(pod_spec)
+    if trainer is not None:  # else a template removed it: the API server says what is wrong
+        trainer["env"] = _keep_owned_env(trainer.get("env") or [], owned_env)
+    pod_spec["volumes"] = [
+        volume if isinstance(v, Mapping) and v.get("name") == CHECKPOINT_VOLUME else v
+        for v in pod_spec.get("volumes") or []
+    ]
+    if node_lost_toleration is not None:
+        pod_spec["tolerations"] = node_lost_tolerations(
+            pod_spec.get("tolerations"), node_lost_toleration
+        )
+    return pod
+
+
+def _owned_env(
+    j: KerasJob, role: ReplicaRole, index: int, workers: int | None, restart_attempt: int
+) -> dict[str, str]:
+    """The env the operator owns: the backend's identity variables and the task's own."""
+    spec = j.spec
     runtime = runtime_for(spec.trainer.backend)
-    owned_env = {
+    return {
         **runtime.identity_env(j.name, j.namespace, spec.replicas(workers), spec.port, role, index),
         Env.JOB_NAME.value: j.name,
         Env.NAMESPACE.value: j.namespace,
@@ -222,18 +262,25 @@ def build_pod(
         Env.CHECKPOINT_DIR.value: job_checkpoint_dir(j),
         Env.RESTART_ATTEMPT.value: str(restart_attempt),
     }
+
+
+def _render_pod(
+    j: KerasJob,
+    name: str,
+    pod_lbls: Mapping[str, str],
+    annotations: Mapping[str, str],
+    owned_env: Mapping[str, str],
+    volume: Mapping[str, Any],
+    default_image: DefaultImages,
+) -> dict[str, Any]:
+    """pod.yaml.j2 for the task, before the role's template is merged in."""
+    spec = j.spec
     default_env = {
         Env.TRAINER_CONFIG.value: json.dumps(trainer_config(j), separators=(",", ":")),
         Env.METRICS_PORT.value: str(DEFAULT_METRICS_PORT),
-        **runtime.default_env(),
+        **runtime_for(spec.trainer.backend).default_env(),
     }
-    annotations = {labels.RESTART_ATTEMPT: str(restart_attempt)}
-    if "generation" in j.metadata:
-        annotations[labels.JOB_GENERATION] = str(j.metadata["generation"])
-    pod_lbls = pod_labels(j.name, role, index, is_chief=(role, index) == spec.chief_task())
-    volume = {"name": CHECKPOINT_VOLUME, **(spec.checkpoint.volume or {"emptyDir": {}})}
-
-    base = render(
+    return render(
         "pod.yaml.j2",
         pod_name=name,
         job_name=j.name,
@@ -255,43 +302,19 @@ def build_pod(
         checkpoint_volume=volume,
     )
 
-    template = role_template(j, role)
-    owned_spec = {key: base["spec"][key] for key in OWNED_POD_SPEC_FIELDS}
-    pod = base  # freshly rendered, ours alone: the template is merged into it in place
-    merge_into(pod["metadata"], template.get("metadata") or {})
-    merge_into(pod["spec"], template.get("spec") or {})
 
-    # The operator's fields win over anything a template said.
-    meta = pod["metadata"]
-    meta.update(name=name, namespace=j.namespace, ownerReferences=[owner_reference(j)])
-    meta["labels"] = {**(meta.get("labels") or {}), **pod_lbls}
-    meta["annotations"] = {**(meta.get("annotations") or {}), **annotations}
-    meta.pop("generateName", None)
-    pod_spec = pod["spec"]
-    pod_spec.update(owned_spec)
-    trainer = _trainer_container(pod_spec)
-    if trainer is not None:  # else a template removed it: the API server says what is wrong
-        # Owned names keep the operator's value; another backend's identity is left out.
-        trainer["env"] = [
-            {"name": e["name"], "value": owned_env[e["name"]]}
-            if isinstance(e, Mapping) and e.get("name") in owned_env
-            else e
-            for e in trainer.get("env") or []
-            if not (
-                isinstance(e, Mapping)
-                and e.get("name") in OWNED_ENV
-                and e.get("name") not in owned_env
-            )
-        ]
-    pod_spec["volumes"] = [
-        volume if isinstance(v, Mapping) and v.get("name") == CHECKPOINT_VOLUME else v
-        for v in pod_spec.get("volumes") or []
-    ]
-    if node_lost_toleration is not None:
-        pod_spec["tolerations"] = node_lost_tolerations(
-            pod_spec.get("tolerations"), node_lost_toleration
+def _keep_owned_env(env: list[Any], owned_env: Mapping[str, str]) -> list[Any]:
+    """A template's env with the owned names at the operator's value; another backend's
+    identity variables are left out."""
+    return [
+        {"name": e["name"], "value": owned_env[e["name"]]}
+        if isinstance(e, Mapping) and e.get("name") in owned_env
+        else e
+        for e in env
+        if not (
+            isinstance(e, Mapping) and e.get("name") in OWNED_ENV and e.get("name") not in owned_env
         )
-    return pod
+    ]
 
 
 #: The taints the node lifecycle controller puts on a node that stopped answering.
