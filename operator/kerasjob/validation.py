@@ -55,25 +55,35 @@ def validate_job(obj: JobLike) -> list[str]:
         j = _job(obj)
     except pydantic.ValidationError as e:
         return validation_problems(e)
-    problems: list[str] = []
-    spec = j.spec
-    name = j.name
+    problems = [*_name_problems(j), *_spec_problems(j), *_elastic_problems(j)]
+    for where, tpl in _templates(j):
+        problems.extend(_template_problems(where, tpl, j.spec.checkpoint.mount_path))
+    return problems
 
+
+def _name_problems(j: KerasJob) -> list[str]:
+    """metadata.name names the Service and, with role and index, every Pod (hostnames)."""
+    name = j.name
     if not name:
-        problems.append("metadata.name is required")
-    elif not (_DNS_1035_LABEL.match(name) and len(name) <= 63):
-        problems.append(
+        return ["metadata.name is required"]
+    if not (_DNS_1035_LABEL.match(name) and len(name) <= 63):
+        return [
             f"metadata.name {name!r} must be a DNS-1035 label (at most 63 lowercase letters, "
             "digits and '-', starting with a letter): it names the job's Service"
-        )
-    else:
-        longest = max((pod_name(name, r, i) for r, i in spec.tasks()), key=len)
-        if len(longest) > 63:
-            problems.append(
-                f"metadata.name {name!r} is too long: Pod name/hostname {longest!r} must be "
-                "at most 63 characters"
-            )
+        ]
+    longest = max((pod_name(name, r, i) for r, i in j.spec.tasks()), key=len)
+    if len(longest) > 63:
+        return [
+            f"metadata.name {name!r} is too long: Pod name/hostname {longest!r} must be "
+            "at most 63 characters"
+        ]
+    return []
 
+
+def _spec_problems(j: KerasJob) -> list[str]:
+    """The port, the dataset, the checkpoint volume and the backend's roles."""
+    problems: list[str] = []
+    spec = j.spec
     if spec.port == DEFAULT_METRICS_PORT:
         problems.append(f"spec.port {spec.port} collides with the metrics port")
     ds = spec.trainer.dataset
@@ -92,16 +102,12 @@ def validate_job(obj: JobLike) -> list[str]:
             "a job with more than one Pod needs a shared spec.checkpoint.volume "
             "(emptyDir is per Pod)"
         )
-
     if spec.trainer.backend is Backend.JAX:  # workers only (the CRD's CEL rules, repeated)
         roles = spec.replicas()
         if ReplicaRole.CHIEF in roles:
             problems.append(JAX_NO_CHIEF)
         if ReplicaRole.EVALUATOR in roles:
             problems.append(JAX_NO_EVALUATOR)
-    problems.extend(_elastic_problems(j))
-    for where, tpl in _templates(j):
-        problems.extend(_template_problems(where, tpl, ckpt.mount_path))
     return problems
 
 
