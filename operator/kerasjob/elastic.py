@@ -24,6 +24,11 @@ first resize): the planner's tasks and every Pod's TF_CONFIG have that many work
 - A resize deletes every Pod of the job and marks them counted (like a suspension: neither a
   failure nor a disruption), records itself in ``status.elastic`` (workers, resizes, the last
   10 resizes), posts a ``Resized`` Event, and the Pods come back together at the new size.
+
+The planner's steps here (`init_size`, `shrink_if_capacity_lost`, `grow_if_capacity_returned`
+and their helpers) are functions over `planstate.PlanState`, composed by `reconcile.plan` and
+`running.active`; `waiting_jobs`/`WaitingJobs` are the controller's, `probe_name` the
+children's.
 """
 
 from __future__ import annotations
@@ -33,8 +38,9 @@ from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from typing import Any
 
-from kerasjob.api import Reason
-from kerasjob.planning import CreateProbe, DeletePod, Task
+from kerasjob.api import Reason, wire
+from kerasjob.planning import CreateProbe, DeletePod, ElasticPolicy, Task
+from kerasjob.planstate import PlanState
 from kerasjob.podview import PodView
 from kerasjob_contract.times import format_time, parse_time
 
@@ -100,243 +106,251 @@ def tasks_at(tasks: tuple[Task, ...], workers: int) -> tuple[Task, ...]:
     return tuple(t for t in tasks if t.role != WORKER or t.index < workers)
 
 
-class Elastic:
-    """The elastic steps of `reconcile._Planner` (a mixin: it uses the planner's state)."""
+# -- the size ---------------------------------------------------------------------------------
 
-    job: Any
-    status: dict[str, Any]
-    tracked: dict[str, dict[str, Any]]
-    owned: dict[str, PodView]
-    actions: list[Any]
-    now: Any
 
-    def event(self, type_: str, reason: str, message: str) -> None:
-        raise NotImplementedError
+def init_size(s: PlanState) -> None:
+    """Narrow the job's tasks to its current size (once, before any other step)."""
+    policy = s.job.elastic
+    if policy is None:
+        return
+    recorded = (s.status.get("elastic") or {}).get("workers")
+    size = recorded if isinstance(recorded, int) else policy.preferred
+    s.size = min(max(size, policy.min_workers), policy.preferred)
+    s.job = dataclasses.replace(s.job, tasks=tasks_at(s.job.tasks, s.size))
 
-    def requeue(self, seconds: float) -> None:
-        raise NotImplementedError
 
-    def delete(self, pod: PodView) -> None:
-        raise NotImplementedError
+def kueue_workers(s: PlanState) -> int | None:
+    """The workers Kueue admitted for this elastic job (None: not under Kueue, or not
+    admitted)."""
+    gate = s.job.kueue
+    return None if gate is None or not gate.admitted else gate.workers
 
-    # -- the size ---------------------------------------------------------------------------
 
-    def init_size(self) -> None:
-        """Narrow the job's tasks to its current size (call once, before anything else)."""
-        policy = self.job.elastic
-        self.size: int | None = None
-        #: A resize was decided in this plan: its Pods are going, none counts as ready.
-        self.resized_now = False
-        #: With Kueue: a grow waiting for Kueue to admit this many workers (Plan.grow_to).
-        self.grow_to: int | None = None
-        if policy is None:
-            return
-        recorded = (self.status.get("elastic") or {}).get("workers")
-        size = recorded if isinstance(recorded, int) else policy.preferred
-        self.size = min(max(size, policy.min_workers), policy.preferred)
-        self.job = dataclasses.replace(self.job, tasks=tasks_at(self.job.tasks, self.size))
+def last_resize(s: PlanState) -> wire.Resize | None:
+    history = (s.status.get("elastic") or {}).get("history") or []
+    return history[-1] if history else None
 
-    def kueue_workers(self) -> int | None:
-        """The workers Kueue admitted for this elastic job (None: not under Kueue, or not
-        admitted)."""
-        gate = self.job.kueue
-        return None if gate is None or not gate.admitted else gate.workers
 
-    def last_resize(self) -> dict[str, Any] | None:
-        history = (self.status.get("elastic") or {}).get("history") or []
-        return history[-1] if history else None
+def resize(s: PlanState, to: int, reason: Reason, message: str) -> None:
+    """Every Pod goes (counted: no failure, no disruption); they come back at ``to``.
+    A grow lets them save (their own grace period); a shrink does not wait."""
+    assert s.size is not None
+    grace = SHRINK_GRACE_SECONDS if to < s.size else None
+    for pod in s.owned.values():
+        if not pod.deleting:
+            s.actions.append(DeletePod(pod.name, pod.uid, grace_seconds=grace))
+    for name, rec in s.tracked.items():
+        current = s.owned.get(name)
+        if current is not None:
+            rec["uid"] = current.uid
+        rec["counted"] = True
+    elastic = wire.ElasticStatus(**(s.status.get("elastic") or {}))
+    history = list(elastic.get("history") or [])
+    history.append(
+        {
+            "time": format_time(s.now),
+            "fromWorkers": s.size,
+            "toWorkers": to,
+            "reason": reason.value,
+            "message": message,
+        }
+    )
+    elastic["workers"] = to
+    elastic["resizes"] = int(elastic.get("resizes") or 0) + 1
+    elastic["history"] = history[-HISTORY:]
+    s.status["elastic"] = elastic
+    s.event("Normal", Reason.RESIZED.value, message)
+    s.resized_now = True
+    s.size = to
+    s.job = dataclasses.replace(s.job, tasks=tasks_at(s.job.tasks, to))
 
-    def resize(self, to: int, reason: Reason, message: str) -> None:
-        """Every Pod goes (counted: no failure, no disruption); they come back at ``to``.
-        A grow lets them save (their own grace period); a shrink does not wait."""
-        assert self.size is not None
-        grace = SHRINK_GRACE_SECONDS if to < self.size else None
-        for pod in self.owned.values():
-            if not pod.deleting:
-                self.actions.append(DeletePod(pod.name, pod.uid, grace_seconds=grace))
-        for name, rec in self.tracked.items():
-            current = self.owned.get(name)
-            if current is not None:
-                rec["uid"] = current.uid
-            rec["counted"] = True
-        elastic = dict(self.status.get("elastic") or {})
-        history = list(elastic.get("history") or [])
-        history.append(
-            {
-                "time": format_time(self.now),
-                "fromWorkers": self.size,
-                "toWorkers": to,
-                "reason": reason.value,
-                "message": message,
-            }
-        )
-        elastic.update(
-            workers=to, resizes=int(elastic.get("resizes") or 0) + 1, history=history[-HISTORY:]
-        )
-        self.status["elastic"] = elastic
-        self.event("Normal", Reason.RESIZED.value, message)
-        self.resized_now = True
-        self.size = to
-        self.job = dataclasses.replace(self.job, tasks=tasks_at(self.job.tasks, to))
 
-    def resized_since(self, when: str | None) -> dict[str, Any] | None:
-        """The last resize when it is newer than ``when`` (e.g. the last restart's time)."""
-        last = self.last_resize()
-        if last is None:
-            return None
-        at, other = parse_time(last.get("time")), parse_time(when)
-        return last if at is not None and (other is None or at >= other) else None
+def resized_since(s: PlanState, when: str | None) -> wire.Resize | None:
+    """The last resize when it is newer than ``when`` (e.g. the last restart's time)."""
+    last = last_resize(s)
+    if last is None:
+        return None
+    at, other = parse_time(last.get("time")), parse_time(when)
+    return last if at is not None and (other is None or at >= other) else None
 
-    # -- shrink -----------------------------------------------------------------------------
 
-    def shrink_if_capacity_lost(self) -> None:
-        policy = self.job.elastic
-        if policy is None or self.size is None:
-            return
-        self.size_status()
-        # Workers above the current size (a resize the operator did not see through).
-        for extra in self.owned.values():
-            if extra.role == WORKER and extra.index >= self.size:
-                self.delete(extra)
-        admitted = self.kueue_workers()
-        if admitted is not None and admitted < self.size:
-            to = max(admitted, policy.min_workers)
-            if to < self.size:
-                self.resize(
-                    to,
-                    Reason.CAPACITY_LOST,
-                    f"Shrinking from {self.size} to {to} workers: Kueue admitted {admitted}",
-                )
-                return
-        after = timedelta(seconds=policy.shrink_after_seconds)
-        stuck: list[PodView] = []
-        for task in self.job.tasks:
-            pod = self.owned.get(task.name)
-            if task.role != WORKER or pod is None or pod.deleting:
-                continue
-            if pod.unschedulable_since is None:
-                continue
-            due = pod.unschedulable_since + after
-            if self.now >= due:
-                stuck.append(pod)
-            else:
-                self.requeue((due - self.now).total_seconds())
-        # In a gang (`gang`) every Pod waits when one does not fit: shrink one at a time.
-        lost = 1 if stuck and self.job.gang is not None else len(stuck)
-        to = max(policy.min_workers, self.size - lost)
-        if not stuck or to == self.size:
-            return  # nothing lost, or already at minWorkers: wait (the status says why)
-        why = stuck[0].waiting.partition(":")[2].strip() or "no node fits"
-        self.resize(
-            to,
-            Reason.CAPACITY_LOST,
-            f"Shrinking from {self.size} to {to} workers: Pod {stuck[0].name} has been "
-            f"unschedulable for over {policy.shrink_after_seconds:g}s ({why})",
-        )
+# -- shrink -----------------------------------------------------------------------------------
 
-    def size_status(self) -> None:
-        elastic = dict(self.status.get("elastic") or {})
-        if elastic.get("workers") != self.size:
-            elastic["workers"] = self.size
-            elastic.setdefault("resizes", 0)
-            self.status["elastic"] = elastic
 
-    # -- grow -------------------------------------------------------------------------------
-
-    def grow_if_capacity_returned(self, running: bool) -> bool:
-        """Probe while running short; grow when probes are bound and the cool-down passed.
-        True when it resized. status.elastic.growth says where a grow stands."""
-        policy = self.job.elastic
-        if policy is None or self.size is None:
-            return False
-        grew, growth = self._grow(policy, running)
-        elastic = dict(self.status.get("elastic") or {})
-        if elastic.get("growth") != growth:
-            if growth:
-                elastic["growth"] = growth
-            else:
-                elastic.pop("growth", None)
-            self.status["elastic"] = elastic
-        return grew
-
-    def _grow(self, policy: Any, running: bool) -> tuple[bool, str]:
-        """(resized, where a grow stands in words: '' at the preferred size or while the
-        job is not running)."""
-        assert self.size is not None
-        probes = {p.index: p for p in self.owned.values() if p.role == PROBE_ROLE}
-        # Short, running, and no other job waiting for a place: probe (see `waiting_jobs`).
-        wanted = running and not self.job.others_waiting
-        missing = policy.preferred - self.size if wanted else 0
-        if running and self.size < policy.preferred and not wanted:
-            self.requeue(PROBE_SETTLE_SECONDS)  # look again: other jobs' Pods wake no one
-        for index, pod in probes.items():
-            # A probe that ended was no place: the kubelet refused it (OutOf<resource>, its
-            # view of the node behind the scheduler's) or something stopped it. It goes,
-            # and a fresh one looks again.
-            if (index >= missing or pod.finished) and not pod.deleting:
-                self.actions.append(DeletePod(pod.name, pod.uid, force=True))
-        if missing <= 0:
-            if running and self.size < policy.preferred:
-                return False, (
-                    "Not probing: another job waits for a place, and capacity goes to it first"
-                )
-            return False, ""
-        for index in range(missing):
-            if index not in probes:
-                self.actions.append(CreateProbe(probe_name(self.job.name, index), index))
-        # The wanted probes that still stand; those bound to a node, and when each counts.
-        live = [
-            p
-            for i, p in sorted(probes.items())
-            if i < missing and not p.deleting and not p.finished
-        ]
-        settle = timedelta(seconds=PROBE_SETTLE_SECONDS)
-        placed = [
-            (p, since + settle)
-            for p in live
-            if p.node_name and (since := p.scheduled_since) is not None
-        ]
-        unsettled = [(p, counts) for p, counts in placed if counts > self.now]
-        if unsettled:
-            self.requeue((min(c for _, c in unsettled) - self.now).total_seconds())
-        settled = [p for p, counts in placed if counts <= self.now]
-        if not settled:
-            if unsettled:
-                first = unsettled[0][0]
-                return False, (
-                    f"Probe Pod {first.name} was scheduled on node "
-                    f"{first.node_name}: counted as a place once it has stayed "
-                    f"{PROBE_SETTLE_SECONDS:g}s"
-                )
-            if live and live[0].waiting:
-                return False, f"Probe Pod {live[0].name} waits for a place: {live[0].waiting}"
-            return False, (
-                f"Probing for a place for {missing} more worker{'s' if missing > 1 else ''}"
+def shrink_if_capacity_lost(s: PlanState) -> None:
+    """Shrink to what Kueue admitted, or without the workers unschedulable for
+    shrinkAfterSeconds (not below minWorkers)."""
+    policy = s.job.elastic
+    if policy is None or s.size is None:
+        return
+    size_status(s)
+    # Workers above the current size (a resize the operator did not see through).
+    for extra in s.owned.values():
+        if extra.role == WORKER and extra.index >= s.size:
+            s.delete(extra)
+    admitted = kueue_workers(s)
+    if admitted is not None and admitted < s.size:
+        to = max(admitted, policy.min_workers)
+        if to < s.size:
+            resize(
+                s,
+                to,
+                Reason.CAPACITY_LOST,
+                f"Shrinking from {s.size} to {to} workers: Kueue admitted {admitted}",
             )
-        last = self.last_resize()
-        at = parse_time(last.get("time")) if last else None
-        where = f"probe Pod {settled[0].name} was scheduled on node {settled[0].node_name}"
-        if at is not None:
-            due = at + timedelta(seconds=policy.resize_cooldown_seconds)
-            if self.now < due:
-                self.requeue((due - self.now).total_seconds())
-                return False, (
-                    f"Capacity returned ({where}); growing after the cool-down "
-                    f"(resizeCooldownSeconds), at {format_time(due)}"
-                )
-        to = self.size + len(settled)
-        why = where
-        gate = self.job.kueue
-        if gate is not None and gate.workers is not None:
-            if gate.workers < to:
-                self.grow_to = to  # Kueue's admission of that many first (its events wake us)
-                if gate.workers <= self.size:
-                    return False, (
-                        f"Capacity returned ({where}); waiting for Kueue to admit {to} workers"
-                    )
-                to = gate.workers  # admitted already: as far as that
-            why += f"; Kueue admitted {to} workers"
-        self.resize(
-            to, Reason.CAPACITY_RETURNED, f"Growing from {self.size} to {to} workers: {why}"
+            return
+    stuck = _stuck_workers(s, policy)
+    # In a gang (`gang`) every Pod waits when one does not fit: shrink one at a time.
+    lost = 1 if stuck and s.job.gang is not None else len(stuck)
+    to = max(policy.min_workers, s.size - lost)
+    if not stuck or to == s.size:
+        return  # nothing lost, or already at minWorkers: wait (the status says why)
+    why = stuck[0].waiting.partition(":")[2].strip() or "no node fits"
+    resize(
+        s,
+        to,
+        Reason.CAPACITY_LOST,
+        f"Shrinking from {s.size} to {to} workers: Pod {stuck[0].name} has been "
+        f"unschedulable for over {policy.shrink_after_seconds:g}s ({why})",
+    )
+
+
+def _stuck_workers(s: PlanState, policy: ElasticPolicy) -> list[PodView]:
+    """Workers unschedulable for shrinkAfterSeconds (a look again when the next would be)."""
+    after = timedelta(seconds=policy.shrink_after_seconds)
+    stuck: list[PodView] = []
+    for task in s.job.tasks:
+        pod = s.owned.get(task.name)
+        if task.role != WORKER or pod is None or pod.deleting:
+            continue
+        if pod.unschedulable_since is None:
+            continue
+        due = pod.unschedulable_since + after
+        if s.now >= due:
+            stuck.append(pod)
+        else:
+            s.requeue((due - s.now).total_seconds())
+    return stuck
+
+
+def size_status(s: PlanState) -> None:
+    """status.elastic.workers: the current size."""
+    elastic = wire.ElasticStatus(**(s.status.get("elastic") or {}))
+    if elastic.get("workers") != s.size:
+        assert s.size is not None
+        elastic["workers"] = s.size
+        elastic.setdefault("resizes", 0)
+        s.status["elastic"] = elastic
+
+
+# -- grow -------------------------------------------------------------------------------------
+
+
+def grow_if_capacity_returned(s: PlanState, running: bool) -> bool:
+    """Probe while running short; grow when probes are bound and the cool-down passed.
+    True when it resized. status.elastic.growth says where a grow stands."""
+    policy = s.job.elastic
+    if policy is None or s.size is None:
+        return False
+    grew, growth = _grow(s, policy, running)
+    elastic = wire.ElasticStatus(**(s.status.get("elastic") or {}))
+    if elastic.get("growth") != growth:
+        if growth:
+            elastic["growth"] = growth
+        else:
+            elastic.pop("growth", None)
+        s.status["elastic"] = elastic
+    return grew
+
+
+def _grow(s: PlanState, policy: ElasticPolicy, running: bool) -> tuple[bool, str]:
+    """(resized, where a grow stands in words: '' at the preferred size or while the
+    job is not running)."""
+    assert s.size is not None
+    probes = {p.index: p for p in s.owned.values() if p.role == PROBE_ROLE}
+    # Short, running, and no other job waiting for a place: probe (see `waiting_jobs`).
+    wanted = running and not s.job.others_waiting
+    missing = policy.preferred - s.size if wanted else 0
+    if running and s.size < policy.preferred and not wanted:
+        s.requeue(PROBE_SETTLE_SECONDS)  # look again: other jobs' Pods wake no one
+    for index, pod in probes.items():
+        # A probe that ended was no place: the kubelet refused it (OutOf<resource>, its
+        # view of the node behind the scheduler's) or something stopped it. It goes,
+        # and a fresh one looks again.
+        if (index >= missing or pod.finished) and not pod.deleting:
+            s.actions.append(DeletePod(pod.name, pod.uid, force=True))
+    if missing <= 0:
+        if running and s.size < policy.preferred:
+            return False, (
+                "Not probing: another job waits for a place, and capacity goes to it first"
+            )
+        return False, ""
+    for index in range(missing):
+        if index not in probes:
+            s.actions.append(CreateProbe(probe_name(s.job.name, index), index))
+    settled, growth = _settled_probes(s, probes, missing)
+    if not settled:
+        return False, growth
+    return _grow_by(s, policy, settled)
+
+
+def _settled_probes(
+    s: PlanState, probes: Mapping[int, PodView], missing: int
+) -> tuple[list[PodView], str]:
+    """The wanted probes bound to a node for PROBE_SETTLE_SECONDS; when there are none,
+    where the probing stands in words."""
+    live = [
+        p for i, p in sorted(probes.items()) if i < missing and not p.deleting and not p.finished
+    ]
+    settle = timedelta(seconds=PROBE_SETTLE_SECONDS)
+    placed = [
+        (p, since + settle)
+        for p in live
+        if p.node_name and (since := p.scheduled_since) is not None
+    ]
+    unsettled = [(p, counts) for p, counts in placed if counts > s.now]
+    if unsettled:
+        s.requeue((min(c for _, c in unsettled) - s.now).total_seconds())
+    settled = [p for p, counts in placed if counts <= s.now]
+    if settled:
+        return settled, ""
+    if unsettled:
+        first = unsettled[0][0]
+        return [], (
+            f"Probe Pod {first.name} was scheduled on node {first.node_name}: counted as a "
+            f"place once it has stayed {PROBE_SETTLE_SECONDS:g}s"
         )
-        return True, ""
+    if live and live[0].waiting:
+        return [], f"Probe Pod {live[0].name} waits for a place: {live[0].waiting}"
+    return [], f"Probing for a place for {missing} more worker{'s' if missing > 1 else ''}"
+
+
+def _grow_by(s: PlanState, policy: ElasticPolicy, settled: list[PodView]) -> tuple[bool, str]:
+    """Grow by the settled probes once the cool-down passed, as far as Kueue admitted."""
+    assert s.size is not None
+    last = last_resize(s)
+    at = parse_time(last.get("time")) if last else None
+    where = f"probe Pod {settled[0].name} was scheduled on node {settled[0].node_name}"
+    if at is not None:
+        due = at + timedelta(seconds=policy.resize_cooldown_seconds)
+        if s.now < due:
+            s.requeue((due - s.now).total_seconds())
+            return False, (
+                f"Capacity returned ({where}); growing after the cool-down "
+                f"(resizeCooldownSeconds), at {format_time(due)}"
+            )
+    to = s.size + len(settled)
+    why = where
+    gate = s.job.kueue
+    if gate is not None and gate.workers is not None:
+        if gate.workers < to:
+            s.grow_to = to  # Kueue's admission of that many first (its events wake us)
+            if gate.workers <= s.size:
+                return False, (
+                    f"Capacity returned ({where}); waiting for Kueue to admit {to} workers"
+                )
+            to = gate.workers  # admitted already: as far as that
+        why += f"; Kueue admitted {to} workers"
+    resize(s, to, Reason.CAPACITY_RETURNED, f"Growing from {s.size} to {to} workers: {why}")
+    return True, ""

@@ -18,11 +18,9 @@ failure: the loop may end on its own (a node comes back, a quota frees up).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import datetime, timedelta
-from typing import Any
 
-from kerasjob.api import Reason
+from kerasjob.api import Reason, wire
 from kerasjob_contract.times import parse_time
 
 REASON_LOOP = Reason.DISRUPTION_LOOP.value
@@ -32,18 +30,18 @@ BASE_DELAY_SECONDS = 10.0
 MAX_DELAY_SECONDS = 300.0
 
 
-def progress_step(status: Mapping[str, Any]) -> int:
+def progress_step(status: wire.Status) -> int:
     step = (status.get("progress") or {}).get("step")
     return int(step) if isinstance(step, int) else 0
 
 
 def record(
-    previous: Mapping[str, Any] | None,
+    previous: wire.LastRestart | None,
     reason: str,
-    status: Mapping[str, Any],
+    status: wire.Status,
     *,
     was_running: bool,
-) -> dict[str, int]:
+) -> wire.LastRestart:
     """``repeated`` and ``progressStep`` of a new restart with ``reason``, after
     ``previous`` (the last lastRestart) in a job whose status is ``status``.
     ``was_running``: the job was Running (every Pod ready) when this happened, which counts
@@ -61,10 +59,10 @@ def delay(repeated: int) -> float:
     """Seconds to wait before re-creating Pods after the ``repeated``-th restart in a row."""
     if repeated < LOOP_THRESHOLD:
         return 0.0
-    return min(BASE_DELAY_SECONDS * 2 ** (repeated - LOOP_THRESHOLD), MAX_DELAY_SECONDS)
+    return min(BASE_DELAY_SECONDS * 2.0 ** (repeated - LOOP_THRESHOLD), MAX_DELAY_SECONDS)
 
 
-def looping(last: Mapping[str, Any] | None, status: Mapping[str, Any]) -> bool:
+def looping(last: wire.LastRestart | None, status: wire.Status) -> bool:
     """The last restart is part of a loop that is still without progress."""
     last = last or {}
     repeated = int(last.get("repeated") or 0)
@@ -75,7 +73,7 @@ def looping(last: Mapping[str, Any] | None, status: Mapping[str, Any]) -> bool:
     )
 
 
-def hold_until(last: Mapping[str, Any] | None, status: Mapping[str, Any]) -> datetime | None:
+def hold_until(last: wire.LastRestart | None, status: wire.Status) -> datetime | None:
     """When Pods may be re-created again, if the job is in a loop; else None."""
     if not looping(last, status):
         return None
@@ -86,7 +84,7 @@ def hold_until(last: Mapping[str, Any] | None, status: Mapping[str, Any]) -> dat
     return when + timedelta(seconds=delay(int(last["repeated"])))
 
 
-def message(last: Mapping[str, Any]) -> str:
+def message(last: wire.LastRestart) -> str:
     """The Restarting condition's message while in a loop (stable between reconciles)."""
     repeated = int(last.get("repeated") or 0)
     return (
