@@ -8,12 +8,10 @@ import asyncio
 import logging
 from typing import Any, Protocol
 
-from kerasjob import children, gang, kueue, rejection
-from kerasjob import reconcile as rc
+from kerasjob import children, rejection
 from kerasjob.config import OperatorConfig
-from kerasjob.gang_sync import GangSync
+from kerasjob.integration import PodUpdate, pod_updates
 from kerasjob.kube import ApiError, KubeApi, gather_limited
-from kerasjob.kueue_sync import KueueSync
 from kerasjob.observed import SERVICE, Expectations, Observed
 from kerasjob.paths import (
     job_path,
@@ -22,7 +20,15 @@ from kerasjob.paths import (
     priority_class_path,
     service_path,
 )
-from kerasjob.planning import CreateProbe
+from kerasjob.planning import (
+    Action,
+    CreatePod,
+    CreateProbe,
+    CreateService,
+    DeleteJob,
+    DeletePod,
+    Plan,
+)
 from kerasjob.rejection import Rejection
 from kerasjob.runtimes import default_images
 from kerasjob.workqueue import Key
@@ -41,8 +47,6 @@ class Acting(Protocol):
     config: OperatorConfig
     expectations: Expectations
     rejections: dict[Key, Rejection]
-    kueue: KueueSync | None
-    gang: GangSync | None
     probe_class: str | None
     """The probes' PriorityClass once known to exist ('' until checked; None: none)."""
 
@@ -79,8 +83,13 @@ async def probe_priority_class(ctx: Acting) -> str | None:
     return name
 
 
+def _update(pod: dict[str, Any], updates: list[PodUpdate], role: str, *, probe: bool) -> None:
+    for update in updates:
+        update(pod, role, probe=probe)
+
+
 async def act(
-    ctx: Acting, key: Key, seen: Observed, plan: rc.Plan, actions: list[rc.Action]
+    ctx: Acting, key: Key, seen: Observed, plan: Plan, actions: list[Action]
 ) -> Rejection | None:
     """Carry out the actions; a child the API server refused to create is returned (and
     kept for the next plan) instead of raised."""
@@ -88,18 +97,11 @@ async def act(
     ns = job.namespace
     calls: list[tuple[str | None, Any]] = []  # (child created, or None; the call)
     probes: set[str] = set()  # probe Pods: a refusal is logged, never the job's
-    # What a Kueue admission adds to the Pods (its flavors' node labels and tolerations).
-    updates = await ctx.kueue.pod_updates(seen, actions) if ctx.kueue else {}
-    # Native gang scheduling: the job's PodGroup (and its Workload) before any of its Pods.
-    in_gang = plan.gang if ctx.gang is not None else None
-    if (
-        ctx.gang is not None
-        and in_gang is not None
-        and any(isinstance(a, rc.CreatePod) for a in actions)
-    ):
-        await ctx.gang.ensure(seen.body, job, in_gang)
+    # What must exist before the Pods (the gang's PodGroup), and what each integration adds
+    # to them (a Kueue admission's flavors, the gang's name).
+    updates = await pod_updates(seen.integrations, plan, actions)
     for action in actions:
-        if isinstance(action, rc.CreateService) and model is not None:
+        if isinstance(action, CreateService) and model is not None:
             # The job's shared children: its Service and, unless switched off, the
             # NetworkPolicy that keeps its TF port to its own Pods (before any Pod).
             if ctx.config.network_policy:
@@ -111,7 +113,7 @@ async def act(
             service = children.build_service(model)
             create = ctx.api.create(service_path(ns), service, "services", strict=True)
             calls.append((SERVICE, create))
-        elif isinstance(action, rc.CreatePod) and model is not None:
+        elif isinstance(action, CreatePod) and model is not None:
             manifest = children.build_pod(
                 model,
                 action.task.role,
@@ -121,8 +123,7 @@ async def act(
                 workers=action.workers,
                 node_lost_toleration=ctx.config.node_lost_toleration_seconds,
             )
-            kueue.apply_update(manifest, updates.get(action.task.role))
-            gang.apply(manifest, in_gang)
+            _update(manifest, updates, action.task.role, probe=False)
             create = ctx.api.create(pod_path(ns), manifest, "pods", strict=True)
             calls.append((action.task.name, create))
         elif isinstance(action, CreateProbe) and model is not None:
@@ -132,17 +133,17 @@ async def act(
                 default_image=default_images(ctx.config),
                 priority_class=await probe_priority_class(ctx),
             )
-            kueue.apply_update(manifest, updates.get("worker"))
+            _update(manifest, updates, "worker", probe=True)
             create = ctx.api.create(pod_path(ns), manifest, "pods", strict=True)
             calls.append((action.name, create))
             probes.add(action.name)
-        elif isinstance(action, rc.DeletePod):
+        elif isinstance(action, DeletePod):
             grace = 0 if action.force else action.grace_seconds
             call = ctx.api.delete(
                 pod_path(ns, action.name), "pods", uid=action.uid, grace_period_seconds=grace
             )
             calls.append((None, call))
-        elif isinstance(action, rc.DeleteJob):
+        elif isinstance(action, DeleteJob):
             log.info("%s/%s: ttlSecondsAfterFinished passed, deleting the job", ns, job.name)
             call = ctx.api.delete(
                 job_path(ns, job.name), "kerasjobs", uid=job.uid, propagation="Background"
