@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from kerasjob import children, rejection
@@ -83,6 +84,13 @@ async def probe_priority_class(ctx: Acting) -> str | None:
     return name
 
 
+def _uid(created: Any) -> str | None:
+    """The UID of a child just created (None: it existed already, or is not a Pod)."""
+    if isinstance(created, Mapping):
+        return (created.get("metadata") or {}).get("uid") or None
+    return None
+
+
 def _update(pod: dict[str, Any], updates: list[PodUpdate], role: str, *, probe: bool) -> None:
     for update in updates:
         update(pod, role, probe=probe)
@@ -124,8 +132,8 @@ async def act(
                 node_lost_toleration=ctx.config.node_lost_toleration_seconds,
             )
             _update(manifest, updates, action.task.role, probe=False)
-            create = ctx.api.create(pod_path(ns), manifest, "pods", strict=True)
-            calls.append((action.task.name, create))
+            pod = ctx.api.create_object(pod_path(ns), manifest, "pods", strict=True)
+            calls.append((action.task.name, pod))
         elif isinstance(action, CreateProbe) and model is not None:
             manifest = children.build_probe_pod(
                 model,
@@ -134,8 +142,8 @@ async def act(
                 priority_class=await probe_priority_class(ctx),
             )
             _update(manifest, updates, "worker", probe=True)
-            create = ctx.api.create(pod_path(ns), manifest, "pods", strict=True)
-            calls.append((action.name, create))
+            pod = ctx.api.create_object(pod_path(ns), manifest, "pods", strict=True)
+            calls.append((action.name, pod))
             probes.add(action.name)
         elif isinstance(action, DeletePod):
             grace = 0 if action.force else action.grace_seconds
@@ -173,7 +181,7 @@ async def act(
                 name,
             )
         if name is not None and not isinstance(result, BaseException):
-            ctx.expectations.expect(key, name, now)
+            ctx.expectations.expect(key, name, now, uid=_uid(result))
         elif isinstance(result, ApiError) and name is not None and refused is None:
             kind, child = _SHARED_KINDS.get(name, "Pod"), name
             if name in _SHARED_KINDS:

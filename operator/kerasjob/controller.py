@@ -112,9 +112,9 @@ class Controller:
         self.ready.set()
         self.queue.add(key)
 
-    def pod_changed(self, key: Key, pod_name: str) -> None:
-        """A watch event for a child Pod of job ``key``."""
-        self.expectations.seen(key, pod_name)
+    def pod_changed(self, key: Key, pod_name: str, uid: str | None = None) -> None:
+        """A watch event for a child Pod of job ``key`` (incarnation ``uid``)."""
+        self.expectations.seen(key, pod_name, uid)
         self.notify(key)
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -245,7 +245,7 @@ class Controller:
             job=job,
             status=dict(body.get("status") or {}),
             pods=pods,
-            expected=self.expectations.pending(key, (p.name for p in pods), loop_now),
+            expected=self.expectations.pending(key, pods, loop_now),
             integrations=tuple(parts),
         )
 

@@ -77,9 +77,14 @@ async def job_event(namespace: str | None, name: str, memo: Any, **_: Any) -> No
 
 @kopf.on.event("pods", labels={lbl.JOB_NAME: kopf.PRESENT})
 async def pod_event(
-    namespace: str | None, name: str, labels: Mapping[str, str], memo: Any, **_: Any
+    namespace: str | None,
+    name: str,
+    uid: str | None,
+    labels: Mapping[str, str],
+    memo: Any,
+    **_: Any,
 ) -> None:
-    memo.controller.pod_changed((namespace or "", labels[lbl.JOB_NAME]), name)
+    memo.controller.pod_changed((namespace or "", labels[lbl.JOB_NAME]), name, uid)
 
 
 def register_kueue() -> None:

@@ -103,38 +103,46 @@ class WriteCache:
 
 
 class Expectations:
-    """Children created by us and not yet seen in the index, with a deadline each."""
+    """Children created by us and not yet seen in the index: per job, name -> (deadline,
+    the UID of the incarnation created, when known)."""
 
     def __init__(self, seconds: float = EXPECTATION_SECONDS) -> None:
         self.seconds = seconds
-        self._expected: dict[Key, dict[str, float]] = {}
+        self._expected: dict[Key, dict[str, tuple[float, str | None]]] = {}
 
-    def expect(self, key: Key, name: str, now: float) -> None:
-        self._expected.setdefault(key, {})[name] = now + self.seconds
+    def expect(self, key: Key, name: str, now: float, *, uid: str | None = None) -> None:
+        self._expected.setdefault(key, {})[name] = (now + self.seconds, uid)
 
     def forget(self, key: Key) -> None:
         self._expected.pop(key, None)
 
-    def seen(self, key: Key, name: str) -> None:
-        """A watch event for child ``name`` arrived, after the index took it in."""
+    def seen(self, key: Key, name: str, uid: str | None = None) -> None:
+        """A watch event for child ``name`` (incarnation ``uid``) arrived, after the index
+        took it in. An event of another incarnation than the one created (the late DELETE
+        of the one it replaced: kopf orders events per object, not per name) ends
+        nothing."""
         expected = self._expected.get(key)
-        if expected is not None:
-            expected.pop(name, None)
+        if expected is None or name not in expected:
+            return
+        made = expected[name][1]
+        if uid is None or made is None or uid == made:
+            del expected[name]
             if not expected:
                 del self._expected[key]
 
-    def pending(self, key: Key, indexed: Iterable[str], now: float) -> Mapping[str, float]:
+    def pending(self, key: Key, indexed: Iterable[PodView], now: float) -> Mapping[str, float]:
         """Read with the index (no await in between): the children still expected, by name,
         with their deadlines; those the index shows, or past their deadline, end."""
         expected = self._expected.get(key)
         if not expected:
             return {}
-        shown = set(indexed)
-        for name in [n for n, t in expected.items() if t <= now or n in shown]:
-            del expected[name]
+        shown = {p.name: p.uid for p in indexed}
+        for name, (deadline, uid) in list(expected.items()):
+            if deadline <= now or (name in shown and uid in (None, shown[name])):
+                del expected[name]
         if not expected:
             del self._expected[key]
-        return dict(expected)
+        return {name: deadline for name, (deadline, _) in expected.items()}
 
 
 def skip_expected(
