@@ -11,7 +11,7 @@ on delete are success), post Events (`events.EventRecorder`). One key is never p
 two workers at once; a key notified while being processed is processed again right after.
 
 Two periodic loops complete it: a resync that requeues every job (for deadlines, TTLs and
-anything missed) and the progress scraper of running jobs (see `progress`), whose status
+anything missed) and the progress scraper of running jobs (`scraping`), whose status
 writes take the same conditional path.
 """
 
@@ -27,13 +27,13 @@ from typing import Any
 
 import aiohttp
 
-from kerasjob import acting, elastic, goodput, progress
+from kerasjob import acting, elastic, scraping
 from kerasjob import reconcile as rc
 from kerasjob.config import OperatorConfig
 from kerasjob.events import EventRecorder, build_event
 from kerasjob.integration import Integration, JobIntegration, ManagedElsewhere
 from kerasjob.jobview import ParsedJob
-from kerasjob.kube import ApiError, KubeApi, gather_limited
+from kerasjob.kube import ApiError, KubeApi
 from kerasjob.observed import Expectations, Observed, WriteCache, index_behind, skip_expected
 from kerasjob.paths import events_path, job_path
 from kerasjob.planning import Event, JobView
@@ -41,7 +41,6 @@ from kerasjob.podview import PodView
 from kerasjob.rejection import Rejection
 from kerasjob.status import merge_patch
 from kerasjob.workqueue import Key, WorkQueue
-from kerasjob_contract import DEFAULT_METRICS_PORT
 from kerasjob_contract.times import utcnow
 
 log = logging.getLogger("kerasjob.controller")
@@ -324,7 +323,7 @@ class Controller:
         events = list(plan.events)
         for part in seen.integrations:
             events += await part.after_plan(plan, len(seen.pods), now)
-        self._post(seen.job, events, now)
+        self.post(seen.job, events, now)
         actions, wait = skip_expected(
             plan.actions, seen.expected, asyncio.get_running_loop().time()
         )
@@ -355,9 +354,9 @@ class Controller:
         events: list[Event] = []
         for part in parts:
             events += await part.managed_elsewhere(plan, now)
-        self._post(seen.job, events, now)
+        self.post(seen.job, events, now)
 
-    def _post(self, job: JobView, events: Iterable[Event], now: datetime) -> None:
+    def post(self, job: JobView, events: Iterable[Event], now: datetime) -> None:
         for event in events:
             self.events.post(
                 build_event(
@@ -408,43 +407,7 @@ class Controller:
     # -- progress --------------------------------------------------------------------------
 
     async def _progress(self) -> None:
-        await self.ready.wait()
-        timeout = aiohttp.ClientTimeout(total=self.config.progress_timeout)
-        async with aiohttp.ClientSession(timeout=timeout) as session:
-            while True:
-                await asyncio.sleep(self.config.progress_interval)
-                keys = list(self.jobs.keys())
-                await gather_limited([self.scrape_progress(session, key) for key in keys], limit=16)
+        await scraping.progress_loop(self)
 
     async def scrape_progress(self, session: aiohttp.ClientSession, key: Key) -> None:
-        """Read the chief's metrics of a running job into status.progress, through the same
-        conditional write as the reconcile (a conflict skips this round: the next scrape,
-        seconds later, reads the newer version)."""
-        seen = self.observe(key)
-        if seen is None or seen.status.get("phase") not in ("Running", "Restarting"):
-            return
-        chief = next((p for p in seen.pods if p.name == seen.parsed.chief), None)
-        if chief is None or not chief.pod_ip or not chief.running_ready:
-            return
-        port = chief.metrics_port or DEFAULT_METRICS_PORT
-        url = f"http://{chief.pod_ip}:{port}/metrics"
-        text = await progress.scrape(session, url, self.config.progress_timeout)
-        if text is None:
-            return
-        scraped = progress.parse_metrics(text)
-        old = seen.status.get("progress") or {}
-        costs = goodput.parse_goodput(text)
-        if costs is not None:
-            scraped["goodput"] = costs
-        now = utcnow()
-        new = progress.progress_patch(old, scraped, total_steps=seen.parsed.total_steps, now=now)
-        if new is None:
-            return
-        try:
-            written = await self.write_status(key, seen, {"progress": new})
-        except ApiError as e:
-            log.debug("progress of %s/%s not written: %s", key[0], key[1], e)
-            return
-        if written and costs is not None:
-            events = goodput.goodput_events(old.get("goodput"), costs)
-            self._post(seen.job, (Event("Normal", r, m) for r, m in events), now)
+        await scraping.scrape_progress(self, session, key)
