@@ -32,6 +32,7 @@ from controller_fakes import (
 
 from kerasjob.config import OperatorConfig
 from kerasjob.controller import Controller
+from kerasjob.planning import Event
 from kerasjob.podview import pod_view
 
 KEY = (NS, "job")
@@ -350,6 +351,52 @@ def test_a_late_event_of_the_replaced_incarnation_does_not_recreate_the_pod() ->
         # An event of the replacement itself (its deletion, say) does end it.
         op.controller.pod_changed(KEY, "job-worker-0", new)
         assert "job-worker-0" not in op.controller.expectations.pending(KEY, [], 0.0)
+
+    run(scenario())
+
+
+class _Recorder:
+    """An `Integration` that records its hooks, labels every Pod and posts one Event."""
+
+    def __init__(self) -> None:
+        self.hooks: list[str] = []
+
+    def view(self, key: Any, body: Any, model: Any, job: Any) -> Any:
+        self.hooks.append("view")
+        return job, self
+
+    async def before_pods(self, plan: Any, actions: Any) -> Any:
+        self.hooks.append("before_pods")
+
+        def update(pod: dict[str, Any], role: str, *, probe: bool) -> None:
+            pod["metadata"].setdefault("labels", {})["seen-by"] = f"recorder-{role}"
+
+        return update
+
+    async def after_plan(self, plan: Any, pods_left: int, now: Any) -> list[Event]:
+        self.hooks.append("after_plan")
+        return [Event("Normal", "Recorded", f"{pods_left} Pods")]
+
+
+def test_integrations_are_one_list_with_the_same_hooks() -> None:
+    """The controller calls each registered integration's hooks in order: view before the
+    plan, after_plan once the status is written, before_pods before the Pods, whose
+    manifests get its update."""
+
+    async def scenario() -> None:
+        cluster = FakeCluster()
+        cluster.add_job(workers=2)
+        recorder = _Recorder()
+        api = FakeApi(cluster)
+        jobs, pods = FakeIndex(), FakeIndex()
+        controller = Controller(CONFIG, api, jobs, pods, [recorder])  # type: ignore[arg-type,list-item]
+        sync_jobs(jobs, cluster)
+        await controller.reconcile(KEY)
+        assert recorder.hooks == ["view", "after_plan", "before_pods"]
+        labels = {p["metadata"]["labels"]["seen-by"] for p in cluster.pods.values()}
+        assert labels == {"recorder-worker"}
+        await controller.events.drain()
+        assert [e["message"] for e in cluster.events if e["reason"] == "Recorded"] == ["0 Pods"]
 
     run(scenario())
 
