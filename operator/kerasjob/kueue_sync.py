@@ -187,7 +187,12 @@ class WorkloadWriter:
         if isinstance(action, PatchWorkloadStatus):
             if await self._status(action.workload, action.patch):
                 return [action.event] if action.event else []
-            log.debug("Workload %s status write: conflict or gone", action.workload["metadata"])
+            meta = action.workload["metadata"]
+            log.debug(
+                "%s/%s: Workload status write: conflict or gone",
+                meta.get("namespace"),
+                meta.get("name"),
+            )
             return []
         outcome = await self._resize(action.workload, action.workers, action.have)
         if outcome == "done":
