@@ -26,11 +26,12 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from kerasjob import metrics
+from kerasjob.conditions import get_condition
 from kerasjob_contract.times import format_time, utcnow
 from kerasjob_dev.cluster import (
     KWOK_POD_PLACEMENT,
@@ -349,8 +350,8 @@ def job_status(kube: Any, namespace: str, name: str) -> dict[str, Any]:
     return get_job(kube, namespace, name).get("status") or {}
 
 
-def condition(status: dict[str, Any], type_: str) -> dict[str, Any] | None:
-    return next((c for c in status.get("conditions") or [] if c.get("type") == type_), None)
+def condition(status: dict[str, Any], type_: str) -> Mapping[str, Any] | None:
+    return get_condition(status.get("conditions") or [], type_)
 
 
 def pods(kube: Any, namespace: str, job: str | None = None) -> dict[str, Any]:

@@ -16,10 +16,11 @@ import atexit
 import os
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from kerasjob.conditions import condition_true, get_condition
 from kerasjob_dev.cluster import (
     REPO_ROOT,
     Cluster,
@@ -209,16 +210,12 @@ def workload_of(kube: Any, namespace: str, job: str) -> dict[str, Any] | None:
     return items[0] if items else None
 
 
-def wl_condition(workload: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
-    for c in ((workload or {}).get("status") or {}).get("conditions") or []:
-        if c.get("type") == type_:
-            return c
-    return None
+def wl_condition(workload: dict[str, Any] | None, type_: str) -> Mapping[str, Any] | None:
+    return get_condition(((workload or {}).get("status") or {}).get("conditions") or [], type_)
 
 
 def wl_true(workload: dict[str, Any] | None, type_: str) -> bool:
-    c = wl_condition(workload, type_)
-    return c is not None and c.get("status") == "True"
+    return condition_true(((workload or {}).get("status") or {}).get("conditions") or [], type_)
 
 
 def wait_admitted(

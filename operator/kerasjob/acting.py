@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from typing import Any, Protocol
 
-from kerasjob import children, gang, kueue, rejection
-from kerasjob import reconcile as rc
+from kerasjob import children, rejection
 from kerasjob.config import OperatorConfig
-from kerasjob.gang_sync import GangSync
+from kerasjob.integration import PodUpdate, pod_updates
 from kerasjob.kube import ApiError, KubeApi, gather_limited
-from kerasjob.kueue_sync import KueueSync
 from kerasjob.observed import SERVICE, Expectations, Observed
 from kerasjob.paths import (
     job_path,
@@ -22,7 +21,15 @@ from kerasjob.paths import (
     priority_class_path,
     service_path,
 )
-from kerasjob.planning import CreateProbe
+from kerasjob.planning import (
+    Action,
+    CreatePod,
+    CreateProbe,
+    CreateService,
+    DeleteJob,
+    DeletePod,
+    Plan,
+)
 from kerasjob.rejection import Rejection
 from kerasjob.runtimes import default_images
 from kerasjob.workqueue import Key
@@ -41,8 +48,6 @@ class Acting(Protocol):
     config: OperatorConfig
     expectations: Expectations
     rejections: dict[Key, Rejection]
-    kueue: KueueSync | None
-    gang: GangSync | None
     probe_class: str | None
     """The probes' PriorityClass once known to exist ('' until checked; None: none)."""
 
@@ -79,100 +84,121 @@ async def probe_priority_class(ctx: Acting) -> str | None:
     return name
 
 
+def _uid(created: Any) -> str | None:
+    """The UID of a child just created (None: it existed already, or is not a Pod)."""
+    if isinstance(created, Mapping):
+        return (created.get("metadata") or {}).get("uid") or None
+    return None
+
+
+def _update(pod: dict[str, Any], updates: list[PodUpdate], role: str, *, probe: bool) -> None:
+    for update in updates:
+        update(pod, role, probe=probe)
+
+
+Call = tuple[str | None, Any]
+"""(the child a create makes, or None; the call, not awaited yet)"""
+
+
 async def act(
-    ctx: Acting, key: Key, seen: Observed, plan: rc.Plan, actions: list[rc.Action]
+    ctx: Acting, key: Key, seen: Observed, plan: Plan, actions: list[Action]
 ) -> Rejection | None:
     """Carry out the actions; a child the API server refused to create is returned (and
     kept for the next plan) instead of raised."""
-    job, model = seen.job, seen.parsed.model
-    ns = job.namespace
-    calls: list[tuple[str | None, Any]] = []  # (child created, or None; the call)
+    # What must exist before the Pods (the gang's PodGroup), and what each integration adds
+    # to them (a Kueue admission's flavors, the gang's name).
+    updates = await pod_updates(seen.integrations, plan, actions)
+    calls: list[Call] = []
     probes: set[str] = set()  # probe Pods: a refusal is logged, never the job's
-    # What a Kueue admission adds to the Pods (its flavors' node labels and tolerations).
-    updates = await ctx.kueue.pod_updates(seen, actions) if ctx.kueue else {}
-    # Native gang scheduling: the job's PodGroup (and its Workload) before any of its Pods.
-    in_gang = plan.gang if ctx.gang is not None else None
-    if (
-        ctx.gang is not None
-        and in_gang is not None
-        and any(isinstance(a, rc.CreatePod) for a in actions)
-    ):
-        await ctx.gang.ensure(seen.body, job, in_gang)
     for action in actions:
-        if isinstance(action, rc.CreateService) and model is not None:
-            # The job's shared children: its Service and, unless switched off, the
-            # NetworkPolicy that keeps its TF port to its own Pods (before any Pod).
-            if ctx.config.network_policy:
-                policy = children.build_network_policy(model, metrics_from=ctx.config.metrics_from)
-                create = ctx.api.create(
-                    network_policy_path(ns), policy, "networkpolicies", strict=True
-                )
-                calls.append((NETWORK_POLICY, create))
-            service = children.build_service(model)
-            create = ctx.api.create(service_path(ns), service, "services", strict=True)
-            calls.append((SERVICE, create))
-        elif isinstance(action, rc.CreatePod) and model is not None:
-            manifest = children.build_pod(
-                model,
-                action.task.role,
-                action.task.index,
-                default_image=default_images(ctx.config),
-                restart_attempt=plan.restart_attempt,
-                workers=action.workers,
-                node_lost_toleration=ctx.config.node_lost_toleration_seconds,
-            )
-            kueue.apply_update(manifest, updates.get(action.task.role))
-            gang.apply(manifest, in_gang)
-            create = ctx.api.create(pod_path(ns), manifest, "pods", strict=True)
-            calls.append((action.task.name, create))
-        elif isinstance(action, CreateProbe) and model is not None:
-            manifest = children.build_probe_pod(
-                model,
-                action.index,
-                default_image=default_images(ctx.config),
-                priority_class=await probe_priority_class(ctx),
-            )
-            kueue.apply_update(manifest, updates.get("worker"))
-            create = ctx.api.create(pod_path(ns), manifest, "pods", strict=True)
-            calls.append((action.name, create))
-            probes.add(action.name)
-        elif isinstance(action, rc.DeletePod):
-            grace = 0 if action.force else action.grace_seconds
-            call = ctx.api.delete(
-                pod_path(ns, action.name), "pods", uid=action.uid, grace_period_seconds=grace
-            )
-            calls.append((None, call))
-        elif isinstance(action, rc.DeleteJob):
-            log.info("%s/%s: ttlSecondsAfterFinished passed, deleting the job", ns, job.name)
-            call = ctx.api.delete(
-                job_path(ns, job.name), "kerasjobs", uid=job.uid, propagation="Background"
-            )
-            calls.append((None, call))
+        made = await _call(ctx, seen, plan, action, updates)
+        calls += made
+        if isinstance(action, CreateProbe):
+            probes.update(name for name, _ in made if name is not None)
     # The Service and NetworkPolicy first (Pods resolve each other through the one and
     # must never run unprotected by the other), then the rest together.
     first = sum(1 for name, _ in calls if name in (SERVICE, NETWORK_POLICY))
     results = await gather_limited([c for _, c in calls[:first]])
     results += await gather_limited([c for _, c in calls[first:]])
+    return _outcome(ctx, key, seen, calls, results, probes)
+
+
+async def _call(
+    ctx: Acting, seen: Observed, plan: Plan, action: Action, updates: list[PodUpdate]
+) -> list[Call]:
+    """The API calls one action makes (none for a create of an invalid job)."""
+    job, model = seen.job, seen.parsed.model
+    ns = job.namespace
+    if isinstance(action, DeletePod):
+        grace = 0 if action.force else action.grace_seconds
+        call = ctx.api.delete(
+            pod_path(ns, action.name), "pods", uid=action.uid, grace_period_seconds=grace
+        )
+        return [(None, call)]
+    if isinstance(action, DeleteJob):
+        log.info("%s/%s: ttlSecondsAfterFinished passed, deleting the job", ns, job.name)
+        call = ctx.api.delete(
+            job_path(ns, job.name), "kerasjobs", uid=job.uid, propagation="Background"
+        )
+        return [(None, call)]
+    if model is None:
+        return []
+    if isinstance(action, CreateService):
+        # The job's shared children: its Service and, unless switched off, the
+        # NetworkPolicy that keeps its TF port to its own Pods (before any Pod).
+        calls: list[Call] = []
+        if ctx.config.network_policy:
+            policy = children.build_network_policy(model, metrics_from=ctx.config.metrics_from)
+            create = ctx.api.create(network_policy_path(ns), policy, "networkpolicies", strict=True)
+            calls.append((NETWORK_POLICY, create))
+        service = children.build_service(model)
+        create = ctx.api.create(service_path(ns), service, "services", strict=True)
+        return [*calls, (SERVICE, create)]
+    if isinstance(action, CreatePod):
+        manifest = children.build_pod(
+            model,
+            action.task.role,
+            action.task.index,
+            default_image=default_images(ctx.config),
+            restart_attempt=plan.restart_attempt,
+            workers=action.workers,
+            node_lost_toleration=ctx.config.node_lost_toleration_seconds,
+        )
+        _update(manifest, updates, action.task.role, probe=False)
+        pod = ctx.api.create_object(pod_path(ns), manifest, "pods", strict=True)
+        return [(action.task.name, pod)]
+    manifest = children.build_probe_pod(
+        model,
+        action.index,
+        default_image=default_images(ctx.config),
+        priority_class=await probe_priority_class(ctx),
+    )
+    _update(manifest, updates, "worker", probe=True)
+    pod = ctx.api.create_object(pod_path(ns), manifest, "pods", strict=True)
+    return [(action.name, pod)]
+
+
+def _outcome(
+    ctx: Acting,
+    key: Key,
+    seen: Observed,
+    calls: list[Call],
+    results: list[Any],
+    probes: set[str],
+) -> Rejection | None:
+    """Expect what was created; return the first refusal (kept for the next plan), raise
+    the first other error."""
+    job = seen.job
     now = asyncio.get_running_loop().time()
     refused: Rejection | None = None
     errors: list[BaseException] = []
     for (name, _), result in zip(calls, results, strict=True):
-        if name in probes and isinstance(result, ApiError):
-            log.warning(
-                "%s/%s: probe Pod %s refused (%s): %s", ns, job.name, name, result.status, result
-            )
-            if ctx.probe_class and "PriorityClass" in str(result):
-                ctx.probe_class = None  # it does not exist: probes go without it
-            continue
-        if name in probes and not isinstance(result, BaseException):
-            log.info(
-                "%s/%s: probe Pod %s created: looking for a place for one more worker",
-                ns,
-                job.name,
-                name,
-            )
+        if name in probes:
+            _probe_outcome(ctx, job.namespace, job.name, name, result)
+            if isinstance(result, ApiError):
+                continue
         if name is not None and not isinstance(result, BaseException):
-            ctx.expectations.expect(key, name, now)
+            ctx.expectations.expect(key, name, now, uid=_uid(result))
         elif isinstance(result, ApiError) and name is not None and refused is None:
             kind, child = _SHARED_KINDS.get(name, "Pod"), name
             if name in _SHARED_KINDS:
@@ -193,3 +219,15 @@ async def act(
     if errors:
         raise errors[0]
     return None
+
+
+def _probe_outcome(ctx: Acting, ns: str, job: str, name: str, result: Any) -> None:
+    """A probe Pod's create: logged; a refusal is never the job's."""
+    if isinstance(result, ApiError):
+        log.warning("%s/%s: probe Pod %s refused (%s): %s", ns, job, name, result.status, result)
+        if ctx.probe_class and "PriorityClass" in str(result):
+            ctx.probe_class = None  # it does not exist: probes go without it
+    elif not isinstance(result, BaseException):
+        log.info(
+            "%s/%s: probe Pod %s created: looking for a place for one more worker", ns, job, name
+        )

@@ -11,7 +11,7 @@ on delete are success), post Events (`events.EventRecorder`). One key is never p
 two workers at once; a key notified while being processed is processed again right after.
 
 Two periodic loops complete it: a resync that requeues every job (for deadlines, TTLs and
-anything missed) and the progress scraper of running jobs (see `progress`), whose status
+anything missed) and the progress scraper of running jobs (`scraping`), whose status
 writes take the same conditional path.
 """
 
@@ -21,30 +21,33 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 import aiohttp
 
-from kerasjob import acting, elastic, goodput, progress
+from kerasjob import acting, elastic, scraping
 from kerasjob import reconcile as rc
 from kerasjob.config import OperatorConfig
 from kerasjob.events import EventRecorder, build_event
-from kerasjob.gang_sync import GangSync
+from kerasjob.integration import Integration, JobIntegration, ManagedElsewhere
 from kerasjob.jobview import ParsedJob
-from kerasjob.kube import ApiError, KubeApi, gather_limited
-from kerasjob.kueue_sync import KueueSync
-from kerasjob.observed import Expectations, Observed, WriteCache, index_behind
+from kerasjob.kube import ApiError, KubeApi
+from kerasjob.observed import Expectations, Observed, WriteCache, index_behind, skip_expected
 from kerasjob.paths import events_path, job_path
+from kerasjob.planning import Event, JobView
 from kerasjob.podview import PodView
 from kerasjob.rejection import Rejection
 from kerasjob.status import merge_patch
 from kerasjob.workqueue import Key, WorkQueue
-from kerasjob_contract import DEFAULT_METRICS_PORT
 from kerasjob_contract.times import utcnow
 
 log = logging.getLogger("kerasjob.controller")
+
+#: The reason of the dry-run Event that asks whether a namespace is being deleted (never
+#: stored, so not one of the job's `Reason`s).
+NAMESPACE_PROBE = "NamespaceProbe"
 
 
 def _namespace_gone(error: BaseException) -> bool:
@@ -74,20 +77,14 @@ class Controller:
         api: KubeApi,
         jobs: Mapping[Key, Iterable[Mapping[str, Any]]],
         pods: Mapping[Key, Iterable[PodView]],
-        workloads: Mapping[Key, Iterable[Mapping[str, Any]]] | None = None,
-        gang_objects: tuple[
-            Mapping[Key, Iterable[Mapping[str, Any]]], Mapping[Key, Iterable[Mapping[str, Any]]]
-        ]
-        | None = None,
+        integrations: Sequence[Integration] = (),
     ) -> None:
         self.config = config
         self.api = api
         self.jobs = jobs
         self.pods = pods
-        # Kueue integration (`kueue`), when the operator runs with it.
-        self.kueue = None if workloads is None else KueueSync(api, jobs, workloads, config)
-        # Native gang scheduling (`gang`): the indexed PodGroups and scheduling Workloads.
-        self.gang = None if gang_objects is None else GangSync(api, *gang_objects)
+        #: The scheduler integrations the operator runs with (Kueue, gang scheduling).
+        self.integrations = tuple(integrations)
         self.queue = WorkQueue()
         self.ready = asyncio.Event()
         self.events = EventRecorder(api)
@@ -114,9 +111,9 @@ class Controller:
         self.ready.set()
         self.queue.add(key)
 
-    def pod_changed(self, key: Key, pod_name: str) -> None:
-        """A watch event for a child Pod of job ``key``."""
-        self.expectations.seen(key, pod_name)
+    def pod_changed(self, key: Key, pod_name: str, uid: str | None = None) -> None:
+        """A watch event for a child Pod of job ``key`` (incarnation ``uid``)."""
+        self.expectations.seen(key, pod_name, uid)
         self.notify(key)
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -222,28 +219,33 @@ class Controller:
 
     def observe(self, key: Key) -> Observed | None:
         """The one snapshot a decision is made on: the job (the index's body, or our own
-        newer write), parsed once per generation, and its Pods from the index."""
+        newer write), parsed once per generation, its Pods from the index, the children
+        still expected (read in the same step: see `observed.Expectations`), and the
+        integrations' views."""
         indexed = next(iter(self.jobs.get(key, ())), None)
         body = self.written.freshest(key, indexed)
         if body is None:
             return None
         parsed = self._parse(body)
-        job, workload, slices = parsed.view(body), None, None
+        job = parsed.view(body)
+        loop_now = asyncio.get_running_loop().time()
         if job.elastic is not None:  # only elastic jobs look at the others' Pods
-            waiting = self.waiting.get(self.pods, asyncio.get_running_loop().time())
+            waiting = self.waiting.get(self.pods, loop_now)
             job = dataclasses.replace(job, others_waiting=bool(waiting - {key}))
-        if self.kueue is not None:
-            job, workload, slices = self.kueue.view(key, body, job)
-        if self.gang is not None:
-            job = self.gang.view(key, job)
+        parts: list[JobIntegration] = []
+        for integration in self.integrations:
+            job, part = integration.view(key, body, parsed.model, job)
+            if part is not None:
+                parts.append(part)
+        pods = list(self.pods.get(key, ()))
         return Observed(
             body=body,
             parsed=parsed,
             job=job,
             status=dict(body.get("status") or {}),
-            pods=list(self.pods.get(key, ())),
-            workload=workload,
-            slices=slices,
+            pods=pods,
+            expected=self.expectations.pending(key, pods, loop_now),
+            integrations=tuple(parts),
         )
 
     def _parse(self, body: Mapping[str, Any]) -> ParsedJob:
@@ -318,36 +320,12 @@ class Controller:
             old, new = seen.status.get("phase"), plan.status.get("phase")
             if new != old:
                 log.info("%s/%s: %s -> %s", *key, old, new)
-        job = seen.job
-        events = [(e.type, e.reason, e.message) for e in plan.events]
-        if self.kueue is not None and job.kueue is not None:
-            events += await self.kueue.sync(
-                seen.body,
-                seen.parsed.model,
-                seen.workload,
-                plan,
-                len(seen.pods),
-                now,
-                slices=seen.slices,
-            )
-        if self.gang is not None:
-            events += await self.gang.sync(job, plan)
-        for type_, reason, message in events:
-            self.events.post(
-                build_event(
-                    namespace=job.namespace,
-                    name=job.name,
-                    uid=job.uid,
-                    type_=type_,
-                    reason=reason,
-                    message=message,
-                    now=now,
-                    instance=self.config.instance,
-                )
-            )
-        loop_now = asyncio.get_running_loop().time()
-        actions, wait = self.expectations.skip(
-            key, plan.actions, {p.name for p in seen.pods}, loop_now
+        events = list(plan.events)
+        for part in seen.integrations:
+            events += await part.after_plan(plan, len(seen.pods), now)
+        self.post(seen.job, events, now)
+        actions, wait = skip_expected(
+            plan.actions, seen.expected, asyncio.get_running_loop().time()
         )
         if actions:
             log.debug("%s/%s: %s", *key, ", ".join(type(a).__name__ for a in actions))
@@ -364,29 +342,34 @@ class Controller:
 
     async def _managed_elsewhere(self, seen: Observed) -> None:
         """A job whose spec.managedBy names another controller (MultiKueue): no Pod, no
-        status write. Only, for a job of a Kueue LocalQueue, its Kueue Workload: the part of
-        Kueue's job framework this operator plays for KerasJobs, which MultiKueue needs on
-        the manager cluster to dispatch the job to a worker cluster."""
-        if self.kueue is None or seen.job.kueue is None or seen.workload is not None:
-            return None
-        plan = rc.plan(seen.job, seen.status, [], utcnow())  # the status, unchanged
-        for type_, reason, message in await self.kueue.sync(
-            seen.body, seen.parsed.model, None, plan, 0, utcnow()
-        ):
-            job = seen.job
+        status write. Only what an integration still does for it (`ManagedElsewhere`: for
+        a job of a Kueue LocalQueue, its Kueue Workload, the part of Kueue's job framework
+        this operator plays for KerasJobs, which MultiKueue needs on the manager cluster to
+        dispatch the job to a worker cluster)."""
+        parts = [p for p in seen.integrations if isinstance(p, ManagedElsewhere)]
+        if not parts:
+            return
+        now = utcnow()
+        plan = rc.plan(seen.job, seen.status, [], now)  # the status, unchanged
+        events: list[Event] = []
+        for part in parts:
+            events += await part.managed_elsewhere(plan, now)
+        self.post(seen.job, events, now)
+
+    def post(self, job: JobView, events: Iterable[Event], now: datetime) -> None:
+        for event in events:
             self.events.post(
                 build_event(
                     namespace=job.namespace,
                     name=job.name,
                     uid=job.uid,
-                    type_=type_,
-                    reason=reason,
-                    message=message,
-                    now=utcnow(),
+                    type_=event.type,
+                    reason=event.reason,
+                    message=event.message,
+                    now=now,
                     instance=self.config.instance,
                 )
             )
-        return None
 
     async def _namespace_terminating(self, seen: Observed, now: datetime) -> bool:
         """Whether the job's namespace is being deleted: asked only before a restart is
@@ -399,7 +382,7 @@ class Controller:
             name=job.name,
             uid=job.uid,
             type_="Normal",
-            reason="NamespaceProbe",
+            reason=NAMESPACE_PROBE,
             message="dry run",
             now=now,
             instance=self.config.instance,
@@ -424,55 +407,7 @@ class Controller:
     # -- progress --------------------------------------------------------------------------
 
     async def _progress(self) -> None:
-        await self.ready.wait()
-        timeout = aiohttp.ClientTimeout(total=self.config.progress_timeout)
-        async with aiohttp.ClientSession(timeout=timeout) as session:
-            while True:
-                await asyncio.sleep(self.config.progress_interval)
-                keys = list(self.jobs.keys())
-                await gather_limited([self.scrape_progress(session, key) for key in keys], limit=16)
+        await scraping.progress_loop(self)
 
     async def scrape_progress(self, session: aiohttp.ClientSession, key: Key) -> None:
-        """Read the chief's metrics of a running job into status.progress, through the same
-        conditional write as the reconcile (a conflict skips this round: the next scrape,
-        seconds later, reads the newer version)."""
-        seen = self.observe(key)
-        if seen is None or seen.status.get("phase") not in ("Running", "Restarting"):
-            return
-        chief = next((p for p in seen.pods if p.name == seen.parsed.chief), None)
-        if chief is None or not chief.pod_ip or not chief.running_ready:
-            return
-        port = chief.metrics_port or DEFAULT_METRICS_PORT
-        url = f"http://{chief.pod_ip}:{port}/metrics"
-        text = await progress.scrape(session, url, self.config.progress_timeout)
-        if text is None:
-            return
-        scraped = progress.parse_metrics(text)
-        old = seen.status.get("progress") or {}
-        costs = goodput.parse_goodput(text)
-        if costs is not None:
-            scraped["goodput"] = costs
-        now = utcnow()
-        new = progress.progress_patch(old, scraped, total_steps=seen.parsed.total_steps, now=now)
-        if new is None:
-            return
-        try:
-            written = await self.write_status(key, seen, {"progress": new})
-        except ApiError as e:
-            log.debug("progress of %s/%s not written: %s", key[0], key[1], e)
-            return
-        if written and costs is not None:
-            job = seen.job
-            for reason, message in goodput.goodput_events(old.get("goodput"), costs):
-                self.events.post(
-                    build_event(
-                        namespace=job.namespace,
-                        name=job.name,
-                        uid=job.uid,
-                        type_="Normal",
-                        reason=reason,
-                        message=message,
-                        now=now,
-                        instance=self.config.instance,
-                    )
-                )
+        await scraping.scrape_progress(self, session, key)

@@ -30,12 +30,13 @@ Names are deterministic, so an operator restarted at any moment finds what it ma
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from kerasjob import API_GROUP, KIND
 from kerasjob import labels as lbl
 from kerasjob.api import Reason
+from kerasjob.scheduling import Gang, GangView, PodGroupState
+from kerasjob.status import get_condition
 
 GROUP = "scheduling.k8s.io"
 VERSION = "v1alpha2"
@@ -51,46 +52,12 @@ SCHEDULER_ERROR = "SchedulerError"
 REASON = Reason.GANG_UNSCHEDULABLE.value
 
 
-@dataclass(frozen=True)
-class Gang:
-    """The PodGroup (and Workload, same name) a job's Pods must be created in."""
-
-    name: str
-    min_count: int
-
-
 def gang_for(job_name: str, job_uid: str, min_count: int, epoch: int = 0) -> Gang:
     """The gang of a job running ``min_count`` Pods; ``epoch``: its resize count (an elastic
     job's new size is a new PodGroup: the spec is immutable, and the old one may still be
     held by its finalizer). ``<job>-gang-<uid prefix>[-<epoch>]``: at most 253 characters."""
     name = f"{job_name[:230]}-gang-{job_uid[:8]}"
     return Gang(f"{name}-{epoch}" if epoch else name, min_count)
-
-
-@dataclass(frozen=True)
-class PodGroupState:
-    """What the controller knows of one of a job's PodGroups (from its index)."""
-
-    name: str
-    uid: str
-    min_count: int | None
-    scheduled: bool | None
-    """PodGroupScheduled: True, False, or None (not written yet)."""
-    reason: str = ""
-    message: str = ""
-    deleting: bool = False
-
-
-@dataclass(frozen=True)
-class GangView:
-    """The job's gang objects as indexed (the planner's input, set when gang scheduling is
-    on): PodGroups and Workloads owned by this incarnation of the job, by name."""
-
-    pod_groups: tuple[PodGroupState, ...] = ()
-    workloads: tuple[str, ...] = ()
-
-    def pod_group(self, name: str) -> PodGroupState | None:
-        return next((p for p in self.pod_groups if p.name == name), None)
 
 
 def owned_by(obj: Mapping[str, Any], job_uid: str) -> bool:
@@ -101,14 +68,7 @@ def owned_by(obj: Mapping[str, Any], job_uid: str) -> bool:
 def pod_group_state(body: Mapping[str, Any]) -> PodGroupState:
     meta = body.get("metadata") or {}
     gang = ((body.get("spec") or {}).get("schedulingPolicy") or {}).get("gang") or {}
-    cond = next(
-        (
-            c
-            for c in (body.get("status") or {}).get("conditions") or []
-            if c.get("type") == SCHEDULED
-        ),
-        None,
-    )
+    cond = get_condition((body.get("status") or {}).get("conditions") or [], SCHEDULED)
     scheduled = None if cond is None else cond.get("status") == "True"
     min_count = gang.get("minCount")
     return PodGroupState(
@@ -192,6 +152,22 @@ def stale(view_: GangView, gang: Gang | None) -> tuple[list[str], list[str]]:
     groups = [p.name for p in view_.pod_groups if p.name != keep and not p.deleting]
     workloads = [w for w in view_.workloads if w != keep]
     return groups, workloads
+
+
+def missing(job: Mapping[str, Any], view_: GangView, gang: Gang) -> list[dict[str, Any]]:
+    """The objects of ``gang`` to create before its Pods, in order: its Workload, then its
+    PodGroup (the PodGroup admission refuses one whose Workload does not exist yet)."""
+    out = []
+    if gang.name not in view_.workloads:
+        out.append(build_workload(job, gang))
+    if view_.pod_group(gang.name) is None:
+        out.append(build_pod_group(job, gang))
+    return out
+
+
+def replaced_message(groups: list[str], gang: Gang) -> str:
+    """The Event's message when ``groups`` were deleted for ``gang``."""
+    return f"PodGroup {', '.join(groups)} replaced by {gang.name} (a gang of {gang.min_count} Pods)"
 
 
 def shortage(pod_messages: Iterable[str]) -> str:

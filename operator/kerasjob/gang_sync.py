@@ -1,31 +1,35 @@
-"""Native gang scheduling, the I/O part: the controller's calls for a job's Workload and
-PodGroup (the decisions are in `gang`).
+"""Native gang scheduling, the I/O part: `GangSync` is the controller's `Integration` for it,
+`GangJob` its part of one snapshot of a job (the decisions are in `gang`).
 
-`view` puts the job's indexed PodGroups and Workloads into its `JobView`; `ensure` creates
-the plan's Workload and PodGroup before its Pods (409: already there; deterministic names,
-so a restarted operator never makes a second pair); `sync`, after the status write, deletes
-the job's other pairs (an elastic job's earlier sizes). `check_api` is the start-up check
-that the cluster serves the API at all.
+`view` puts the job's indexed PodGroups and Workloads into its `JobView`; `before_pods`
+creates the plan's Workload and PodGroup before its Pods (409: already there;
+deterministic names, so a restarted operator never makes a second pair) and puts each Pod
+(not the probes) in the gang; `after_plan` deletes the job's other pairs (an elastic job's
+earlier sizes). `check_api` is the start-up check that the cluster serves the API at all.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from kerasjob import gang
-from kerasjob.api import Reason
-from kerasjob.kube import KubeApi
+from kerasjob.api import KerasJob, Reason
+from kerasjob.integration import JobIntegration, PodUpdate
+from kerasjob.kube import ApiError, KubeApi
 from kerasjob.paths import pod_group_path, scheduling_workload_path
-from kerasjob.planning import JobView, Plan
+from kerasjob.planning import Action, CreatePod, Event, JobView, Plan
 from kerasjob.workqueue import Key
 
 log = logging.getLogger("kerasjob.gang")
 
 
 class GangSync:
+    """The gang scheduling `Integration`: the job's PodGroups and Workloads as indexed."""
+
     def __init__(
         self,
         api: KubeApi,
@@ -36,56 +40,65 @@ class GangSync:
         self.pod_groups = pod_groups
         self.workloads = workloads
 
-    def view(self, key: Key, job: JobView) -> JobView:
+    def view(
+        self, key: Key, body: Mapping[str, Any], model: KerasJob | None, job: JobView
+    ) -> tuple[JobView, JobIntegration | None]:
         found = gang.view(self.pod_groups.get(key, ()), self.workloads.get(key, ()), job.uid)
-        return dataclasses.replace(job, gang=found)
+        return dataclasses.replace(job, gang=found), GangJob(self.api, body, job.namespace, found)
 
-    async def ensure(self, body: Mapping[str, Any], job: JobView, wanted: gang.Gang) -> None:
-        """The Workload, then the PodGroup of ``wanted`` (the PodGroup admission refuses a
-        PodGroup whose Workload does not exist yet)."""
-        ns = job.namespace
-        have = job.gang or gang.GangView()
-        if wanted.name not in have.workloads:
-            workload = gang.build_workload(body, wanted)
-            await self.api.create(scheduling_workload_path(ns), workload, "workloads")
-        if have.pod_group(wanted.name) is None:
-            group = gang.build_pod_group(body, wanted)
-            if await self.api.create(pod_group_path(ns), group, "podgroups"):
-                log.info(
-                    "%s/%s: PodGroup %s (gang of %d Pods) created",
-                    ns,
-                    job.name,
-                    wanted.name,
-                    wanted.min_count,
-                )
 
-    async def sync(self, job: JobView, plan: Plan) -> list[tuple[str, str, str]]:
-        """Delete the job's PodGroups and Workloads other than the plan's; Events to post."""
-        if plan.gang is None or job.gang is None:
+@dataclasses.dataclass
+class GangJob:
+    """Gang scheduling's part of one snapshot of a job."""
+
+    api: KubeApi
+    body: Mapping[str, Any]
+    namespace: str
+    view: gang.GangView
+
+    async def before_pods(self, plan: Plan, actions: Sequence[Action]) -> PodUpdate | None:
+        """The plan's Workload and PodGroup before any of its Pods; each Pod in the gang."""
+        wanted = plan.gang
+        if wanted is None or not any(isinstance(a, CreatePod) for a in actions):
+            return None
+        ns = self.namespace
+        for obj in gang.missing(self.body, self.view, wanted):
+            if obj["kind"] == "PodGroup":
+                if await self.api.create(pod_group_path(ns), obj, "podgroups"):
+                    log.info(
+                        "%s: PodGroup %s (gang of %d Pods) created",
+                        ns,
+                        wanted.name,
+                        wanted.min_count,
+                    )
+            else:
+                await self.api.create(scheduling_workload_path(ns), obj, "workloads")
+
+        def update(pod: dict[str, Any], role: str, *, probe: bool) -> None:
+            if not probe:  # a probe asks for one worker's place on its own
+                gang.apply(pod, wanted)
+
+        return update
+
+    async def after_plan(self, plan: Plan, pods_left: int, now: datetime) -> list[Event]:
+        """Delete the job's PodGroups and Workloads other than the plan's."""
+        if plan.gang is None:
             return []
-        groups, workloads = gang.stale(job.gang, plan.gang)
-        ns = job.namespace
+        groups, workloads = gang.stale(self.view, plan.gang)
         for name in groups:
-            await self.api.delete(pod_group_path(ns, name), "podgroups")
+            await self.api.delete(pod_group_path(self.namespace, name), "podgroups")
         for name in workloads:
-            await self.api.delete(scheduling_workload_path(ns, name), "workloads")
-        if groups:
-            return [
-                (
-                    "Normal",
-                    Reason.GANG_REPLACED.value,
-                    f"PodGroup {', '.join(groups)} replaced by {plan.gang.name} "
-                    f"(a gang of {plan.gang.min_count} Pods)",
-                )
-            ]
-        return []
+            await self.api.delete(scheduling_workload_path(self.namespace, name), "workloads")
+        if not groups:
+            return []
+        return [
+            Event("Normal", Reason.GANG_REPLACED.value, gang.replaced_message(groups, plan.gang))
+        ]
 
 
 async def check_api(api: KubeApi) -> str | None:
     """None when the cluster serves Workloads and PodGroups of scheduling.k8s.io/v1alpha2;
     else why not, in one line."""
-    from kerasjob.kube import ApiError
-
     path = f"/apis/{gang.GROUP}/{gang.VERSION}"
     try:
         found = await api.request("GET", path, count_as="get discovery")

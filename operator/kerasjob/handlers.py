@@ -24,7 +24,10 @@ from kerasjob import labels as lbl
 from kerasjob.api import plain
 from kerasjob.config import OperatorConfig
 from kerasjob.controller import Controller
+from kerasjob.gang_sync import GangSync
+from kerasjob.integration import Integration
 from kerasjob.kube import KubeApi
+from kerasjob.kueue_sync import KueueSync
 from kerasjob.podview import pod_view
 from kerasjob.runtimes import default_images
 
@@ -74,9 +77,14 @@ async def job_event(namespace: str | None, name: str, memo: Any, **_: Any) -> No
 
 @kopf.on.event("pods", labels={lbl.JOB_NAME: kopf.PRESENT})
 async def pod_event(
-    namespace: str | None, name: str, labels: Mapping[str, str], memo: Any, **_: Any
+    namespace: str | None,
+    name: str,
+    uid: str | None,
+    labels: Mapping[str, str],
+    memo: Any,
+    **_: Any,
 ) -> None:
-    memo.controller.pod_changed((namespace or "", labels[lbl.JOB_NAME]), name)
+    memo.controller.pod_changed((namespace or "", labels[lbl.JOB_NAME]), name, uid)
 
 
 def register_kueue() -> None:
@@ -166,12 +174,13 @@ async def startup(settings: kopf.OperatorSettings, memo: Any, **kwargs: Any) -> 
     if config.namespaces and not any(set(ns) & set("*?[]!") for ns in config.namespaces):
         settings.scanning.disabled = True
     api = KubeApi(config.kubeconfig, config.context)
-    gang_objects = None
+    integrations: list[Integration] = []
+    if WORKLOADS_INDEX in kwargs:  # Kueue (`register_kueue`)
+        integrations.append(KueueSync(api, bodies, kwargs[WORKLOADS_INDEX], config))
     if config.gang_scheduling:
-        gang_objects = (kwargs[POD_GROUPS_INDEX], kwargs[GANG_WORKLOADS_INDEX])
-    controller = Controller(
-        config, api, bodies, children_pods, kwargs.get(WORKLOADS_INDEX), gang_objects
-    )
+        pod_groups, workloads = kwargs[POD_GROUPS_INDEX], kwargs[GANG_WORKLOADS_INDEX]
+        integrations.append(GangSync(api, pod_groups, workloads))
+    controller = Controller(config, api, bodies, children_pods, integrations)
     memo.controller = controller
     memo.controller_task = asyncio.create_task(controller.run(), name="kerasjob-controller")
     if config.metrics_port is not None:

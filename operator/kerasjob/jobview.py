@@ -1,4 +1,4 @@
-"""From a KerasJob body to the `reconcile.JobView` the planner decides on.
+"""From a KerasJob body to the `planning.JobView` the planner decides on.
 
 The body is parsed once per (uid, generation) into the API models and checked with
 `validation.validate_job`; an invalid job still gets a view (with its problems), so the
@@ -12,9 +12,9 @@ from typing import Any
 
 import pydantic
 
-from kerasjob import CONTROLLER_NAME, reconcile, validation
+from kerasjob import CONTROLLER_NAME, validation
 from kerasjob.api import KerasJob
-from kerasjob.planning import ElasticPolicy
+from kerasjob.planning import ElasticPolicy, JobView, Task
 from kerasjob.tf_config import pod_name
 
 
@@ -37,7 +37,7 @@ class ParsedJob:
         if self.model is not None:
             spec = self.model.spec
             self.tasks = tuple(
-                reconcile.Task(pod_name(name, role, i), role.value, i) for role, i in spec.tasks()
+                Task(pod_name(name, role, i), role.value, i) for role, i in spec.tasks()
             )
             self.chief = pod_name(name, *spec.chief_task())
             self.total_steps: int | None = spec.trainer.epochs * spec.trainer.steps_per_epoch
@@ -46,11 +46,11 @@ class ParsedJob:
             self.chief = ""
             self.total_steps = None
 
-    def view(self, body: Mapping[str, Any]) -> reconcile.JobView:
+    def view(self, body: Mapping[str, Any]) -> JobView:
         meta = body.get("metadata") or {}
         spec = body.get("spec") or {}
         m = self.model.spec if self.model is not None else None
-        return reconcile.JobView(
+        return JobView(
             name=str(meta.get("name", "")),
             namespace=str(meta.get("namespace", "")),
             uid=str(meta.get("uid", "")),

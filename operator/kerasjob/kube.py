@@ -148,14 +148,22 @@ class KubeApi:
     ) -> bool:
         """Create; False (no error) when it already exists. ``strict``: unknown and
         duplicate fields are a 400 error instead of being dropped (fieldValidation=Strict)."""
+        return await self.create_object(path, obj, resource, strict=strict) is not None
+
+    async def create_object(
+        self, path: str, obj: Mapping[str, Any], resource: str, *, strict: bool = False
+    ) -> Mapping[str, Any] | None:
+        """Create; the created object, or None (no error) when it already exists."""
         params = {"fieldValidation": "Strict"} if strict else None
         try:
-            await self.request("POST", path, body=obj, params=params, count_as=f"create {resource}")
+            created = await self.request(
+                "POST", path, body=obj, params=params, count_as=f"create {resource}"
+            )
         except ApiError as e:
             if e.status == 409:
-                return False
+                return None
             raise
-        return True
+        return created if isinstance(created, Mapping) else {}
 
     async def delete(
         self,

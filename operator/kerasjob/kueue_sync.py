@@ -1,39 +1,46 @@
-"""Kueue integration, the I/O part: the controller's calls for a job of a Kueue LocalQueue
-(the decisions are in `kueue`).
+"""Kueue integration, the I/O part: `KueueSync` is the controller's `Integration` for jobs of
+a Kueue LocalQueue, `KueueJob` its part of one snapshot of a job. The decisions are pure
+(`kueue.decisions.decide` returns `WorkloadAction`s); this module reads what they need and
+carries them out (`WorkloadWriter`).
 
-Per reconcile, after the job's status is written: create its Workload if there is none,
-give the quota back after an eviction once the job's Pods are gone, mark the Workload
-Finished when the job ended. Status writes to the Workload are merge patches conditional
-on the resourceVersion read (Kueue writes the same conditions; a conflict just requeues).
-When Pods are created, `pod_updates` says what the admission adds to them.
-
-An elastic job's Workload slices (`kueue.slices`): the current one follows a shrink (its
-worker count lowered in place, or, when Kueue refuses that, the workers given back through
-reclaimablePods); a grow the planner cannot make yet (``Plan.grow_to``) gets a slice of
-that size replacing the current one, withdrawn when the grow is no longer wanted; an older
-slice still holding quota once a newer one is admitted is finished.
+Status writes to a Workload are merge patches conditional on the resourceVersion read
+(Kueue writes the same conditions; a conflict just requeues). When Pods are created,
+`KueueJob.before_pods` reads the assigned flavors and returns what the admission adds to
+each Pod.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal
 
 from kerasjob import children, kueue
+from kerasjob.api import KerasJob, Reason
 from kerasjob.config import OperatorConfig
+from kerasjob.integration import JobIntegration, PodUpdate
 from kerasjob.kube import ApiError, KubeApi
-from kerasjob.observed import Observed
+from kerasjob.kueue.decisions import (
+    CreateWorkload,
+    DeleteWorkload,
+    JobFacts,
+    PatchWorkloadStatus,
+    WorkloadAction,
+    decide,
+)
 from kerasjob.paths import resource_flavor_path, workload_path, workload_priority_class_path
-from kerasjob.reconcile import Action, CreatePod, JobView, Plan
+from kerasjob.planning import Action, CreatePod, CreateProbe, Event, JobView, Plan
 from kerasjob.runtimes import default_images
-from kerasjob.status import RUNNING, SUCCEEDED, TERMINAL_PHASES
+from kerasjob.scheduling import Gate
+from kerasjob.status import get_condition
 from kerasjob.workqueue import Key
 from kerasjob_contract.times import utcnow
 
 log = logging.getLogger("kerasjob.kueue")
+
+Workload = Mapping[str, Any]
 
 
 class _MissingPriorityClass(Exception):
@@ -41,6 +48,8 @@ class _MissingPriorityClass(Exception):
 
 
 class KueueSync:
+    """The Kueue `Integration`: the job's gate from the indexed Workloads."""
+
     def __init__(
         self,
         api: KubeApi,
@@ -48,30 +57,31 @@ class KueueSync:
         workloads: Mapping[Key, Iterable[Mapping[str, Any]]],
         config: OperatorConfig,
     ) -> None:
-        self.api = api
         self.jobs = jobs
         self.workloads = workloads
-        self.default_images = default_images(config)
+        self.writer = WorkloadWriter(api, config)
 
     def view(
-        self, key: Key, body: Mapping[str, Any], job: JobView
-    ) -> tuple[JobView, Mapping[str, Any] | None, kueue.Slices | None]:
-        """For a job of a LocalQueue: the view with Kueue's gate, its Workload, and (an
-        elastic job's) its Workload slices."""
+        self, key: Key, body: Mapping[str, Any], model: KerasJob | None, job: JobView
+    ) -> tuple[JobView, JobIntegration | None]:
+        """For a job of a LocalQueue: the view with Kueue's gate, and its `KueueJob`."""
         queue = kueue.queue_name((body.get("metadata") or {}).get("labels"))
         if queue is None:
-            return job, None, None
+            return job, None
 
         def name_of(uid: str) -> str | None:
             return self._job_name(key[0], uid)
 
+        found: kueue.Slices | None = None
         if job.elastic is not None:
             found = kueue.slices(self.workloads.get(key, ()), job.uid)
+            workload = found.current
             gate = kueue.gate_of(queue, found, utcnow(), name_of)
-            return dataclasses.replace(job, kueue=gate), found.current, found
-        workload = self.workload(key, job.uid)
-        gate = kueue.gate(queue, workload, name_of)
-        return dataclasses.replace(job, kueue=gate), workload, None
+        else:
+            workload = self.workload(key, job.uid)
+            gate = kueue.gate(queue, workload, name_of)
+        part = KueueJob(self.writer, body, model, queue, gate, workload, found)
+        return dataclasses.replace(job, kueue=gate), part
 
     def _job_name(self, namespace: str, uid: str) -> str | None:
         """The name of the KerasJob with this UID in ``namespace`` (from the index)."""
@@ -80,257 +90,150 @@ class KueueSync:
                 return str(name)
         return None
 
-    def workload(self, key: Key, job_uid: str) -> Mapping[str, Any] | None:
+    def workload(self, key: Key, job_uid: str) -> Workload | None:
         """The job's Workload from the index (the one owned by this incarnation)."""
-        for wl in self.workloads.get(key, ()):
-            if kueue.owned_by(wl, job_uid):
-                return wl
-        return None
+        return next((w for w in self.workloads.get(key, ()) if kueue.owned_by(w, job_uid)), None)
 
-    async def sync(
-        self,
-        body: Mapping[str, Any],
-        model: Any,
-        workload: Mapping[str, Any] | None,
-        plan: Plan,
-        pods_left: int,
-        now: datetime,
-        *,
-        slices: kueue.Slices | None = None,
-    ) -> list[tuple[str, str, str]]:
-        """The Workload writes due for this job; returns Events to post (type, reason, msg).
-        ``slices``: an elastic job's, from the snapshot the plan was made on (else read from
-        the index now)."""
-        meta = body.get("metadata") or {}
-        ns, name = str(meta.get("namespace")), str(meta.get("name"))
-        phase = plan.status.get("phase")
-        events: list[tuple[str, str, str]] = []
-        elastic = model is not None and model.spec.elastic is not None
+
+@dataclasses.dataclass
+class KueueJob:
+    """Kueue's part of one snapshot of a job of a LocalQueue (the Workload writes are
+    decided on the same snapshot as the plan)."""
+
+    writer: WorkloadWriter
+    body: Mapping[str, Any]
+    model: KerasJob | None
+    """The job parsed and valid; None: it is not."""
+    queue: str
+    gate: Gate
+    workload: Workload | None
+    """The job's Workload (an elastic job's current slice), when it exists."""
+    slices: kueue.Slices | None = None
+    """An elastic job's Workload slices."""
+
+    def facts(self, plan: Plan, pods_left: int) -> JobFacts:
+        model = self.model
+        meta = self.body.get("metadata") or {}
+        status = plan.status
+        phase = status.get("phase")
         size: int | None = None
-        if elastic:
-            recorded = (plan.status.get("elastic") or {}).get("workers")
+        if model is not None and model.spec.elastic is not None:
+            recorded = (status.get("elastic") or {}).get("workers")
             size = recorded if isinstance(recorded, int) else int(model.spec.workers)
-            found = slices or kueue.slices(self.workloads.get((ns, name), ()), str(meta.get("uid")))
-            workload = found.current
-            if found.replacing is not None and kueue.gate_of("", found, now).recheck_after:
-                return events  # Kueue is admitting the current slice: its next write wakes us
-        if workload is None:
-            if phase in TERMINAL_PHASES or model is None:
-                return events
-            try:
-                priority = await self._priority(meta)
-            except _MissingPriorityClass as e:
-                msg = f"WorkloadPriorityClass {e} not found: no Workload created yet"
-                events.append(("Warning", "PriorityClassNotFound", msg))
-                return events
-            wl = self._build(body, model, size, priority)
-            if await self.api.create(workload_path(ns), wl, "workloads"):
-                queue = kueue.queue_name(meta.get("labels"))
-                events.append(
-                    (
-                        "Normal",
-                        "WorkloadCreated",
-                        f"Kueue Workload {wl['metadata']['name']} created in LocalQueue {queue}",
-                    )
-                )
-            return events
-        wl_name = str(workload["metadata"]["name"])
-        patch: dict[str, Any] | None = None
-        if elastic:
-            assert size is not None
-            slice_events, written = await self._slices(body, model, found, plan, size, now)
-            events += slice_events
-            if written:  # the current slice changed: its next version wakes the job
-                return events
-        if phase in TERMINAL_PHASES:
-            message = next(
-                (
-                    c.get("message", "")
-                    for c in plan.status.get("conditions") or []
-                    if c.get("type") == phase and c.get("status") == "True"
-                ),
-                "",
-            )
-            patch = kueue.finished_status(workload, phase == SUCCEEDED, message or phase, now)
-        else:
-            counts = {r.value: n for r, n in model.spec.replicas(size).items()} if model else None
-            if counts is not None and not (
-                kueue.same_shape(workload, counts) if elastic else kueue.matches(workload, counts)
-            ):
-                # Its podSets are immutable: a new one is made on the next reconcile.
-                await self._delete(workload)
-                msg = f"the job's roles or replicas changed: Workload {wl_name} replaced"
-                return [("Normal", "WorkloadReplaced", msg)]
-            if pods_left == 0:
-                patch = kueue.release_status(workload, now)
-                if patch is not None:
-                    events.append(
-                        (
-                            "Normal",
-                            "QuotaReleased",
-                            f"Pods stopped after the eviction; Workload {wl_name} gives its quota "
-                            "back",
-                        )
-                    )
-            if patch is None:
-                patch = kueue.pods_ready_status(workload, phase == RUNNING, now)
-        if patch is not None and not await self._status(workload, patch):
-            log.debug("%s/%s: Workload status write: conflict or gone", ns, name)
+        ended = get_condition(status.get("conditions") or [], str(phase)) or {}
+        counts = {r.value: n for r, n in model.spec.replicas(size).items()} if model else None
+        return JobFacts(
+            name=str(meta.get("name")),
+            uid=str(meta.get("uid")),
+            queue=self.queue,
+            phase=phase,
+            message=str(ended.get("message") or "") if ended.get("status") == "True" else "",
+            counts=counts,
+            size=size,
+            grow_to=plan.grow_to,
+            pods_left=pods_left,
+        )
+
+    async def after_plan(self, plan: Plan, pods_left: int, now: datetime) -> list[Event]:
+        actions = decide(self.facts(plan, pods_left), self.workload, self.slices, now)
+        return await self.writer.run(self.body, self.model, actions)
+
+    async def managed_elsewhere(self, plan: Plan, now: datetime) -> list[Event]:
+        """MultiKueue dispatches the Workload of a job it manages: made here when missing."""
+        if self.workload is not None:
             return []
+        return await self.after_plan(plan, 0, now)
+
+    async def before_pods(self, plan: Plan, actions: Sequence[Action]) -> PodUpdate | None:
+        """What the admission adds to the Pods ``actions`` create (flavors read from the
+        API); None unless the job is admitted by Kueue and Pods are to be created."""
+        workload = self.workload
+        if workload is None or not self.gate.admitted:
+            return None
+        if not any(isinstance(a, CreatePod | CreateProbe) for a in actions):
+            return None
+        updates = kueue.pod_set_updates(workload, await self.writer.flavors(workload))
+
+        def update(pod: dict[str, Any], role: str, *, probe: bool) -> None:
+            kueue.apply_update(pod, updates.get(role))
+
+        return update
+
+
+class WorkloadWriter:
+    """Carries out `WorkloadAction`s: the Kueue integration's I/O, in one place."""
+
+    def __init__(self, api: KubeApi, config: OperatorConfig) -> None:
+        self.api = api
+        self.default_images = default_images(config)
+
+    async def run(
+        self, body: Mapping[str, Any], model: KerasJob | None, actions: Iterable[WorkloadAction]
+    ) -> list[Event]:
+        """Carry out the actions in order; the Events of those that went through."""
+        events: list[Event] = []
+        for action in actions:
+            events += await self._one(body, model, action)
         return events
 
-    def _build(
-        self,
-        body: Mapping[str, Any],
-        model: Any,
-        size: int | None,
-        priority: tuple[str, int] | None,
-        replaces: Mapping[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        """The job's Workload (an elastic job's: a slice at ``size`` workers)."""
+    async def _one(
+        self, body: Mapping[str, Any], model: KerasJob | None, action: WorkloadAction
+    ) -> list[Event]:
+        if isinstance(action, CreateWorkload):
+            return await self._create(body, model, action)
+        if isinstance(action, DeleteWorkload):
+            await self._delete(action.workload)
+            return [action.event] if action.event else []
+        if isinstance(action, PatchWorkloadStatus):
+            if await self._status(action.workload, action.patch):
+                return [action.event] if action.event else []
+            meta = action.workload["metadata"]
+            log.debug(
+                "%s/%s: Workload status write: conflict or gone",
+                meta.get("namespace"),
+                meta.get("name"),
+            )
+            return []
+        outcome = await self._resize(action.workload, action.workers, action.have)
+        if outcome == "done":
+            return [action.event]
+        if outcome == "refused":
+            return await self.run(body, model, action.refused)
+        return []
+
+    async def _create(
+        self, body: Mapping[str, Any], model: KerasJob | None, action: CreateWorkload
+    ) -> list[Event]:
+        assert model is not None
+        meta = body.get("metadata") or {}
+        try:
+            priority = await self._priority(meta)
+        except _MissingPriorityClass as e:
+            if action.need_priority:
+                msg = f"WorkloadPriorityClass {e} not found: no Workload created yet"
+                return [Event("Warning", Reason.PRIORITY_CLASS_NOT_FOUND.value, msg)]
+            priority = None
         pods_by_role = {
             role.value: (
                 count,
-                children.build_pod(model, role, 0, default_image=self.default_images, workers=size),
+                children.build_pod(
+                    model, role, 0, default_image=self.default_images, workers=action.size
+                ),
             )
-            for role, count in model.spec.replicas(size).items()
+            for role, count in model.spec.replicas(action.size).items()
         }
-        return kueue.build_workload(
-            body, pods_by_role, priority=priority, elastic=size is not None, replaces=replaces
+        wl = kueue.build_workload(
+            body,
+            pods_by_role,
+            priority=priority,
+            elastic=action.size is not None,
+            replaces=action.replaces,
         )
-
-    async def _slices(
-        self,
-        body: Mapping[str, Any],
-        model: Any,
-        found: kueue.Slices,
-        plan: Plan,
-        size: int,
-        now: datetime,
-    ) -> tuple[list[tuple[str, str, str]], bool]:
-        """An elastic job's slices follow its size (see the module's doc): the Events, and
-        whether the current slice was written (its next version wakes the job)."""
-        meta = body.get("metadata") or {}
-        ns = str(meta.get("namespace"))
-        current = found.current
-        assert current is not None
-        cur_name = str(current["metadata"]["name"])
-        events: list[tuple[str, str, str]] = []
-        for old in found.replaced:  # the scheduler did not finish it (the gate off)
-            patch = kueue.replaced_status(old, current, now)
-            if patch is not None and await self._status(old, patch):
-                events.append(
-                    (
-                        "Normal",
-                        "WorkloadSliceReplaced",
-                        f"Workload slice {old['metadata']['name']} finished: replaced "
-                        f"by {cur_name}, admitted by Kueue",
-                    )
-                )
-        terminal = plan.status.get("phase") in TERMINAL_PHASES
-        want = None if terminal else plan.grow_to
-        for extra in found.extra:
-            await self._delete(extra)
-        pending = found.pending
-        if pending is not None and (
-            want is None or kueue.pod_set_counts(pending).get(kueue.WORKER) != want
-        ):
-            await self._delete(pending)
-            pending_name = pending["metadata"]["name"]
-            why = "the grow is no longer wanted" if want is None else f"{want} workers wanted"
-            events.append(
-                (
-                    "Normal",
-                    "WorkloadSliceWithdrawn",
-                    f"Workload slice {pending_name} withdrawn before Kueue admitted it: {why}",
-                )
-            )
-        elif (
-            pending is None
-            and want is not None
-            and kueue.reserved(current)
-            and want > kueue.admitted_workers(current)
-        ):
-            try:
-                priority = await self._priority(meta)
-            except _MissingPriorityClass:
-                priority = None
-            wl = self._build(body, model, want, priority, replaces=current)
-            if await self.api.create(workload_path(ns), wl, "workloads"):
-                events.append(
-                    (
-                        "Normal",
-                        "GrowWaitingForKueue",
-                        f"Growing to {want} workers waits for Kueue to admit "
-                        f"Workload slice {wl['metadata']['name']} (replacing "
-                        f"{cur_name}, {kueue.admitted_workers(current)} workers)",
-                    )
-                )
-        if terminal or model is None:
-            return events, False
-        have = kueue.pod_set_counts(current).get(kueue.WORKER, 0)
-        if kueue.reserved(current):
-            admitted = kueue.admitted_workers(current)
-            if admitted <= size or want is not None:
-                return events, False
-            if not kueue.reclaimable(current):
-                outcome = await self._resize(current, size, admitted)
-                if outcome == "done":
-                    events.append(
-                        (
-                            "Normal",
-                            "WorkloadResized",
-                            f"Workload {cur_name} follows the shrink: {admitted} -> "
-                            f"{size} workers, Kueue charges the smaller size",
-                        )
-                    )
-                if outcome != "refused":
-                    return events, True
-            # Kueue refuses an admitted Workload's smaller count (its gate
-            # ElasticJobsViaWorkloadSlices off): give the workers back as reclaimable.
-            patch = kueue.reclaimable_status(current, size)
-            if patch is not None and await self._status(current, patch):
-                events.append(
-                    (
-                        "Warning",
-                        "WorkloadShrinkRefused",
-                        f"Kueue refused to lower Workload {cur_name}'s worker count "
-                        f"(feature gate ElasticJobsViaWorkloadSlices off?): "
-                        f"{have - size} workers' quota given back through "
-                        "status.reclaimablePods; a grow needs a new admission of the "
-                        "bigger size",
-                    )
-                )
-            return events, True
-        if have != size and not kueue.finished(current):
-            outcome = await self._resize(current, size, have)
-            if outcome == "conflict":
-                return events, True
-            if outcome == "refused":
-                # Not expected unadmitted: a new one is made on the next reconcile.
-                await self._delete(current)
-                events.append(
-                    (
-                        "Normal",
-                        "WorkloadReplaced",
-                        f"Kueue refused to change Workload {cur_name}'s worker count: "
-                        f"replaced by one of {size} workers",
-                    )
-                )
-            else:
-                events.append(
-                    (
-                        "Normal",
-                        "WorkloadResized",
-                        f"Workload {cur_name} (not admitted) follows the job's size: "
-                        f"{have} -> {size} workers",
-                    )
-                )
-            return events, True
-        return events, False
+        created = await self.api.create(workload_path(str(meta.get("namespace"))), wl, "workloads")
+        return [action.event] if created else []
 
     async def _resize(
-        self, workload: Mapping[str, Any], workers: int, have: int
+        self, workload: Workload, workers: int, have: int
     ) -> Literal["done", "conflict", "refused"]:
         """Set the Workload's worker count: done; a conflict (or the Workload gone: the
         next reconcile looks again); or refused by Kueue's webhook."""
@@ -359,7 +262,7 @@ class KueueSync:
             raise
         return "done"
 
-    async def _status(self, workload: Mapping[str, Any], patch: Mapping[str, Any]) -> bool:
+    async def _status(self, workload: Workload, patch: Mapping[str, Any]) -> bool:
         """A conditional merge patch of a Workload's status; False on a conflict."""
         meta = workload["metadata"]
         request = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": patch}
@@ -375,7 +278,7 @@ class KueueSync:
             return False
         return True
 
-    async def _delete(self, workload: Mapping[str, Any]) -> None:
+    async def _delete(self, workload: Workload) -> None:
         meta = workload["metadata"]
         await self.api.delete(
             workload_path(str(meta["namespace"]), str(meta["name"])),
@@ -398,21 +301,13 @@ class KueueSync:
             raise
         return cls, int((wpc or {}).get("value", 0))
 
-    async def pod_updates(
-        self, seen: Observed, actions: Iterable[Action]
-    ) -> dict[str, kueue.PodSetUpdate]:
-        """Role -> what the admission adds to the Pods ``actions`` create (flavors read from
-        the API); empty unless the job is admitted by Kueue and Pods are to be created."""
-        workload, gate = seen.workload, seen.job.kueue
-        if workload is None or gate is None or not gate.admitted:
-            return {}
-        if not any(isinstance(a, CreatePod) for a in actions):
-            return {}
-        flavors: dict[str, Mapping[str, Any]] = {}
+    async def flavors(self, workload: Workload) -> dict[str, Mapping[str, Any]]:
+        """The ResourceFlavors assigned to the Workload, by name (read from the API)."""
+        out: dict[str, Mapping[str, Any]] = {}
         for names in kueue.assigned_flavors(workload).values():
             for flavor in names:
-                if flavor not in flavors:
-                    flavors[flavor] = await self.api.request(
+                if flavor not in out:
+                    out[flavor] = await self.api.request(
                         "GET", resource_flavor_path(flavor), count_as="get resourceflavors"
                     )
-        return kueue.pod_set_updates(workload, flavors)
+        return out

@@ -4,12 +4,14 @@ indices plus the operator's own writes the indices have not delivered yet.
 * `WriteCache` -- the response of our last status write per job, used while the index still
   shows an older resourceVersion of the same job (so a reconcile right after a write never
   decides on the state before it).
-* `Expectations` -- children we created moments ago and the index does not show yet
-  (client-go's "expectations"): skips redundant creates. Purely an optimisation: creates
-  are idempotent (409 is success). An expectation ends when the index shows the name, when
-  a watch event for the name arrives (`seen`: also a DELETE of a Pod removed before the
-  index ever showed it, which would otherwise hold its re-creation back), or at its
-  deadline.
+* `Expectations` -- children we created and the index does not show yet (client-go's
+  "expectations"): no create is sent for them again. An expectation ends when the index
+  shows the name, when a watch event for the name arrives (`seen`: also a DELETE of a Pod
+  removed before the index ever showed it, which would otherwise hold its re-creation
+  back), or at its deadline. They are read with the index, in the same step (`pending`):
+  a watch event handled later in the reconcile (while the status write is awaited) ends an
+  expectation the snapshot's index does not reflect yet, and must not let the plan made on
+  that snapshot create the Pod again (409 AlreadyExists).
 * `Observed` -- the snapshot itself; `Controller.observe` makes it.
 * `index_behind` -- the one check that asks the API server instead of the index: whether a
   Pod incarnation the status recorded still exists although the index does not show it.
@@ -17,16 +19,23 @@ indices plus the operator's own writes the indices have not delivered yet.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kerasjob import kueue
-from kerasjob import reconcile as rc
+from kerasjob.integration import JobIntegration
 from kerasjob.jobview import ParsedJob
 from kerasjob.kube import KubeApi
 from kerasjob.paths import pod_path
-from kerasjob.planning import CreateProbe
+from kerasjob.planning import (
+    Action,
+    CreatePod,
+    CreateProbe,
+    CreateService,
+    JobView,
+    newest_incarnations,
+)
 from kerasjob.podview import PodView
 from kerasjob.status import TERMINAL_PHASES
 from kerasjob.workqueue import Key
@@ -50,14 +59,14 @@ class Observed:
 
     body: Mapping[str, Any]
     parsed: ParsedJob
-    job: rc.JobView
+    job: JobView
     status: dict[str, Any]
     pods: list[PodView]
-    workload: Mapping[str, Any] | None = None
-    """The job's Kueue Workload, for a job of a Kueue LocalQueue (when it exists)."""
-    slices: kueue.Slices | None = None
-    """An elastic job's Kueue Workload slices (``workload`` is the current one): the
-    Workload writes are decided on the same snapshot as the plan."""
+    expected: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    """Children created and not in ``pods`` yet, with their deadlines (`Expectations`)."""
+    integrations: tuple[JobIntegration, ...] = ()
+    """The integrations' parts of this snapshot (Kueue's Workload, the gang's PodGroups):
+    their writes are decided on the same snapshot as the plan."""
 
     @property
     def resource_version(self) -> str:
@@ -94,59 +103,73 @@ class WriteCache:
 
 
 class Expectations:
-    """Children created by us and not yet seen in the index, with a deadline each."""
+    """Children created by us and not yet seen in the index: per job, name -> (deadline,
+    the UID of the incarnation created, when known)."""
 
     def __init__(self, seconds: float = EXPECTATION_SECONDS) -> None:
         self.seconds = seconds
-        self._expected: dict[Key, dict[str, float]] = {}
+        self._expected: dict[Key, dict[str, tuple[float, str | None]]] = {}
 
-    def expect(self, key: Key, name: str, now: float) -> None:
-        self._expected.setdefault(key, {})[name] = now + self.seconds
+    def expect(self, key: Key, name: str, now: float, *, uid: str | None = None) -> None:
+        self._expected.setdefault(key, {})[name] = (now + self.seconds, uid)
 
     def forget(self, key: Key) -> None:
         self._expected.pop(key, None)
 
-    def seen(self, key: Key, name: str) -> None:
-        """A watch event for child ``name`` arrived (any incarnation: a stale event only
-        costs one redundant, idempotent create)."""
+    def seen(self, key: Key, name: str, uid: str | None = None) -> None:
+        """A watch event for child ``name`` (incarnation ``uid``) arrived, after the index
+        took it in. An event of another incarnation than the one created (the late DELETE
+        of the one it replaced: kopf orders events per object, not per name) ends
+        nothing."""
         expected = self._expected.get(key)
-        if expected is not None:
-            expected.pop(name, None)
+        if expected is None or name not in expected:
+            return
+        made = expected[name][1]
+        if uid is None or made is None or uid == made:
+            del expected[name]
             if not expected:
                 del self._expected[key]
 
-    def skip(
-        self, key: Key, actions: Iterable[rc.Action], observed: set[str], now: float
-    ) -> tuple[list[rc.Action], float | None]:
-        """The actions minus creates of expected children; and how long until the first of
-        the skipped Pods' expectations lapses (None when nothing was skipped)."""
+    def pending(self, key: Key, indexed: Iterable[PodView], now: float) -> Mapping[str, float]:
+        """Read with the index (no await in between): the children still expected, by name,
+        with their deadlines; those the index shows, or past their deadline, end."""
         expected = self._expected.get(key)
         if not expected:
-            return list(actions), None
-        for name in [n for n, t in expected.items() if t <= now or n in observed]:
-            del expected[name]
-        out: list[rc.Action] = []
-        wait: float | None = None
-        for action in actions:
-            made = created_name(action)
-            if made is not None and made in expected:
-                if made != SERVICE:
-                    left = expected[made] - now
-                    wait = left if wait is None else min(wait, left)
-                continue
-            out.append(action)
+            return {}
+        shown = {p.name: p.uid for p in indexed}
+        for name, (deadline, uid) in list(expected.items()):
+            if deadline <= now or (name in shown and uid in (None, shown[name])):
+                del expected[name]
         if not expected:
-            self._expected.pop(key, None)
-        return out, wait
+            del self._expected[key]
+        return {name: deadline for name, (deadline, _) in expected.items()}
 
 
-def created_name(action: rc.Action) -> str | None:
+def skip_expected(
+    actions: Iterable[Action], expected: Mapping[str, float], now: float
+) -> tuple[list[Action], float | None]:
+    """The actions minus creates of ``expected`` children (`Expectations.pending`); and how
+    long until the first of the skipped Pods' expectations lapses (None: nothing skipped)."""
+    out: list[Action] = []
+    wait: float | None = None
+    for action in actions:
+        made = created_name(action)
+        if made is not None and made in expected:
+            if made != SERVICE:
+                left = expected[made] - now
+                wait = left if wait is None else min(wait, left)
+            continue
+        out.append(action)
+    return out, wait
+
+
+def created_name(action: Action) -> str | None:
     """The child a create action makes (a Pod name, or SERVICE); None for other actions."""
-    if isinstance(action, rc.CreatePod):
+    if isinstance(action, CreatePod):
         return action.task.name
     if isinstance(action, CreateProbe):
         return action.name
-    if isinstance(action, rc.CreateService):
+    if isinstance(action, CreateService):
         return SERVICE
     return None
 
@@ -165,7 +188,7 @@ async def index_behind(
     """
     if status.get("phase") in TERMINAL_PHASES:  # nothing is counted any more
         return False
-    indexed = {p.name: p.uid for p in rc.newest_incarnations(pods)}
+    indexed = {p.name: p.uid for p in newest_incarnations(pods)}
     for name, rec in (status.get("trackedPods") or {}).items():
         uid = rec.get("uid")
         if not uid or indexed.get(name) == uid:

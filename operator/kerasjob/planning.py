@@ -8,9 +8,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kerasjob.gang import Gang, GangView
-from kerasjob.kueue import Gate
 from kerasjob.podview import PodView
+from kerasjob.scheduling import Gang, GangView, Gate
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,15 @@ from datetime import datetime
 from typing import Any
 
 from kerasjob import KIND, labels
+from kerasjob.conditions import condition_if, condition_true
 from kerasjob_contract import TERMINATION_MESSAGE_BYTES, TRAINER_CONTAINER, Env
 from kerasjob_contract.times import parse_time
 
-#: The container treated as the trainer when no container has this name: the first one.
+#: Pod condition types and the PodScheduled reason the controller reads (k8s.io/api core/v1).
+READY = "Ready"
+POD_SCHEDULED = "PodScheduled"
+DISRUPTION_TARGET = "DisruptionTarget"
+UNSCHEDULABLE = "Unschedulable"
 
 
 @dataclass(frozen=True)
@@ -150,9 +155,9 @@ STUCK_WAITING_REASONS = frozenset(
 
 
 def _waiting(conditions: list[Mapping[str, Any]], trainer: Mapping[str, Any]) -> str:
-    for c in conditions:
-        if c.get("type") == "PodScheduled" and c.get("status") == "False":
-            return f"{c.get('reason') or 'Unschedulable'}: {c.get('message') or ''}".strip()
+    c = condition_if(conditions, POD_SCHEDULED, "False")
+    if c is not None:
+        return f"{c.get('reason') or UNSCHEDULABLE}: {c.get('message') or ''}".strip()
     waiting = (trainer.get("state") or {}).get("waiting") or {}
     if waiting.get("reason") in STUCK_WAITING_REASONS:
         return f"{waiting['reason']}: {waiting.get('message') or ''}".strip()
@@ -160,14 +165,10 @@ def _waiting(conditions: list[Mapping[str, Any]], trainer: Mapping[str, Any]) ->
 
 
 def _unschedulable_since(conditions: list[Mapping[str, Any]]) -> datetime | None:
-    for c in conditions:
-        if (
-            c.get("type") == "PodScheduled"
-            and c.get("status") == "False"
-            and c.get("reason") == "Unschedulable"
-        ):
-            return parse_time(c.get("lastTransitionTime"))
-    return None
+    c = condition_if(conditions, POD_SCHEDULED, "False")
+    if c is None or c.get("reason") != UNSCHEDULABLE:
+        return None
+    return parse_time(c.get("lastTransitionTime"))
 
 
 def _owner_uid(meta: Mapping[str, Any]) -> str | None:
@@ -191,15 +192,7 @@ def pod_view(pod: Mapping[str, Any]) -> PodView | None:
         return None
     status = pod.get("status") or {}
     conditions = status.get("conditions") or []
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-    disruption = next(
-        (
-            str(c.get("reason") or "DisruptionTarget")
-            for c in conditions
-            if c.get("type") == "DisruptionTarget" and c.get("status") == "True"
-        ),
-        "",
-    )
+    disruption = condition_if(conditions, DISRUPTION_TARGET, "True")
     trainer = _trainer_status(pod)
     return PodView(
         name=str(meta.get("name", "")),
@@ -211,7 +204,7 @@ def pod_view(pod: Mapping[str, Any]) -> PodView | None:
         index=index,
         resource_version=_int(meta.get("resourceVersion")),
         phase=str(status.get("phase") or "Pending"),
-        ready=ready,
+        ready=condition_true(conditions, READY),
         pod_ip=status.get("podIP") or None,
         deletion_timestamp=parse_time(meta.get("deletionTimestamp")),
         restart_count=int(trainer.get("restartCount") or 0),
@@ -219,15 +212,12 @@ def pod_view(pod: Mapping[str, Any]) -> PodView | None:
         termination=_termination(trainer.get("state")),
         metrics_port=_metrics_port(pod),
         status_reason=str(status.get("reason") or ""),
-        disruption_reason=disruption,
+        disruption_reason=(
+            str(disruption.get("reason") or DISRUPTION_TARGET) if disruption else ""
+        ),
         node_name=str((pod.get("spec") or {}).get("nodeName") or ""),
-        scheduled_since=next(
-            (
-                parse_time(c.get("lastTransitionTime"))
-                for c in conditions
-                if c.get("type") == "PodScheduled" and c.get("status") == "True"
-            ),
-            None,
+        scheduled_since=parse_time(
+            (condition_if(conditions, POD_SCHEDULED, "True") or {}).get("lastTransitionTime")
         ),
         unschedulable_since=_unschedulable_since(conditions),
         waiting=_waiting(conditions, trainer)[:1024],

@@ -1,18 +1,18 @@
 """The job's status: phase, conditions and Pod counts, computed from what was observed.
 
 Pure functions over plain dictionaries in the wire format (camelCase), so the result can be
-diffed against the stored status (`merge_patch`) and written with one merge patch.
+diffed against the stored status (`merge_patch`) and written with one merge patch. The
+condition functions are `conditions`' (re-exported here).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import datetime
 from typing import Any
 
 from kerasjob.api import ConditionType, Phase
+from kerasjob.conditions import condition_true, get_condition, set_condition
 from kerasjob.podview import PodView
-from kerasjob_contract.times import format_time
 
 # The phase names are the API's (kerasjob.api.Phase); plain strings here, as stored in status.
 PENDING = Phase.PENDING.value
@@ -24,6 +24,30 @@ SUSPENDED = Phase.SUSPENDED.value
 QUEUED = Phase.QUEUED.value
 TERMINAL_PHASES = frozenset({SUCCEEDED, FAILED})
 
+__all__ = [
+    "COND_ADMITTED",
+    "COND_CREATED",
+    "COND_FAILED",
+    "COND_RESTARTING",
+    "COND_RUNNING",
+    "COND_SUCCEEDED",
+    "COND_SUSPENDED",
+    "FAILED",
+    "PENDING",
+    "QUEUED",
+    "RESTARTING",
+    "RUNNING",
+    "SUCCEEDED",
+    "SUSPENDED",
+    "TERMINAL_PHASES",
+    "active_phase",
+    "condition_true",
+    "get_condition",
+    "merge_patch",
+    "replica_statuses",
+    "set_condition",
+]
+
 #: Condition types (metav1.Condition), as TFJob and JobSet use them.
 COND_CREATED = ConditionType.CREATED.value
 COND_RUNNING = ConditionType.RUNNING.value
@@ -32,59 +56,6 @@ COND_SUCCEEDED = ConditionType.SUCCEEDED.value
 COND_FAILED = ConditionType.FAILED.value
 COND_SUSPENDED = ConditionType.SUSPENDED.value
 COND_ADMITTED = ConditionType.ADMITTED.value
-
-
-def get_condition(conditions: Iterable[Mapping[str, Any]], type_: str) -> Mapping[str, Any] | None:
-    return next((c for c in conditions if c.get("type") == type_), None)
-
-
-def condition_true(conditions: Iterable[Mapping[str, Any]], type_: str) -> bool:
-    cond = get_condition(conditions, type_)
-    return cond is not None and cond.get("status") == "True"
-
-
-def set_condition(
-    conditions: list[dict[str, Any]],
-    type_: str,
-    status: bool,
-    reason: str,
-    message: str,
-    *,
-    now: datetime,
-    generation: int | None,
-    add_false: bool = False,
-) -> list[dict[str, Any]]:
-    """Return ``conditions`` with ``type_`` set; lastTransitionTime moves only on a change
-    of status. A condition that does not exist yet is not added as False (absent == False)
-    unless ``add_false`` (a False condition that carries a reason worth showing).
-    """
-    wanted = "True" if status else "False"
-    out: list[dict[str, Any]] = []
-    found = False
-    for cond in conditions:
-        if cond.get("type") != type_:
-            out.append(cond)
-            continue
-        found = True
-        new = dict(cond)
-        if cond.get("status") != wanted:
-            new["lastTransitionTime"] = format_time(now)
-        new.update(status=wanted, reason=reason, message=message)
-        if generation is not None:
-            new["observedGeneration"] = generation
-        out.append(new)
-    if not found and (status or add_false):
-        new = {
-            "type": type_,
-            "status": wanted,
-            "reason": reason,
-            "message": message,
-            "lastTransitionTime": format_time(now),
-        }
-        if generation is not None:
-            new["observedGeneration"] = generation
-        out.append(new)
-    return out
 
 
 def replica_statuses(

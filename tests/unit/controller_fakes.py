@@ -62,18 +62,19 @@ class FakeCluster:
         #: Answers a create with this error instead (an admission or validation refusal).
         self.refuse: Callable[[str, Mapping[str, Any]], ApiError | None] | None = None
         self.log: list[str] = []
-        #: The Pod watch: (resourceVersion, Pod name) of every change, in order.
-        self.pod_events: list[tuple[int, str]] = []
+        #: The Pod watch: (resourceVersion, Pod name, UID) of every change, in order.
+        self.pod_events: list[tuple[int, str, str]] = []
 
     def _bump(self, obj: dict[str, Any]) -> None:
         self.rv += 1
         obj["metadata"]["resourceVersion"] = str(self.rv)
         if obj.get("kind") != "KerasJob":
-            self.pod_events.append((self.rv, obj["metadata"]["name"]))
+            meta = obj["metadata"]
+            self.pod_events.append((self.rv, meta["name"], str(meta.get("uid", ""))))
 
-    def _removed(self, name: str) -> None:
+    def _removed(self, name: str, uid: str) -> None:
         self.rv += 1
-        self.pod_events.append((self.rv, name))
+        self.pod_events.append((self.rv, name, uid))
 
     # -- test steps ------------------------------------------------------------------------
 
@@ -123,7 +124,7 @@ class FakeCluster:
         if pod is None or pod["metadata"]["uid"] != uid:
             return False
         del self.pods[name]
-        self._removed(name)
+        self._removed(name, uid)
         return True
 
     def kubelet_sweeps(self) -> int:
@@ -141,7 +142,7 @@ class FakeCluster:
         pod = self.pods.pop(name, None)
         if pod is None:
             return False
-        self._removed(name)
+        self._removed(name, pod["metadata"]["uid"])
         self.log.append(f"deleted by name {name} {pod['metadata']['uid']}")
         return True
 
@@ -166,7 +167,8 @@ class FakeCluster:
         self._bump(job)
         return copy.deepcopy(job)
 
-    def create(self, path: str, obj: Mapping[str, Any]) -> bool:
+    def create(self, path: str, obj: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The created object; None when the name is taken (the API's 409)."""
         ns, resource, _, _ = _split(path)
         if self.terminating_namespace:
             raise ApiError(
@@ -180,7 +182,7 @@ class FakeCluster:
             )
         if resource == "events":
             self.events.append(copy.deepcopy(dict(obj)))
-            return True
+            return dict(obj)
         refusal = self.refuse(resource, obj) if self.refuse is not None else None
         if refusal is not None:
             raise refusal
@@ -191,7 +193,7 @@ class FakeCluster:
         }[resource]
         name = obj["metadata"]["name"]
         if name in store:
-            return False
+            return None
         body = copy.deepcopy(dict(obj))
         kinds = {"pods": "Pod", "services": "Service", "networkpolicies": "NetworkPolicy"}
         body.setdefault("kind", kinds[resource])
@@ -201,7 +203,7 @@ class FakeCluster:
         store[name] = body
         if resource == "pods":
             self.log.append(f"created {name} {body['metadata']['uid']}")
-        return True
+        return copy.deepcopy(body)
 
     def delete(self, path: str, uid: str | None, grace: int | None) -> bool:
         _, resource, name, _ = _split(path)
@@ -212,7 +214,7 @@ class FakeCluster:
             return False
         if grace == 0:
             del self.pods[name or ""]
-            self._removed(name or "")
+            self._removed(name or "", pod["metadata"]["uid"])
         else:
             pod["metadata"]["deletionTimestamp"] = FAR_FUTURE
             self._bump(pod)
@@ -231,6 +233,8 @@ class FakeApi:
         self.calls: list[str] = []
         #: Pod and Service creates made without fieldValidation=Strict.
         self.loose_creates: list[str] = []
+        #: Runs while a status patch is awaited (a watch event handled meanwhile).
+        self.during_patch: Callable[[], None] | None = None
 
     def _reachable(self) -> None:
         if self.cluster.down:
@@ -239,11 +243,18 @@ class FakeApi:
     async def merge_patch(self, path: str, patch: Mapping[str, Any], resource: str) -> Any:
         self.calls.append(f"patch {resource}")
         self._reachable()
+        if self.during_patch is not None:
+            self.during_patch()
         return self.cluster.merge_patch(path, patch)
 
     async def create(
         self, path: str, obj: Mapping[str, Any], resource: str, *, strict: bool = False
     ) -> bool:
+        return await self.create_object(path, obj, resource, strict=strict) is not None
+
+    async def create_object(
+        self, path: str, obj: Mapping[str, Any], resource: str, *, strict: bool = False
+    ) -> Mapping[str, Any] | None:
         self.calls.append(f"create {resource}")
         self._reachable()
         if not strict and resource != "events":
@@ -313,15 +324,15 @@ def sync_jobs(index: FakeIndex, cluster: FakeCluster) -> None:
 
 
 def sync_pods(
-    index: FakeIndex, cluster: FakeCluster, on_event: Callable[[str], None] | None = None
+    index: FakeIndex, cluster: FakeCluster, on_event: Callable[[str, str], None] | None = None
 ) -> None:
     """Deliver the Pod watch: the index becomes the cluster's Pods, and ``on_event`` hears
-    the name of every change since the last delivery (also of Pods created and deleted in
-    between, which the index never shows)."""
+    the name and UID of every change since the last delivery (also of Pods created and
+    deleted in between, which the index never shows)."""
     if on_event is not None:
-        for rv, name in cluster.pod_events:
+        for rv, name, uid in cluster.pod_events:
             if rv > index.delivered:
-                on_event(name)
+                on_event(name, uid)
     index.delivered = cluster.rv
     out: dict[Key, list[PodView]] = {}
     for body in cluster.pods.values():

@@ -18,6 +18,7 @@ from kerasjob.gang_sync import GangSync, check_api
 from kerasjob.kube import ApiError
 from kerasjob.podview import Termination
 
+KEY = ("ns", "j")
 BODY = {
     "apiVersion": "kerasjob.dev/v1alpha1",
     "kind": "KerasJob",
@@ -204,24 +205,33 @@ class RecordingApi:
 def test_the_workload_is_created_before_its_pod_group_and_only_what_is_missing() -> None:
     g = gang.gang_for("j", JOB_UID, 3)
     api = RecordingApi()
-    sync = GangSync(api, {}, {})  # type: ignore[arg-type]
-    asyncio.run(sync.ensure(BODY, gjob(3), g))
+    plan = rc.Plan(status={}, actions=[rc.CreatePod(rc.Task("j-worker-0", "worker", 0))], gang=g)
+
+    def part(groups: tuple[Any, ...] = (), workloads: tuple[Any, ...] = ()) -> Any:
+        sync = GangSync(api, {KEY: list(groups)}, {KEY: list(workloads)})  # type: ignore[arg-type]
+        j, found = sync.view(KEY, BODY, None, job(3))
+        assert found is not None and j.gang == gang.view(groups, workloads, JOB_UID)
+        return found
+
+    update = asyncio.run(part().before_pods(plan, plan.actions))
     assert api.calls == [("create", f"Workload/{g.name}"), ("create", f"PodGroup/{g.name}")]
+    pod_: dict[str, Any] = {}
+    update(pod_, "worker", probe=True)
+    assert pod_ == {}  # a probe asks for one worker's place on its own
+    update(pod_, "worker", probe=False)
+    assert pod_["spec"]["schedulingGroup"] == {"podGroupName": g.name}
     api.calls.clear()
-    asyncio.run(
-        sync.ensure(BODY, gjob(3, groups=(pod_group(g.name, 3),), workloads=(workload(g.name),)), g)
-    )
+    have = part((pod_group(g.name, 3),), (workload(g.name),))
+    asyncio.run(have.before_pods(plan, plan.actions))
     assert api.calls == []
     # After a resize the old pair goes (the plan's own stays).
     new = gang.gang_for("j", JOB_UID, 2, epoch=1)
-    j = gjob(
-        3,
-        groups=(pod_group(g.name, 3), pod_group(new.name, 2)),
-        workloads=(workload(g.name), workload(new.name)),
+    both = part(
+        (pod_group(g.name, 3), pod_group(new.name, 2)), (workload(g.name), workload(new.name))
     )
-    events = asyncio.run(sync.sync(j, rc.Plan(status={}, gang=new)))
+    events = asyncio.run(both.after_plan(rc.Plan(status={}, gang=new), 0, NOW))
     assert api.calls == [("delete", f"podgroups/{g.name}"), ("delete", f"workloads/{g.name}")]
-    assert [e[1] for e in events] == ["GangReplaced"]
+    assert [e.reason for e in events] == ["GangReplaced"]
 
 
 def test_an_elastic_gang_that_does_not_fit_shrinks_one_worker_at_a_time() -> None:

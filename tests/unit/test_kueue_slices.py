@@ -15,7 +15,15 @@ from kerasjob import reconcile as rc
 from kerasjob.config import OperatorConfig
 from kerasjob.jobview import ParsedJob
 from kerasjob.kube import ApiError
-from kerasjob.kueue_sync import KueueSync
+from kerasjob.kueue.decisions import (
+    CreateWorkload,
+    DeleteWorkload,
+    JobFacts,
+    PatchWorkloadStatus,
+    ResizeWorkload,
+    decide,
+)
+from kerasjob.kueue_sync import KueueJob, WorkloadWriter
 
 T = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
 JOB = {
@@ -252,17 +260,69 @@ EJOB = {
 }
 
 
+def _part(api: _Api, found: kueue.Slices) -> KueueJob:
+    writer = WorkloadWriter(api, OperatorConfig())  # type: ignore[arg-type]
+    gate = kueue.gate_of("q", found, T)
+    return KueueJob(writer, EJOB, ParsedJob(EJOB).model, "q", gate, found.current, found)
+
+
 def _sync(
     api: _Api,
     found: kueue.Slices,
     workers: int,
     grow_to: int | None = None,
 ) -> list[tuple[str, str, str]]:
-    model = ParsedJob(EJOB).model
-    assert model is not None
-    sync = KueueSync(api, {}, {}, OperatorConfig())  # type: ignore[arg-type]
     plan = rc.Plan(status={"phase": "Running", "elastic": {"workers": workers}}, grow_to=grow_to)
-    return asyncio.run(sync.sync(EJOB, model, found.current, plan, workers, T, slices=found))
+    events = asyncio.run(_part(api, found).after_plan(plan, workers, T))
+    return [(e.type, e.reason, e.message) for e in events]
+
+
+def _decide(found: kueue.Slices, workers: int, grow_to: int | None = None) -> list[Any]:
+    """The pure decisions: which Workload writes are due."""
+    facts = JobFacts(
+        name="j",
+        uid="0123456789abcdef",
+        queue="q",
+        phase="Running",
+        message="",
+        counts={"worker": workers},
+        size=workers,
+        grow_to=grow_to,
+        pods_left=workers,
+    )
+    return decide(facts, found.current, found, T)
+
+
+def test_slice_decisions_are_actions() -> None:
+    """Shrink in place with reclaimablePods as the fallback; a grow asks for a slice."""
+    current = wl(3, reserved=True)
+    ((resize,),) = [_decide(kueue.Slices(current), 2)]
+    assert isinstance(resize, ResizeWorkload) and (resize.workers, resize.have) == (2, 3)
+    assert resize.event.reason == "WorkloadResized"
+    (fallback,) = resize.refused
+    assert isinstance(fallback, PatchWorkloadStatus)
+    assert fallback.patch == {"reclaimablePods": [{"name": "worker", "count": 1}]}
+    assert fallback.event is not None and fallback.event.type == "Warning"
+    # Given back already (Kueue charges 2): no resize, no more reclaimable; PodsReady only.
+    (ready,) = _decide(kueue.Slices(wl(3, reserved=True, reclaimable=1)), 2)
+    assert isinstance(ready, PatchWorkloadStatus) and set(ready.patch) == {"conditions"}
+    # A grow: a slice replacing the current one; the current one keeps its PodsReady.
+    s0 = wl(2, reserved=True)
+    create, kept = _decide(kueue.Slices(s0), 2, grow_to=3)
+    assert isinstance(kept, PatchWorkloadStatus) and kept.workload is s0
+    assert isinstance(create, CreateWorkload)
+    assert (create.name, create.size, create.replaces) == ("kerasjob-j-01234567-s1", 3, s0)
+    assert not create.need_priority
+    # The grow no longer wanted: the pending slice is withdrawn, then PodsReady kept.
+    found = kueue.slices([s0, wl(3, replaces=s0)], "0123456789abcdef")
+    withdraw, ready = _decide(found, 2)
+    assert isinstance(withdraw, DeleteWorkload) and withdraw.workload is found.pending
+    assert isinstance(ready, PatchWorkloadStatus) and ready.workload is s0
+    # An older slice still holding quota once a newer one is admitted: finished.
+    s1 = wl(3, replaces=s0, reserved=True)
+    finish = _decide(kueue.slices([s0, s1], "0123456789abcdef"), 3)[0]
+    assert isinstance(finish, PatchWorkloadStatus) and finish.workload is s0
+    assert finish.patch["conditions"][-1]["reason"] == "WorkloadSliceReplaced"
 
 
 def test_the_admitted_workload_follows_a_shrink_in_place() -> None:

@@ -169,6 +169,28 @@ class Reason(str, enum.Enum):
     GANG_REPLACED = "GangReplaced"
     """An elastic job's new size got a new PodGroup; the old one was deleted."""
     REGROUPING = "Regrouping"
+    # Kueue: the job's Workload (Events).
+    WORKLOAD_CREATED = "WorkloadCreated"
+    """The job's Kueue Workload was created in its LocalQueue."""
+    WORKLOAD_REPLACED = "WorkloadReplaced"
+    """The job's roles or replicas changed (a Workload's podSets are immutable): its
+    Workload was deleted, a new one follows."""
+    WORKLOAD_RESIZED = "WorkloadResized"
+    """An elastic job's Workload follows its size."""
+    WORKLOAD_SHRINK_REFUSED = "WorkloadShrinkRefused"
+    """Kueue refused a smaller worker count: the workers' quota went back through
+    status.reclaimablePods."""
+    WORKLOAD_SLICE_REPLACED = "WorkloadSliceReplaced"
+    """An elastic job's older Workload slice was finished: a newer one is admitted."""
+    WORKLOAD_SLICE_WITHDRAWN = "WorkloadSliceWithdrawn"
+    """A grow slice was deleted before Kueue admitted it: the grow is no longer wanted."""
+    GROW_WAITING_FOR_KUEUE = "GrowWaitingForKueue"
+    """An elastic job grows once Kueue admits the bigger Workload slice it asked for."""
+    QUOTA_RELEASED = "QuotaReleased"
+    """After a Kueue eviction, once the job's Pods are gone, its Workload gave the quota
+    back."""
+    PRIORITY_CLASS_NOT_FOUND = "PriorityClassNotFound"
+    """The WorkloadPriorityClass the job names does not exist: no Workload yet."""
 
 
 class DatasetSource(str, enum.Enum):
