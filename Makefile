@@ -49,7 +49,7 @@ fmt: venv ## ruff format + autofix
 # strict build (a broken link or anchor fails it). tests/unit/test_docs.py checks both.
 DOCS_SITE ?= $(KERASJOB_RUN)/site
 docs-ref: venv ## Regenerate docs/reference/api.md and cli.md from the API models and the CLI
-	$(BIN)/python -m kerasjob.docgen --out docs/reference
+	$(BIN)/python -m kerasjob.tools.docgen --out docs/reference
 
 docs: docs-ref ## Build the documentation site into .run/site (mkdocs build --strict)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir $(DOCS_SITE)
@@ -87,7 +87,7 @@ cluster-env: ## Print exports for kubectl/helm against the local cluster: eval "
 	@hack/cluster/env.sh
 
 crds: venv ## Regenerate crds/ from the pydantic models
-	$(BIN)/python -m kerasjob.crdgen --out crds
+	$(BIN)/python -m kerasjob.tools.crdgen --out crds
 # The chart ships the same file (Helm installs CRDs only from its own crds/ folder);
 # tests/unit/test_chart.py fails if the two copies differ.
 	cp crds/kerasjob.dev_kerasjobs.yaml charts/kerasjob-operator/crds/

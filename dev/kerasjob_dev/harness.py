@@ -30,8 +30,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from kerasjob import metrics
-from kerasjob.conditions import get_condition
+from kerasjob.control import metrics
+from kerasjob.planner.conditions import get_condition
 from kerasjob_contract.times import format_time, utcnow
 from kerasjob_dev.cluster import (
     KWOK_POD_PLACEMENT,
@@ -223,7 +223,9 @@ def install_crds(cluster: Cluster) -> None:
     else:  # not generated yet: generate into a temporary directory
         with tempfile.TemporaryDirectory() as tmp:
             subprocess.run(
-                [sys.executable, "-m", "kerasjob.crdgen", "--out", tmp], check=True, cwd=REPO_ROOT
+                [sys.executable, "-m", "kerasjob.tools.crdgen", "--out", tmp],
+                check=True,
+                cwd=REPO_ROOT,
             )
             cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", tmp)
     cluster.kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=30s")

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from kerasjob.conditions import condition_true, get_condition
+from kerasjob.planner.conditions import condition_true, get_condition
 from kerasjob_dev.cluster import (
     REPO_ROOT,
     Cluster,

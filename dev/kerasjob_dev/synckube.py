@@ -2,13 +2,13 @@
 
 The demo, the end-to-end tests and the benches need a dozen calls (Pods, jobs, logs,
 evictions) on plain dicts. They use `kerasjob.sdk.transport.Transport`, the SDK's own
-client: one set of credentials (`kerasjob.credentials`), one pod-log reader, one error
+client: one set of credentials (`kerasjob.k8s.credentials`), one pod-log reader, one error
 mapping (`kerasjob.sdk.errors`; ``ApiError.status`` is the HTTP status).
 """
 
 from __future__ import annotations
 
-from kerasjob.paths import pod_path
+from kerasjob.k8s.paths import pod_path
 from kerasjob.sdk.errors import ApiError
 from kerasjob.sdk.logs import pod_log_text
 from kerasjob.sdk.transport import MERGE, STRATEGIC_MERGE, Transport

@@ -42,7 +42,7 @@ def tf_config(cluster: dict[str, list[str]], role: str, index: int) -> str:
 
 
 def jax_identity(coordinator: str, processes: int, process_id: int) -> dict[str, str]:
-    """What the operator sets for backend jax (kerasjob.runtimes.JaxRuntime)."""
+    """What the operator sets for backend jax (kerasjob.manifests.runtimes.JaxRuntime)."""
     return {
         Env.KERAS_BACKEND.value: "jax",
         Env.KERAS_JOB_ADDRESSES.value: coordinator,

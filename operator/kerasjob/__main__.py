@@ -2,6 +2,6 @@
 
 import sys
 
-from kerasjob.cli import main
+from kerasjob.cli.app import main
 
 sys.exit(main())

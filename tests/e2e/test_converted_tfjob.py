@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kerasjob import cli
+from kerasjob.cli import app as cli
 from kerasjob.sdk import KerasJobClient
 from kerasjob_dev import localdeploy
 from kerasjob_dev.cluster import REPO_ROOT

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 import kerasjob_contract as contract
-from kerasjob import cli
+from kerasjob.cli import app as cli
 from kerasjob.sdk import KerasJobClient, summarize
 from kerasjob.sdk.logs import LogLine
 from kerasjob_dev import localdeploy

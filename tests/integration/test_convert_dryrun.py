@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kerasjob import cli
-from kerasjob.convert import convert_tfjob
+from kerasjob.cli import app as cli
+from kerasjob.cli.convert import convert_tfjob
 from kerasjob.sdk import KerasJobClient
 from kerasjob_dev.cluster import Cluster
 from kerasjob_dev.harness import install_crds

@@ -17,8 +17,10 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from kerasjob import API_GROUP, API_VERSION, KIND, PLURAL, crdgen, validation
+from kerasjob import API_GROUP, API_VERSION, KIND, PLURAL
 from kerasjob.api import KerasJobSpec, KerasJobStatus
+from kerasjob.manifests import validation
+from kerasjob.tools import crdgen
 from kerasjob_dev.cluster import Cluster, wait_for
 
 pytestmark = pytest.mark.cluster
@@ -516,7 +518,7 @@ def test_printer_columns(stored: Any, cluster: Cluster, namespace: str) -> None:
 
 def test_rendered_children_pass_api_server_validation(crd: Any, kube: Any, namespace: str) -> None:
     """build_service/desired_pods output, dry-run created: the API server's own validation."""
-    from kerasjob import children
+    from kerasjob.manifests import children
 
     spec = {
         "workers": 2,

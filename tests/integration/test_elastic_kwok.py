@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from kerasjob import cli
+from kerasjob.cli import app as cli
 from kerasjob_contract.times import parse_time
 from kerasjob_dev.cluster import Cluster, wait_for
 from kerasjob_dev.harness import (

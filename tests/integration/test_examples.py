@@ -99,7 +99,7 @@ def test_operator_renders_pods_the_trainer_accepts(
 ) -> None:
     """Operator and trainer agree on each example: the Pods the operator would create run the
     trainer container with a KERASJOB_TRAINER_CONFIG the trainer parses without complaint."""
-    from kerasjob import children
+    from kerasjob.manifests import children
     from kerasjob_contract.trainer_config import parse_config
 
     for job in kerasjobs(path):

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kerasjob.kube import ApiError, KubeApi
+from kerasjob.k8s.kube import ApiError, KubeApi
 from kerasjob_dev.cluster import Cluster
 
 pytestmark = pytest.mark.cluster

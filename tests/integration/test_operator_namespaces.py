@@ -2,7 +2,7 @@
 created while it starts.
 
 kopf 1.45 lost a namespace created between its namespace observer's two listings (its jobs
-were ignored until the operator restarted); kerasjob.kopf_fixes closes that gap, and
+were ignored until the operator restarted); kerasjob.control.kopf_fixes closes that gap, and
 tests/unit/test_kopf_fixes.py shows the mechanism with kopf's own observer. The window is a
 few milliseconds on a quiet machine (CI under load hit it twice in test_kueue.py), so this
 test, which creates namespace after namespace with a KerasJob in each from the moment the

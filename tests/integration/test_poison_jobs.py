@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from kerasjob import bounded
+from kerasjob.k8s import bounded
 from kerasjob_dev.cluster import Cluster, wait_for
 from kerasjob_dev.harness import (
     OperatorProcess,

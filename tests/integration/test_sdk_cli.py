@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from kerasjob import cli
-from kerasjob import paths as paths_module
+from kerasjob.cli import app as cli
+from kerasjob.k8s import paths as paths_module
 from kerasjob.sdk import (
     AlreadyExistsError,
     CRDNotFoundError,

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from kerasjob import restart_loop
+from kerasjob.planner import restart_loop
 from kerasjob_dev.cluster import Cluster, wait_for
 from kerasjob_dev.harness import (
     OperatorProcess,

@@ -186,8 +186,8 @@ def test_termination_message_is_the_operators_progress(tmp_path: Path) -> None:
     """The chief's last progress as the operator reads it from the Pod's status: the same
     parser as a scrape, within the kubelet's 4 KiB, written only where the kubelet mounted
     the file (elsewhere it does not exist)."""
-    from kerasjob.goodput import parse_goodput
-    from kerasjob.progress import parse_metrics
+    from kerasjob.planner.goodput import parse_goodput
+    from kerasjob.planner.progress import parse_metrics
     from kerasjob_trainer.metrics import termination_message
 
     reporter = ProgressReporter(None, None)

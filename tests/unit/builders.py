@@ -9,9 +9,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from kerasjob import reconcile as rc
-from kerasjob.planning import CreateProbe, ElasticPolicy
-from kerasjob.podview import PodView
+from kerasjob.planner import reconcile as rc
+from kerasjob.planner.planning import CreateProbe, ElasticPolicy
+from kerasjob.planner.podview import PodView
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
 JOB_UID = "job-uid"

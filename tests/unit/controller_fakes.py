@@ -19,10 +19,10 @@ from typing import Any
 
 import aiohttp
 
-from kerasjob import labels
-from kerasjob.kube import ApiError
-from kerasjob.podview import PodView, pod_view
-from kerasjob.workqueue import Key
+from kerasjob.api import labels
+from kerasjob.k8s.kube import ApiError
+from kerasjob.k8s.workqueue import Key
+from kerasjob.planner.podview import PodView, pod_view
 
 NS = "ns"
 PVC = {"persistentVolumeClaim": {"claimName": "shared"}}

@@ -271,7 +271,7 @@ def test_condition_needs_type_and_status() -> None:
 )
 def test_mount_path_rules(path: str, problem: str | None) -> None:
     from kerasjob.api import mount_path_problem
-    from kerasjob.validation import validate_job
+    from kerasjob.manifests.validation import validate_job
 
     found = mount_path_problem(path)
     assert (found is None) if problem is None else (found is not None and problem in found)

@@ -1,4 +1,4 @@
-"""Bounded nesting (kerasjob.bounded): decoding and walking never fail on deep input."""
+"""Bounded nesting (kerasjob.k8s.bounded): decoding and walking never fail on deep input."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from kerasjob import bounded
-from kerasjob.validation import validate_job
+from kerasjob.k8s import bounded
+from kerasjob.manifests.validation import validate_job
 
 
 def nested(depth: int, *, lists: bool = False) -> str:

@@ -127,7 +127,7 @@ def test_chart_ships_the_generated_crd_unchanged() -> None:
 
 def test_chart_crd_matches_the_models() -> None:
     """The chart's copy is also what the pydantic models generate today."""
-    from kerasjob import crdgen
+    from kerasjob.tools import crdgen
 
     assert (CHART / "crds" / CRD_FILE).read_text() == crdgen.dump(crdgen.render_crd()), (
         "the chart's CRD is out of date with operator/kerasjob/api.py: run `make crds`"

@@ -9,8 +9,15 @@ from typing import Any
 import pydantic
 import pytest
 
-from kerasjob import children, labels, validation
-from kerasjob.api import JAX_NO_CHIEF, JAX_NO_EVALUATOR, KerasJob, ReplicaRole, RestartPolicy
+from kerasjob.api import (
+    JAX_NO_CHIEF,
+    JAX_NO_EVALUATOR,
+    KerasJob,
+    ReplicaRole,
+    RestartPolicy,
+    labels,
+)
+from kerasjob.manifests import children, validation
 from kerasjob_contract import DEFAULT_METRICS_PORT, JAX_IDENTITY_ENV, Env
 from kerasjob_contract import trainer_config as trainer_config_parser
 
@@ -324,7 +331,7 @@ def test_spec_image_wins_over_the_backends_default() -> None:
 
 def test_default_images_of_the_operator_config(monkeypatch: pytest.MonkeyPatch) -> None:
     from kerasjob.config import DEFAULT_JAX_TRAINER_IMAGE, DEFAULT_TRAINER_IMAGE, OperatorConfig
-    from kerasjob.runtimes import default_images
+    from kerasjob.manifests.runtimes import default_images
 
     monkeypatch.delenv("KERASJOB_DEFAULT_IMAGE", raising=False)
     monkeypatch.delenv("KERASJOB_DEFAULT_JAX_IMAGE", raising=False)
@@ -675,7 +682,7 @@ def test_network_policy_admits_only_the_jobs_pods_to_the_tf_port() -> None:
 def test_node_lost_tolerations() -> None:
     """A lost node's taints are tolerated for the operator's seconds (not Kubernetes' 300),
     unless the template says otherwise for a key, or tolerates everything."""
-    from kerasjob.children import NODE_LOST_TAINTS, node_lost_tolerations
+    from kerasjob.manifests.children import NODE_LOST_TAINTS, node_lost_tolerations
 
     added = node_lost_tolerations(None, 60)
     assert [(t["key"], t["effect"], t["tolerationSeconds"]) for t in added] == [

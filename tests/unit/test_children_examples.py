@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kerasjob import children, validation
+from kerasjob.manifests import children, validation
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kerasjob.merge import deep_merge, merge_list
+from kerasjob.manifests.merge import deep_merge, merge_list
 
 
 def test_maps_merge_recursively_and_scalars_replace() -> None:

@@ -31,9 +31,9 @@ from controller_fakes import (
 )
 
 from kerasjob.config import OperatorConfig
-from kerasjob.controller import Controller
-from kerasjob.planning import Event
-from kerasjob.podview import pod_view
+from kerasjob.control.controller import Controller
+from kerasjob.planner.planning import Event
+from kerasjob.planner.podview import pod_view
 
 KEY = (NS, "job")
 CONFIG = OperatorConfig(
@@ -434,7 +434,7 @@ def test_pods_deleted_with_their_namespace_are_no_disruption() -> None:
 
 
 def _refusal(status: int, message: str) -> Any:
-    from kerasjob.kube import ApiError
+    from kerasjob.k8s.kube import ApiError
 
     def refuse(resource: str, obj: Any) -> ApiError | None:
         if resource != "pods":
@@ -589,7 +589,7 @@ def test_no_network_policy_when_switched_off() -> None:
 def test_progress_scrape_writes_goodput_and_posts_what_a_disruption_cost() -> None:
     """The chief's goodput counters reach status.progress.goodput through the conditional
     status write, and each newly accounted disruption gets one DisruptionCost Event."""
-    from kerasjob import goodput
+    from kerasjob.planner import goodput
     from kerasjob_contract import (
         METRIC_DISRUPTIONS,
         METRIC_GOODPUT_RATIO,
@@ -615,7 +615,7 @@ def test_progress_scrape_writes_goodput_and_posts_what_a_disruption_cost() -> No
         )
 
     async def scenario() -> None:
-        from kerasjob import progress
+        from kerasjob.planner import progress
 
         cluster = FakeCluster()
         cluster.add_job(workers=1)

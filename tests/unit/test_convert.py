@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kerasjob import cli
 from kerasjob.api import KerasJob
-from kerasjob.convert import ConversionError, convert_tfjob
+from kerasjob.cli import app as cli
+from kerasjob.cli.convert import ConversionError, convert_tfjob
 
 CORPUS = Path(__file__).parents[1] / "data" / "tfjobs"
 FILES = sorted(CORPUS.glob("*.yaml"))

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from kerasjob import crdgen
 from kerasjob.api import KerasJobSpec
+from kerasjob.tools import crdgen
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "crds" / crdgen.FILENAME

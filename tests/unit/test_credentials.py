@@ -1,4 +1,4 @@
-"""kerasjob.credentials: kubeconfig (files, inline data, tokens, exec plugins) and in-cluster."""
+"""kerasjob.k8s.credentials: kubeconfig (files, inline data, tokens, exec plugins), in-cluster."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from kerasjob import credentials
-from kerasjob.credentials import CredentialsError
+from kerasjob.k8s import credentials
+from kerasjob.k8s.credentials import CredentialsError
 
 
 def _kubeconfig(
@@ -174,8 +174,9 @@ def test_the_operator_runs_without_the_kubernetes_package() -> None:
     import subprocess
 
     probe = (
-        "import sys; from kerasjob import cli; cli._without_kubernetes_package(); "
-        "import kopf, kerasjob.handlers, kerasjob.sdk, kerasjob.kube, kerasjob.credentials; "
+        "import sys; from kerasjob.cli import app as cli; cli._without_kubernetes_package(); "
+        "import kopf, kerasjob.control.handlers, kerasjob.sdk, kerasjob.k8s.kube, "
+        "kerasjob.k8s.credentials; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'kubernetes'), "
         "sys.modules['kubernetes'])"
     )
@@ -206,7 +207,7 @@ def test_the_controllers_tls_context_follows_verify_and_the_client_certificate(
     import ssl
     import subprocess
 
-    from kerasjob.kube import _load_auth
+    from kerasjob.k8s.kube import _load_auth
 
     key, cert = tmp_path / "tls.key", tmp_path / "tls.crt"
     subprocess.run(

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from kerasjob import cli, docgen
 from kerasjob.api import KerasJobSpec, KerasJobStatus
+from kerasjob.cli import app as cli
+from kerasjob.tools import docgen
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "docs" / "reference"

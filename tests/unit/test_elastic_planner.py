@@ -20,9 +20,10 @@ from builders import (
     stuck,
 )
 
-from kerasjob import children, labels, validation
-from kerasjob import reconcile as rc
-from kerasjob.podview import Termination
+from kerasjob.api import labels
+from kerasjob.manifests import children, validation
+from kerasjob.planner import reconcile as rc
+from kerasjob.planner.podview import Termination
 from kerasjob_contract import trainer_config
 
 
@@ -277,7 +278,7 @@ def test_validation_of_an_elastic_job() -> None:
 def test_while_another_job_waits_for_a_place_probes_give_theirs_back() -> None:
     from dataclasses import replace
 
-    from kerasjob.elastic import waiting_jobs
+    from kerasjob.planner.elastic import waiting_jobs
 
     j = replace(ejob(), others_waiting=True)
     s = {"elastic": {"workers": 2, "resizes": 1}}
@@ -296,7 +297,7 @@ def test_while_another_job_waits_for_a_place_probes_give_theirs_back() -> None:
 
 
 def test_a_job_that_waited_a_moment_ago_still_counts_as_waiting() -> None:
-    from kerasjob.elastic import PROBE_SETTLE_SECONDS, WaitingJobs
+    from kerasjob.planner.elastic import PROBE_SETTLE_SECONDS, WaitingJobs
 
     tracker = WaitingJobs()
     waiting = {("ns", "a"): [stuck(0, timedelta(0))]}

@@ -1,5 +1,5 @@
-"""Native gang scheduling, the pure part (`kerasjob.gang`) and the planner's use of it: the
-Workload and PodGroup of a job (field names as in k8s.io/api scheduling/v1alpha2 of
+"""Native gang scheduling, the pure part (`kerasjob.integrations.gang`) and the planner's use
+of it: the Workload and PodGroup of a job (field names as in k8s.io/api scheduling/v1alpha2 of
 Kubernetes 1.36.3), minCount = every Pod of the current size, a new pair per elastic size,
 and the job's status when the gang cannot be placed."""
 
@@ -12,11 +12,13 @@ from typing import Any
 
 from builders import JOB_UID, NOW, POLICY, UNSCHEDULABLE, creates, job, pod, stuck
 
-from kerasjob import gang, labels
-from kerasjob import reconcile as rc
-from kerasjob.gang_sync import GangSync, check_api
-from kerasjob.kube import ApiError
-from kerasjob.podview import Termination
+from kerasjob.api import labels
+from kerasjob.integrations import gang
+from kerasjob.integrations.gang_sync import GangSync, check_api
+from kerasjob.k8s.kube import ApiError
+from kerasjob.planner import reconcile as rc
+from kerasjob.planner import scheduling
+from kerasjob.planner.podview import Termination
 
 KEY = ("ns", "j")
 BODY = {
@@ -67,7 +69,7 @@ def gjob(
 
 
 def test_the_workload_and_pod_group_use_the_v1alpha2_fields() -> None:
-    g = gang.gang_for("j", JOB_UID, 4)
+    g = scheduling.gang_for("j", JOB_UID, 4)
     assert g == gang.Gang(f"j-gang-{JOB_UID[:8]}", 4)
     wl = gang.build_workload(BODY, g)
     assert wl["apiVersion"] == "scheduling.k8s.io/v1alpha2" and wl["kind"] == "Workload"
@@ -93,8 +95,8 @@ def test_the_workload_and_pod_group_use_the_v1alpha2_fields() -> None:
     assert gang.apply({"spec": {}}, None) == {"spec": {}}
     # A size after resizes is another pair: the spec is immutable and the old PodGroup may
     # still be held by its finalizer.
-    assert gang.gang_for("j", JOB_UID, 2, epoch=3).name == f"j-gang-{JOB_UID[:8]}-3"
-    assert len(gang.gang_for("x" * 253, JOB_UID, 2, epoch=12).name) <= 253
+    assert scheduling.gang_for("j", JOB_UID, 2, epoch=3).name == f"j-gang-{JOB_UID[:8]}-3"
+    assert len(scheduling.gang_for("x" * 253, JOB_UID, 2, epoch=12).name) <= 253
 
 
 def test_the_view_keeps_only_this_incarnations_objects_and_reads_the_verdict() -> None:
@@ -130,7 +132,7 @@ def test_an_active_job_plans_one_gang_of_all_its_pods_and_none_without_the_optio
 
 
 def test_a_gang_that_cannot_be_placed_says_so_in_the_running_condition_once() -> None:
-    name = gang.gang_for("j", JOB_UID, 3).name
+    name = scheduling.gang_for("j", JOB_UID, 3).name
     group = pod_group(
         name, 3, scheduled="False", reason="Unschedulable", message="pod group is unschedulable"
     )
@@ -172,7 +174,7 @@ def test_a_gang_that_cannot_be_placed_says_so_in_the_running_condition_once() ->
 
 
 def test_an_elastic_resize_makes_a_new_gang_of_the_new_size_and_drops_the_old() -> None:
-    first = gang.gang_for("j", JOB_UID, 3)
+    first = scheduling.gang_for("j", JOB_UID, 3)
     j = gjob(
         3, elastic=POLICY, groups=(pod_group(first.name, 3),), workloads=(workload(first.name),)
     )
@@ -180,7 +182,7 @@ def test_an_elastic_resize_makes_a_new_gang_of_the_new_size_and_drops_the_old() 
     s = rc.plan(j, {}, [*running, stuck(2, timedelta(seconds=0))], NOW).status
     p = rc.plan(j, s, [*running, stuck(2, timedelta(seconds=61))], NOW)
     assert p.status["elastic"]["workers"] == 2
-    assert p.gang == gang.gang_for("j", JOB_UID, 2, epoch=1) and p.gang.min_count == 2
+    assert p.gang == scheduling.gang_for("j", JOB_UID, 2, epoch=1) and p.gang.min_count == 2
     assert gang.stale(j.gang, p.gang) == ([first.name], [first.name])  # type: ignore[arg-type]
     assert gang.stale(j.gang, first) == ([], [])  # type: ignore[arg-type]
     # The Pods come back at 2 workers, in the new gang (their TF_CONFIG and minCount agree).
@@ -203,7 +205,7 @@ class RecordingApi:
 
 
 def test_the_workload_is_created_before_its_pod_group_and_only_what_is_missing() -> None:
-    g = gang.gang_for("j", JOB_UID, 3)
+    g = scheduling.gang_for("j", JOB_UID, 3)
     api = RecordingApi()
     plan = rc.Plan(status={}, actions=[rc.CreatePod(rc.Task("j-worker-0", "worker", 0))], gang=g)
 
@@ -225,7 +227,7 @@ def test_the_workload_is_created_before_its_pod_group_and_only_what_is_missing()
     asyncio.run(have.before_pods(plan, plan.actions))
     assert api.calls == []
     # After a resize the old pair goes (the plan's own stays).
-    new = gang.gang_for("j", JOB_UID, 2, epoch=1)
+    new = scheduling.gang_for("j", JOB_UID, 2, epoch=1)
     both = part(
         (pod_group(g.name, 3), pod_group(new.name, 2)), (workload(g.name), workload(new.name))
     )

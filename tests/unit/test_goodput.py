@@ -1,9 +1,9 @@
-"""operator/kerasjob/goodput.py: the chief's goodput counters -> status figures, Events and
+"""operator/kerasjob/planner/goodput.py: the chief's goodput counters -> status figures, Events and
 the CLI line (pure)."""
 
 from __future__ import annotations
 
-from kerasjob.goodput import REASON_DISRUPTION_COST, describe, goodput_events, parse_goodput
+from kerasjob.planner.goodput import REASON_DISRUPTION_COST, describe, goodput_events, parse_goodput
 
 # What the trainer's render_prometheus serves (tests/trainer/test_trainer_goodput.py).
 TEXT = """# HELP kerasjob_step Optimizer steps done (global, across restarts).

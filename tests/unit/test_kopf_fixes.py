@@ -1,4 +1,4 @@
-"""kerasjob.kopf_fixes against kopf's real namespace observer (its API calls faked): a
+"""kerasjob.control.kopf_fixes against kopf's real namespace observer (its API calls faked): a
 namespace created between the observer's own listing and its watcher's listing is served."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from kopf._cogs.clients import fetching
 from kopf._cogs.structs import references
 from kopf._core.reactor import observation, queueing
 
-from kerasjob import kopf_fixes
+from kerasjob.control import kopf_fixes
 
 NAMESPACES = references.Resource(
     group="", version="v1", plural="namespaces", kind="Namespace", namespaced=False
@@ -80,7 +80,7 @@ def test_with_the_fix_every_matching_namespace_is_served(monkeypatch: pytest.Mon
 def test_the_operator_installs_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(observation, "process_discovered_namespace_event", None)
     monkeypatch.setattr(kopf, "run", lambda **_: None)
-    from kerasjob import cli
+    from kerasjob.cli import app as cli
 
     assert cli.main(["run", "--namespace", "team-*"]) == 0
     assert observation.process_discovered_namespace_event is kopf_fixes.process_namespace_event

@@ -7,10 +7,11 @@ from typing import Any
 
 from builders import NOW, creates, job, pod, run
 
-from kerasjob import children, kueue
-from kerasjob import reconcile as rc
 from kerasjob.api import KerasJob
-from kerasjob.podview import Termination
+from kerasjob.integrations import kueue
+from kerasjob.manifests import children
+from kerasjob.planner import reconcile as rc
+from kerasjob.planner.podview import Termination
 
 
 def deletes(p: rc.Plan) -> list[str]:

@@ -10,12 +10,10 @@ from typing import Any
 
 from builders import NOW, POLICY, deletes, job, pod, probe
 
-from kerasjob import kueue
-from kerasjob import reconcile as rc
 from kerasjob.config import OperatorConfig
-from kerasjob.jobview import ParsedJob
-from kerasjob.kube import ApiError
-from kerasjob.kueue.decisions import (
+from kerasjob.control.jobview import ParsedJob
+from kerasjob.integrations import kueue
+from kerasjob.integrations.kueue.decisions import (
     CreateWorkload,
     DeleteWorkload,
     JobFacts,
@@ -23,7 +21,9 @@ from kerasjob.kueue.decisions import (
     ResizeWorkload,
     decide,
 )
-from kerasjob.kueue_sync import KueueJob, WorkloadWriter
+from kerasjob.integrations.kueue_sync import KueueJob, WorkloadWriter
+from kerasjob.k8s.kube import ApiError
+from kerasjob.planner import reconcile as rc
 
 T = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
 JOB = {

@@ -10,9 +10,9 @@ import pytest
 from builders import NOW, job, pod
 
 from kerasjob import CONTROLLER_NAME
-from kerasjob import reconcile as rc
 from kerasjob.api import KerasJob
-from kerasjob.jobview import ParsedJob, managed_elsewhere
+from kerasjob.control.jobview import ParsedJob, managed_elsewhere
+from kerasjob.planner import reconcile as rc
 
 MULTIKUEUE = "kueue.x-k8s.io/multikueue"
 

@@ -7,8 +7,8 @@ from datetime import timedelta
 
 from builders import NOW, creates, deletes, job, pod, run, settle
 
-from kerasjob import reconcile as rc
-from kerasjob.podview import Termination
+from kerasjob.planner import reconcile as rc
+from kerasjob.planner.podview import Termination
 
 
 def test_new_job_creates_service_and_every_pod() -> None:

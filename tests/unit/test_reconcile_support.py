@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime, timezone
 
-from kerasjob import progress
-from kerasjob.events import build_event
-from kerasjob.podview import Termination, pod_view
-from kerasjob.workqueue import WorkQueue
+from kerasjob.control.events import build_event
+from kerasjob.k8s.workqueue import WorkQueue
+from kerasjob.planner import progress
+from kerasjob.planner.podview import Termination, pod_view
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kerasjob import restart_policy as rp
-from kerasjob.podview import PodView, Termination
+from kerasjob.planner import restart_policy as rp
+from kerasjob.planner.podview import PodView, Termination
 
 
 def pod(**kw: object) -> PodView:

@@ -7,14 +7,14 @@ import json
 import pytest
 
 from kerasjob.api import ReplicaRole
-from kerasjob.runtimes import (
+from kerasjob.manifests.runtimes import (
     IDENTITY_NAMES,
     RUNTIMES,
     JaxRuntime,
     TensorFlowRuntime,
     runtime_for,
 )
-from kerasjob.tf_config import build_tf_config, tf_config_json
+from kerasjob.manifests.tf_config import build_tf_config, tf_config_json
 from kerasjob_contract import JAX_IDENTITY_ENV, Backend, Env
 from kerasjob_contract.trainer_config import BACKENDS
 
@@ -32,7 +32,7 @@ def test_every_backend_has_a_runtime() -> None:
 
 def test_each_runtime_names_its_default_image_setting() -> None:
     from kerasjob.config import OperatorConfig
-    from kerasjob.runtimes import default_image_for, default_images
+    from kerasjob.manifests.runtimes import default_image_for, default_images
 
     assert runtime_for("tensorflow").default_image_setting == "default_image"
     assert runtime_for("jax").default_image_setting == "default_jax_image"

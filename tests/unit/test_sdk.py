@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from kerasjob import cli
 from kerasjob.api import KerasJob
-from kerasjob.cli_args import completion_script
+from kerasjob.cli import app as cli
+from kerasjob.cli.args import completion_script
 from kerasjob.sdk import errors, load_job, summarize
 from kerasjob.sdk.client import KerasJobClient
 from kerasjob.sdk.function import MODULE, function_job, function_source
@@ -176,7 +176,7 @@ def test_cli_errors_without_a_cluster_are_one_line(capsys, tmp_path: Path) -> No
 
 
 def test_cli_table_and_progress_line() -> None:
-    from kerasjob.cli_jobs import progress_line, table
+    from kerasjob.cli.jobs import progress_line, table
 
     s = summarize(
         {

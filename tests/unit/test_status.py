@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from kerasjob import status as st
+from kerasjob.planner import status as st
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
@@ -47,7 +47,7 @@ def test_active_phase() -> None:
 
 
 def test_pod_view_says_why_a_pod_cannot_start() -> None:
-    from kerasjob.podview import pod_view
+    from kerasjob.planner.podview import pod_view
 
     base = {
         "metadata": {

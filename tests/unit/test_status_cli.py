@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kerasjob import cli
+from kerasjob.cli import app as cli
 
 
 def test_status_summary() -> None:
@@ -77,7 +77,7 @@ def test_run_flags() -> None:
 
 
 def test_status_errors_are_one_line_and_exit_1(capsys, tmp_path) -> None:
-    from kerasjob.credentials import CredentialsError
+    from kerasjob.k8s.credentials import CredentialsError
     from kerasjob.sdk.errors import from_response
 
     missing = tmp_path / "no-such-kubeconfig"
@@ -119,7 +119,7 @@ def test_status_shows_what_disruptions_cost() -> None:
         "status": {"phase": "Running", "progress": {"step": 3, "goodput": costs}},
     }
     assert cli._summary(obj)["goodput"] == costs
-    from kerasjob import goodput
+    from kerasjob.planner import goodput
 
     assert goodput.describe(costs) == (
         "goodput 93.3%: 300.0s productive, 21.5s lost to 2 disruptions (7 steps redone)"

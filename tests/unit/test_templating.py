@@ -7,8 +7,8 @@ from typing import Any
 import jinja2
 import pytest
 
-from kerasjob import templating
-from kerasjob.children import build_network_policy, build_pod, build_service
+from kerasjob.manifests import templating
+from kerasjob.manifests.children import build_network_policy, build_pod, build_service
 
 # Strings that YAML would read as something else if they were not quoted: each must come out
 # exactly as it went in, both ways.
@@ -151,5 +151,5 @@ def test_children_built_from_shapes_equal_those_built_from_text(
 
     fast = build()
     monkeypatch.setattr(templating, "render", templating.render_text)
-    monkeypatch.setattr("kerasjob.children.render", templating.render_text)
+    monkeypatch.setattr("kerasjob.manifests.children.render", templating.render_text)
     assert fast == build()

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from kerasjob.api import ReplicaRole
-from kerasjob.tf_config import build_tf_config, pod_name, task_address, tf_config_json
+from kerasjob.manifests.tf_config import build_tf_config, pod_name, task_address, tf_config_json
 
 
 def _worker(i: int, job: str = "mnist", ns: str = "ml", port: int = 2222) -> str:

@@ -1,6 +1,6 @@
 """The KerasJob API (kerasjob.dev/v1alpha1): pydantic models, the single source of truth.
 
-Every field carries a description; `kerasjob.crdgen` turns these models into the CRD's
+Every field carries a description; `kerasjob.tools.crdgen` turns these models into the CRD's
 OpenAPI schema, so `kubectl explain kerasjob.spec` reads exactly this text. Defaults live in
 the models and are emitted into the CRD, so the API server and the operator agree on them.
 Cross-field rules the schema alone cannot express are CEL `x-kubernetes-validations`,

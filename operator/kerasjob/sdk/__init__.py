@@ -7,7 +7,7 @@
 
 Modules: `client` (KerasJobClient), `errors` (the exceptions), `logs` (pod logs, followed and
 interleaved), `summary` (phase/restarts/progress rows), `function` (a Python function as a
-job), `transport` (HTTP with the shared credentials of `kerasjob.credentials`).
+job), `transport` (HTTP with the shared credentials of `kerasjob.k8s.credentials`).
 """
 
 from kerasjob.api import KerasJob

@@ -27,8 +27,9 @@ import yaml
 
 from kerasjob import API_GROUP, KIND
 from kerasjob.api import ConditionType, KerasJob, Phase, ReplicaRole, plain
-from kerasjob.credentials import current_namespace
-from kerasjob.paths import events_path, job_path, pod_path
+from kerasjob.k8s.credentials import current_namespace
+from kerasjob.k8s.paths import events_path, job_path, pod_path
+from kerasjob.manifests.tf_config import pod_name
 from kerasjob.sdk import logs as _logs
 from kerasjob.sdk.errors import (
     InvalidError,
@@ -46,7 +47,6 @@ from kerasjob.sdk.summary import (
     summarize,
 )
 from kerasjob.sdk.transport import MERGE, Transport
-from kerasjob.tf_config import pod_name
 from kerasjob_contract import TRAINER_CONTAINER
 
 JobInput = KerasJob | Mapping[str, Any] | str | os.PathLike[str]

@@ -23,8 +23,8 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from kerasjob.api import KerasJob
-from kerasjob.merge import deep_merge
-from kerasjob.paths import configmap_path
+from kerasjob.k8s.paths import configmap_path
+from kerasjob.manifests.merge import deep_merge
 from kerasjob.sdk.errors import InvalidError, KerasJobError
 from kerasjob_contract import TRAINER_CONTAINER
 

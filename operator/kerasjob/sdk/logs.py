@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from kerasjob.paths import pod_path
+from kerasjob.k8s.paths import pod_path
 from kerasjob.sdk.errors import ApiError, KerasJobError
 from kerasjob.sdk.transport import Transport
 from kerasjob_contract import TRAINER_CONTAINER

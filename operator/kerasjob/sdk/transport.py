@@ -1,7 +1,7 @@
 """A small synchronous Kubernetes API client on plain dicts (urllib3).
 
 The SDK, the CLI and the dev tools (demo, e2e tests, benches) speak JSON to the API server
-through this one class. Credentials come from `kerasjob.credentials.load`,
+through this one class. Credentials come from `kerasjob.k8s.credentials.load`,
 as for the operator; errors are the typed ones of `kerasjob.sdk.errors`.
 """
 
@@ -15,7 +15,8 @@ from urllib.parse import urlencode
 
 import urllib3
 
-from kerasjob import PLURAL, credentials
+from kerasjob import PLURAL
+from kerasjob.k8s import credentials
 from kerasjob.sdk.errors import (
     ConfigurationError,
     NotFoundError,

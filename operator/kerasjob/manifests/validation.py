@@ -1,0 +1,207 @@
+"""Semantic validation of a KerasJob: the problems its schema and CEL rules cannot catch
+(names that make too-long Pod names, a template's clashes with what the operator owns, a
+checkpoint volume that is not shared ...). An empty list means the job can run; the
+controller fails a job with problems (reason InvalidSpec) and creates nothing."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import pydantic
+
+from kerasjob.api import (
+    JAX_NO_CHIEF,
+    JAX_NO_EVALUATOR,
+    Backend,
+    DatasetSource,
+    KerasJob,
+    ReplicaRole,
+    mount_path_problem,
+)
+from kerasjob.k8s import bounded
+from kerasjob.manifests.children import (
+    CHECKPOINT_VOLUME,
+    OWNED_ENV,
+    OWNED_POD_SPEC_FIELDS,
+    JobLike,
+    _job,
+)
+from kerasjob.manifests.tf_config import pod_name
+from kerasjob_contract import DEFAULT_METRICS_PORT
+
+_DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+def validation_problems(error: pydantic.ValidationError) -> list[str]:
+    """A pydantic error as one problem per field: ``spec.workers: Input should be ...``."""
+    return [f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in error.errors()]
+
+
+def validate_job(obj: JobLike) -> list[str]:
+    """Problems the CRD schema cannot catch; an empty list means the job can run.
+
+    The controller marks a job with any problem Failed (reason InvalidSpec) and creates
+    nothing. Also repeats the CRD's CEL rules, for objects that never went through the API
+    server (CLI, SDK, tests).
+    """
+    too_big = bounded.spec_problems(
+        obj.get("spec") if isinstance(obj, Mapping) else _schemaless_parts(obj)
+    )
+    if too_big:  # before anything walks the spec recursively
+        return too_big
+    try:
+        j = _job(obj)
+    except pydantic.ValidationError as e:
+        return validation_problems(e)
+    problems = [*_name_problems(j), *_spec_problems(j), *_elastic_problems(j)]
+    for where, tpl in _templates(j):
+        problems.extend(_template_problems(where, tpl, j.spec.checkpoint.mount_path))
+    return problems
+
+
+def _name_problems(j: KerasJob) -> list[str]:
+    """metadata.name names the Service and, with role and index, every Pod (hostnames)."""
+    name = j.name
+    if not name:
+        return ["metadata.name is required"]
+    if not (_DNS_1035_LABEL.match(name) and len(name) <= 63):
+        return [
+            f"metadata.name {name!r} must be a DNS-1035 label (at most 63 lowercase letters, "
+            "digits and '-', starting with a letter): it names the job's Service"
+        ]
+    longest = max((pod_name(name, r, i) for r, i in j.spec.tasks()), key=len)
+    if len(longest) > 63:
+        return [
+            f"metadata.name {name!r} is too long: Pod name/hostname {longest!r} must be "
+            "at most 63 characters"
+        ]
+    return []
+
+
+def _spec_problems(j: KerasJob) -> list[str]:
+    """The port, the dataset, the checkpoint volume and the backend's roles."""
+    problems: list[str] = []
+    spec = j.spec
+    if spec.port == DEFAULT_METRICS_PORT:
+        problems.append(f"spec.port {spec.port} collides with the metrics port")
+    ds = spec.trainer.dataset
+    if ds.source is DatasetSource.PATH and not ds.path:
+        problems.append("spec.trainer.dataset.path is required when dataset.source is 'path'")
+    ckpt = spec.checkpoint
+    if not ckpt.mount_path.startswith("/"):
+        problems.append("spec.checkpoint.mountPath must be an absolute path")
+    elif (mount_problem := mount_path_problem(ckpt.mount_path)) is not None:
+        problems.append(f"spec.{mount_problem}")
+    if ckpt.volume is not None and len(ckpt.volume) != 1:
+        problems.append("spec.checkpoint.volume must have exactly one volume source key")
+    shared = ckpt.volume is not None and "emptyDir" not in ckpt.volume
+    if len(spec.tasks()) > 1 and not shared:
+        problems.append(
+            "a job with more than one Pod needs a shared spec.checkpoint.volume "
+            "(emptyDir is per Pod)"
+        )
+    if spec.trainer.backend is Backend.JAX:  # workers only (the CRD's CEL rules, repeated)
+        roles = spec.replicas()
+        if ReplicaRole.CHIEF in roles:
+            problems.append(JAX_NO_CHIEF)
+        if ReplicaRole.EVALUATOR in roles:
+            problems.append(JAX_NO_EVALUATOR)
+    return problems
+
+
+def _elastic_problems(j: KerasJob) -> list[str]:
+    """minWorkers within the preferred size; for the bundled trainer (KeepGlobalBatch), a
+    global batch every size from minWorkers up splits evenly (the trainer exits 78 else)."""
+    spec, elastic = j.spec, j.spec.elastic
+    if elastic is None:
+        return []
+    if elastic.min_workers > spec.workers:
+        return [
+            f"spec.elastic.minWorkers ({elastic.min_workers}) must be at most "
+            f"spec.workers ({spec.workers}), the preferred size"
+        ]
+    if spec.trainer.command:  # a user's program picks its own batch (the session checks)
+        return []
+    chief = 1 if spec.has_dedicated_chief() else 0
+    per_replica = spec.trainer.batch_size_per_replica
+    global_batch = per_replica * (spec.workers + chief)
+    uneven = [n for n in range(elastic.min_workers, spec.workers + 1) if global_batch % (n + chief)]
+    if uneven:
+        return [
+            f"spec.trainer.batchSizePerReplica {per_replica}: the global batch "
+            f"{global_batch} (kept by elastic.batchPolicy KeepGlobalBatch) cannot be split "
+            f"evenly across {uneven[0]} worker(s){' and the chief' if chief else ''}; "
+            f"choose a batch size that every size from elastic.minWorkers "
+            f"({elastic.min_workers}) to workers ({spec.workers}) divides"
+        ]
+    return []
+
+
+def _schemaless_parts(j: KerasJob) -> dict[str, Any]:
+    """The spec fields without a schema (any depth, any size), as `bounded` checks them."""
+    s = j.spec
+    return {
+        "template": s.template,
+        "chief": {"template": s.chief.template} if s.chief else None,
+        "evaluator": {"template": s.evaluator.template} if s.evaluator else None,
+        "checkpoint": {"volume": s.checkpoint.volume},
+    }
+
+
+def _templates(j: KerasJob) -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    if j.spec.template is not None:
+        out.append(("spec.template", j.spec.template))
+    for role in (ReplicaRole.CHIEF, ReplicaRole.EVALUATOR):
+        rs = j.spec.role_spec(role)
+        if rs is not None and rs.template is not None:
+            out.append((f"spec.{role.value}.template", rs.template))
+    return out
+
+
+def _template_problems(where: str, tpl: Any, mount_path: str) -> list[str]:
+    problems: list[str] = []
+    if not isinstance(tpl, Mapping):
+        return [f"{where} must be an object (a PodTemplateSpec)"]
+    unknown = sorted(set(tpl) - {"metadata", "spec"})
+    if unknown:
+        problems.append(f"{where} may only have metadata and spec, not {', '.join(unknown)}")
+    pod_spec = tpl.get("spec") or {}
+    if not isinstance(pod_spec, Mapping):
+        return [*problems, f"{where}.spec must be an object"]
+    for key in OWNED_POD_SPEC_FIELDS:
+        if key in pod_spec:
+            problems.append(f"{where}.spec.{key} is set by the operator and may not be given")
+    for key in ("containers", "initContainers", "volumes"):
+        items = pod_spec.get(key)
+        if items is not None and not (
+            isinstance(items, list) and all(isinstance(i, Mapping) for i in items)
+        ):
+            problems.append(f"{where}.spec.{key} must be a list of objects")
+            return problems
+    containers = pod_spec.get("containers") or []
+    for i, c in enumerate(containers):
+        # The first container may be nameless: it becomes the trainer.
+        if i > 0 and not c.get("name"):
+            problems.append(f"{where}.spec.containers[{i}] needs a name")
+        env = c.get("env") or []
+        owned = sorted(OWNED_ENV.intersection(e.get("name") for e in env if isinstance(e, Mapping)))
+        if owned:
+            problems.append(
+                f"{where}.spec.containers[{i}].env sets {', '.join(owned)}, which the operator sets"
+            )
+        for m in c.get("volumeMounts") or []:
+            if isinstance(m, Mapping) and m.get("mountPath") == mount_path:
+                problems.append(
+                    f"{where}.spec.containers[{i}] mounts something at the checkpoint "
+                    f"mountPath {mount_path}"
+                )
+    for v in pod_spec.get("volumes") or []:
+        if v.get("name") == CHECKPOINT_VOLUME:
+            problems.append(
+                f"{where}.spec.volumes may not define {CHECKPOINT_VOLUME!r}: use "
+                "spec.checkpoint.volume"
+            )
+    return problems

@@ -1,0 +1,82 @@
+"""Goodput in the operator: what disruptions cost a job, from the chief's counters.
+
+The chief serves
+``kerasjob_disruptions_total``, ``kerasjob_lost_seconds_total``,
+``kerasjob_steps_redone_total``, ``kerasjob_productive_seconds_total`` and
+``kerasjob_goodput_ratio`` (names in `kerasjob_contract`) next to the progress gauges that
+`progress.parse_metrics` reads (both parse with `prom.samples`). The controller's progress
+scrape stores `parse_goodput` in ``status.progress.goodput`` and posts the Events of
+`goodput_events` when a disruption was accounted; ``kerasjob status`` and ``kerasjob
+describe`` print `describe`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kerasjob.planner.prom import samples
+from kerasjob_contract import (
+    METRIC_DISRUPTIONS,
+    METRIC_GOODPUT_RATIO,
+    METRIC_LOST_SECONDS,
+    METRIC_PRODUCTIVE_SECONDS,
+    METRIC_STEPS_REDONE,
+)
+
+#: Event reason for "a disruption was accounted".
+REASON_DISRUPTION_COST = "DisruptionCost"
+
+_FIELDS = {
+    METRIC_DISRUPTIONS: ("disruptions", int),
+    METRIC_LOST_SECONDS: ("lostSeconds", float),
+    METRIC_STEPS_REDONE: ("stepsRedone", int),
+    METRIC_PRODUCTIVE_SECONDS: ("productiveSeconds", float),
+    METRIC_GOODPUT_RATIO: ("goodput", float),
+}
+
+
+def parse_goodput(text: str) -> dict[str, Any] | None:
+    """The goodput figures (camelCase, as status would hold them) from Prometheus text;
+    None before the chief has accounted any disruption."""
+    out: dict[str, Any] = {}
+    for name, _, value in samples(text):
+        if name not in _FIELDS:
+            continue
+        key, kind = _FIELDS[name]
+        out[key] = int(value) if kind is int else round(value, 3 if key != "goodput" else 4)
+    if not out.get("disruptions"):
+        return None
+    return out
+
+
+def goodput_events(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(reason, message) of the Events for disruptions accounted since `old`."""
+    before = int((old or {}).get("disruptions") or 0)
+    after = int(new.get("disruptions") or 0)
+    if after <= before:
+        return []
+    lost = float(new.get("lostSeconds") or 0.0) - float((old or {}).get("lostSeconds") or 0.0)
+    redone = int(new.get("stepsRedone") or 0) - int((old or {}).get("stepsRedone") or 0)
+    which = f"disruption {after}" if after == before + 1 else f"disruptions {before + 1}-{after}"
+    return [
+        (
+            REASON_DISRUPTION_COST,
+            f"{which} cost {lost:.1f}s ({redone} steps redone); "
+            f"goodput {float(new.get('goodput') or 0.0):.1%}",
+        )
+    ]
+
+
+def describe(goodput: Mapping[str, Any] | None) -> str:
+    """One line for `kerasjob status`."""
+    if not goodput or not goodput.get("disruptions"):
+        return "goodput: no disruption so far"
+    n = int(goodput["disruptions"])
+    return (
+        f"goodput {float(goodput.get('goodput') or 0.0):.1%}: "
+        f"{float(goodput.get('productiveSeconds') or 0.0):.1f}s productive, "
+        f"{float(goodput.get('lostSeconds') or 0.0):.1f}s lost to {n} "
+        f"disruption{'s' if n != 1 else ''} ({int(goodput.get('stepsRedone') or 0)} "
+        "steps redone)"
+    )

@@ -1,0 +1,153 @@
+"""The planner's vocabulary: what it is given (`JobView`, `Task`), what it decides (`Plan`:
+the new status, `Action`s, `Event`s) and `newest_incarnations` of a Pod name. Pure data, no
+Kubernetes calls; the decisions themselves are in `reconcile`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kerasjob.planner.podview import PodView
+from kerasjob.planner.scheduling import Gang, GangView, Gate
+
+
+@dataclass(frozen=True)
+class Task:
+    """One Pod the job wants: <job>-<role>-<index>."""
+
+    name: str
+    role: str
+    index: int
+
+
+@dataclass(frozen=True)
+class ElasticPolicy:
+    """spec.elastic, for the planner: sizes between ``min_workers`` and ``preferred``."""
+
+    min_workers: int
+    preferred: int
+    shrink_after_seconds: float = 60.0
+    resize_cooldown_seconds: float = 120.0
+
+
+@dataclass(frozen=True)
+class JobView:
+    """The parts of a KerasJob that decisions depend on."""
+
+    name: str
+    namespace: str
+    uid: str
+    generation: int | None
+    tasks: tuple[Task, ...]
+    chief: str
+    """Pod name of the task whose success completes the job."""
+    restart_policy: str = "OnFailure"
+    backoff_limit: int = 6
+    active_deadline_seconds: int | None = None
+    ttl_seconds_after_finished: int | None = None
+    clean_pod_policy: str = "Running"
+    suspend: bool = False
+    deleting: bool = False
+    invalid: tuple[str, ...] = ()
+    """Validation messages; non-empty fails the job with reason InvalidSpec."""
+    kueue: Gate | None = None
+    """For a job of a Kueue LocalQueue: whether its Workload is admitted (`kueue.gate`)."""
+    elastic: ElasticPolicy | None = None
+    """spec.elastic; ``tasks`` then lists the preferred size's workers (`elastic`)."""
+    others_waiting: bool = False
+    """Another job has a Pod no node fits now (`elastic.waiting_jobs`): do not grow."""
+    total_steps: int | None = None
+    """epochs x stepsPerEpoch of spec.trainer (status.progress.totalSteps), when known."""
+    managed_by: str | None = None
+    """spec.managedBy when it names another controller: the job is not ours to run."""
+    gang: GangView | None = None
+    """With native gang scheduling: the job's PodGroups and Workloads (`gang.view`)."""
+
+    @property
+    def roles(self) -> list[str]:
+        return list(dict.fromkeys(t.role for t in self.tasks))
+
+
+@dataclass(frozen=True)
+class CreateService:
+    pass
+
+
+@dataclass(frozen=True)
+class CreatePod:
+    task: Task
+    workers: int | None = None
+    """An elastic job's current size (its TF_CONFIG's workers); None: spec.workers."""
+
+
+@dataclass(frozen=True)
+class CreateProbe:
+    """A probe Pod of an elastic job below its preferred size: the worker's scheduling
+    constraints and a sleeping container, <job>-probe-<index>; scheduled = capacity."""
+
+    name: str
+    index: int
+
+
+@dataclass(frozen=True)
+class DeletePod:
+    name: str
+    uid: str
+    force: bool = False
+    """Grace period 0: for Pods stuck terminating."""
+    grace_seconds: int | None = None
+    """Another grace period than the Pod's own (None: its own)."""
+
+
+@dataclass(frozen=True)
+class DeleteJob:
+    pass
+
+
+Action = CreateService | CreatePod | CreateProbe | DeletePod | DeleteJob
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str
+    """Normal or Warning."""
+    reason: str
+    message: str
+
+
+@dataclass
+class Plan:
+    status: dict[str, Any]
+    """The complete new status (diff it against the old one with `status.merge_patch`)."""
+    actions: list[Action] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    requeue_after: float | None = None
+    """Seconds until the job must be looked at again even if nothing changes."""
+    gang: Gang | None = None
+    """With native gang scheduling, for an active job: the PodGroup its Pods are created in
+    (made first if missing); the job's other PodGroups and Workloads go."""
+    grow_to: int | None = None
+    """An elastic job of a Kueue LocalQueue that would grow but Kueue has not admitted that
+    many workers yet: the size of the Workload slice to ask Kueue for (`kueue_sync`)."""
+
+    @property
+    def restart_attempt(self) -> int:
+        restarts = self.status.get("restarts") or {}
+        return int(restarts.get("disruptions", 0)) + int(restarts.get("failures", 0))
+
+
+def newest_incarnations(pods: Iterable[PodView]) -> list[PodView]:
+    """One PodView per name: the newest incarnation.
+
+    kopf processes each object's events in its own queue, so right after a Pod was
+    re-created its index can briefly hold both the old (terminating, or already deleted)
+    and the new incarnation of the name. The newer one has the larger resourceVersion: the
+    name was only free again once the old one was gone.
+    """
+    newest: dict[str, PodView] = {}
+    for pod in pods:
+        seen = newest.get(pod.name)
+        if seen is None or pod.resource_version > seen.resource_version:
+            newest[pod.name] = pod
+    return list(newest.values())

@@ -1,0 +1,130 @@
+"""What one run of the planner (`reconcile.plan`) works on: `PlanState`, the accumulator its
+step functions share, and its small helpers (set a condition, post an Event, ask to be
+looked at again, delete a Pod).
+
+Every step (`accounting`, `elastic`, `running`, `finishing`, `suspension`, `housekeeping`)
+is a plain function taking the state as its first argument: what a step reads and writes is
+a declared, typed field here, never an attribute another step happens to set.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, cast
+
+from kerasjob.api import wire
+from kerasjob.planner import restart_policy as rp
+from kerasjob.planner import scheduling
+from kerasjob.planner import status as st
+from kerasjob.planner.planning import Action, DeletePod, Event, JobView, newest_incarnations
+from kerasjob.planner.podview import PodView
+from kerasjob.planner.rejection import Rejection
+
+
+@dataclass
+class PlanState:
+    """One plan in the making: the inputs, the status being built, what to do."""
+
+    job: JobView
+    """The job; an elastic job's ``tasks`` narrowed to its current size (`elastic`)."""
+    now: datetime
+    force_delete_after: float
+    """Seconds past a Pod's deletionTimestamp before it is deleted with grace period 0."""
+    rejection: Rejection | None
+    """The API server's last refusal to create a child of this generation of the job."""
+    old: wire.Status
+    """The stored status, as given (read only)."""
+    status: wire.Status
+    """The new status: a deep copy of the old one, changed by the steps."""
+    conditions: list[wire.Condition]
+    tracked: dict[str, wire.TrackedPod]
+    """status.trackedPods (written back into ``status`` by `housekeeping.complete_status`)."""
+    disruptions: int
+    failures: int
+    prev_phase: str | None
+    owned: dict[str, PodView]
+    """The job's Pods by name (the newest incarnation of each)."""
+    stale: list[PodView]
+    """Pods of an older job of the same name."""
+    actions: list[Action] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    requeues: list[float] = field(default_factory=list)
+    fail_verdict: rp.Verdict | None = None
+    """The first outcome that failed the job (`accounting`)."""
+    gang: scheduling.Gang | None = None
+    """With native gang scheduling: the PodGroup of the active job's Pods (Plan.gang)."""
+    size: int | None = None
+    """An elastic job's current size (None: not elastic)."""
+    resized_now: bool = False
+    """A resize was decided in this plan: its Pods are going, none counts as ready."""
+    grow_to: int | None = None
+    """With Kueue: a grow waiting for Kueue to admit this many workers (Plan.grow_to)."""
+
+    @classmethod
+    def start(
+        cls,
+        job: JobView,
+        old_status: Mapping[str, Any],
+        pods: Iterable[PodView],
+        now: datetime,
+        force_delete_after: float,
+        rejection: Rejection | None,
+    ) -> PlanState:
+        """The state before any step: the stored status copied, the Pods sorted out."""
+        old = cast(wire.Status, old_status)
+        status = cast(wire.Status, copy.deepcopy(dict(old_status)))
+        restarts = status.get("restarts") or {}
+        newest = newest_incarnations(pods)
+        return cls(
+            job=job,
+            now=now,
+            force_delete_after=force_delete_after,
+            # A refusal of an older generation's child says nothing about this one.
+            rejection=(
+                rejection
+                if rejection is not None and rejection.generation == job.generation
+                else None
+            ),
+            old=old,
+            status=status,
+            conditions=list(status.get("conditions") or []),
+            tracked={name: rec.copy() for name, rec in (status.get("trackedPods") or {}).items()},
+            disruptions=int(restarts.get("disruptions", 0)),
+            failures=int(restarts.get("failures", 0)),
+            prev_phase=status.get("phase"),
+            owned={p.name: p for p in newest if p.owner_uid == job.uid},
+            stale=[p for p in newest if p.owner_uid is not None and p.owner_uid != job.uid],
+        )
+
+    def cond(
+        self, type_: str, status: bool, reason: str, message: str, *, add_false: bool = False
+    ) -> None:
+        """Set condition ``type_`` (`status.set_condition`, typed over plain dicts)."""
+        self.conditions = cast(
+            list[wire.Condition],
+            st.set_condition(
+                cast(list[dict[str, Any]], self.conditions),
+                type_,
+                status,
+                reason,
+                message,
+                now=self.now,
+                generation=self.job.generation,
+                add_false=add_false,
+            ),
+        )
+
+    def event(self, type_: str, reason: str, message: str) -> None:
+        self.events.append(Event(type_, reason, message))
+
+    def requeue(self, seconds: float) -> None:
+        """Look at the job again within ``seconds`` (the plan keeps the soonest)."""
+        self.requeues.append(max(0.0, seconds))
+
+    def delete(self, pod: PodView, *, force: bool = False) -> None:
+        """Delete ``pod`` unless it is already going."""
+        if not pod.deleting:
+            self.actions.append(DeletePod(pod.name, pod.uid, force=force))
