@@ -16,9 +16,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 
 
+#: What a bench runs: uncommitted changes here (not in docs) make the figures the tree's.
+CODE = ("operator", "trainer_image", "contract", "dev", "bench", ":!*.md")
+
+
 def git_state() -> dict[str, Any]:
-    """The commit measured, and whether the working tree had uncommitted changes (they are
-    what ran)."""
+    """The commit measured, and whether its code had uncommitted changes (they are what
+    ran)."""
 
     def git(*args: str) -> str:
         out = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
@@ -26,7 +30,7 @@ def git_state() -> dict[str, Any]:
 
     return {
         "commit": git("rev-parse", "HEAD"),
-        "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+        "dirty": bool(git("status", "--porcelain", "--untracked-files=no", "--", *CODE)),
     }
 
 
