@@ -12,7 +12,8 @@ A page marks a generated block with a pair of comments naming a bench:
 
 and this module replaces what is between them with the tables of bench/results/trainer.json,
 headed by what they were measured with: the UTC time, the command, its wall time, the commit,
-the machine and the load average (the JSON's ``run``, `kerasjob_dev.benchrun`). A block
+the machine and the load average (the JSON's ``run``, `kerasjob_dev.benchrun`); a plot the
+bench drew (bench/results/scale.svg) is copied beside the page and shown. A block
 whose JSON is absent is left as it is, so one bench can be re-run and its block refreshed
 alone. A ``--quick`` result is refused: its sizes only show that the bench runs. The prose
 around a block is the page's own; the figures are only ever in the blocks.
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 import sys
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -276,6 +278,9 @@ def render_scale(r: dict[str, Any]) -> str:
     )
 
 
+#: The plots some benches draw beside their JSON (bench/results/NAME.svg).
+PLOTS = {"scale": "scale.svg"}
+
 RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "trainer": render_trainer,
     "keras3": render_keras3,
@@ -297,8 +302,9 @@ def load(results: Path, name: str) -> dict[str, Any] | None:
     return data
 
 
-def rewrite(text: str, results: Path) -> tuple[str, list[str]]:
-    """`text` with each block whose result exists rewritten; the names rewritten."""
+def rewrite(text: str, results: Path, page_dir: Path | None = None) -> tuple[str, list[str]]:
+    """`text` with each block whose result exists rewritten; the names rewritten. A bench's
+    plot (PLOTS) is copied into `page_dir` beside the page and shown below its table."""
     done: list[str] = []
 
     def one(m: re.Match[str]) -> str:
@@ -309,7 +315,12 @@ def rewrite(text: str, results: Path) -> tuple[str, list[str]]:
         if data is None:
             return m.group(0)
         done.append(name)
-        return f"{m.group(1)}{RENDERERS[name](data)}\n{m.group(4)}"
+        body = RENDERERS[name](data)
+        plot = results / PLOTS[name] if name in PLOTS else None
+        if plot is not None and plot.exists() and page_dir is not None:
+            shutil.copyfile(plot, page_dir / plot.name)
+            body += f"\n\n![{name}: the table's figures per level]({plot.name})"
+        return f"{m.group(1)}{body}\n{m.group(4)}"
 
     return BLOCK.sub(one, text), done
 
@@ -322,7 +333,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         for page in sorted(args.docs.rglob("*.md")):
             text = page.read_text()
-            new, done = rewrite(text, args.results)
+            new, done = rewrite(text, args.results, page.parent)
             if done and new != text:
                 page.write_text(new)
             for name in done:

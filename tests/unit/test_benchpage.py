@@ -55,6 +55,7 @@ def _write(results: Path, name: str, data: dict[str, Any]) -> None:
 
 def test_a_block_is_rewritten_from_its_json_and_others_kept(tmp_path: Path) -> None:
     _write(tmp_path / "results", "scale", {"quick": False, "run": RUN, "levels": [LEVEL]})
+    (tmp_path / "results" / "scale.svg").write_text("<svg/>")  # the bench's plot
     docs = tmp_path / "docs"
     (docs / "operations").mkdir(parents=True)
     page = docs / "operations" / "scale.md"
@@ -68,6 +69,8 @@ def test_a_block_is_rewritten_from_its_json_and_others_kept(tmp_path: Path) -> N
         "`0123456789`, on 2 CPU cores (Some CPU, Python 3.11.7); load average (1 min) 0.2 at "
         "the start, 6.9 at the end." in text
     )
+    assert "![scale: the table's figures per level](scale.svg)" in text
+    assert (docs / "operations" / "scale.svg").read_text() == "<svg/>"
     row = "| 1,000 | 240.4 s | 73.0 s | 20.2 s | 593.0 s | 196 MiB | 145 ms | 33.0 | 39.1 |"
     assert row in text
     # idempotent: a second run writes the same page
