@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 IMAGE_VARIANTS ?= cpu gpu
 
 .PHONY: help deps venv lint fmt test test-unit test-trainer test-integration test-e2e test-gpu-image \
-        binaries cluster-up cluster-down cluster-env crds demo bench bench-scale bench-gang bench-tfjob images \
+        binaries cluster-up cluster-down cluster-env crds demo bench bench-scale bench-gang bench-tfjob bench-docs images \
         helm-lint kind-e2e clean docs docs-ref docs-serve
 
 help: ## List the targets
@@ -112,6 +112,11 @@ bench-gang: venv binaries ## 50 KerasJobs x 8 workers competing on KWOK for room
 bench-tfjob: venv binaries ## 100 KerasJobs vs 100 TFJobs (Kubeflow training-operator v1.9.3) x 4 workers on KWOK (JSON)
 	hack/cluster/training-operator.sh build
 	$(BIN)/python bench/compare_tfjob.py
+
+# The tables between <!-- bench:NAME --> markers in docs/ are written from bench/results/NAME.json
+# (a block whose JSON is absent is kept; a --quick result is refused).
+bench-docs: venv ## Rewrite the docs' benchmark tables from bench/results/*.json (after make bench*)
+	$(BIN)/python -m kerasjob_dev.benchpage
 
 # `make images` runs hack/images/build.sh (see hack/images/README.md): with no reachable
 # Docker daemon it starts a private one (root, Debian's docker.io); when the official Python

@@ -60,6 +60,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from kerasjob_dev import benchrun
 from kerasjob_dev import cluster as support
 from kerasjob_dev.cluster import KWOK_POD_PLACEMENT
 from kerasjob_dev.harness import GROUP, PLURAL, VERSION, OperatorProcess, core, install_crds
@@ -422,19 +423,6 @@ def training_operator_built() -> bool:
     return out.returncode == 0 and Path(out.stdout.strip()).is_file()
 
 
-def git_state() -> dict[str, Any]:
-    """The commit measured, and whether operator/ had uncommitted changes (they are run)."""
-
-    def git(*a: str) -> str:
-        out = subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True, check=False)
-        return out.stdout.strip()
-
-    return {
-        "commit": git("rev-parse", "HEAD"),
-        "operator_dirty": bool(git("status", "--porcelain", "operator")),
-    }
-
-
 ROWS = [  # label, path in a result, format
     ("apply -> all Pods created, median (s)", ("apply_to_all_pods_created", "median_s"), ".2f"),
     ("apply -> all Pods created, max (s)", ("apply_to_all_pods_created", "max_s"), ".2f"),
@@ -535,6 +523,7 @@ def main() -> int:
     if skip_tfjob:
         order = [f for f in order if f is not TFJobs]
 
+    run = benchrun.stamp()
     started = time.monotonic()
     size0 = audit_log.stat().st_size if audit_log and audit_log.exists() else -1
     cluster = support.current_cluster() if current else support.acquire_local()
@@ -556,7 +545,6 @@ def main() -> int:
                 "python": platform.python_version(),
                 "loadavg_start": os.getloadavg(),
             },
-            "git": git_state(),
             "quick": args.quick,
             "tfjob_skipped": skip_tfjob or None,
             "jobs": args.jobs,
@@ -590,6 +578,7 @@ def main() -> int:
     results["ratios_ours_over_theirs"] = ratios
     results["duration_s"] = round(time.monotonic() - started, 1)
     results["machine"]["loadavg_end"] = os.getloadavg()
+    results["run"] = benchrun.finish(run, started)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {args.out} ({results['duration_s']} s)")

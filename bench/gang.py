@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kerasjob_dev import benchrun
 from kerasjob_dev import cluster as support
 from kerasjob_dev.gangs import kwok_nodes, run_competing, set_slots
 from kerasjob_dev.harness import OperatorProcess, install_crds
@@ -92,6 +93,7 @@ def main() -> int:
     kube = cluster.api_client()
     install_crds(cluster)
     nodes = kwok_nodes(kube)
+    run = benchrun.stamp()
     started = time.monotonic()
     runs = []
     try:
@@ -139,6 +141,7 @@ def main() -> int:
         "runs": runs,
         "duration_s": round(time.monotonic() - started, 1),
     }
+    results["run"] = benchrun.finish(run, started)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2, default=str) + "\n")
     print(f"wrote {args.out} ({results['duration_s']} s)")

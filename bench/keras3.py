@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import kerasjob_contract as contract
-from kerasjob_dev import localdeploy
+from kerasjob_dev import benchrun, localdeploy
 from kerasjob_dev.trainer_procs import Group
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -153,6 +153,8 @@ def main() -> int:
     quick = args.quick
     steps, warmup, window = (60, 10, 10) if quick else (400, 50, 50)
     count = 1 if quick else 5
+    run = benchrun.stamp()
+    began = time.monotonic()
     started = time.time()
     load = os.getloadavg()[0]
     rates = [
@@ -186,6 +188,7 @@ def main() -> int:
         "image_bytes": sizes,
         "seconds": round(time.time() - started, 1),
     }
+    result["run"] = benchrun.finish(run, began)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {args.out} ({result['seconds']} s)")

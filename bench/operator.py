@@ -33,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from kerasjob_dev import benchrun
 from kerasjob_dev import cluster as support
 from kerasjob_dev.harness import (
     GROUP,
@@ -292,6 +293,7 @@ def main() -> int:
     kube = cluster.api_client()
     install_crds(cluster)
     sizes = [1, 10] if args.quick else [1, 10, 100]
+    run = benchrun.stamp()
     results: dict[str, Any] = {
         "machine": {
             "cpus": os.cpu_count(),
@@ -352,6 +354,7 @@ def main() -> int:
             support.release_local()
     results["duration_s"] = round(time.monotonic() - started, 1)
     results["machine"]["loadavg_end"] = os.getloadavg()
+    results["run"] = benchrun.finish(run, started)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {args.out} ({results['duration_s']}s)")

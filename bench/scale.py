@@ -59,6 +59,7 @@ from typing import Any
 from kubernetes import client, watch
 
 import audit_summary
+from kerasjob_dev import benchrun
 from kerasjob_dev import cluster as support
 from kerasjob_dev.harness import (
     GROUP,
@@ -402,6 +403,7 @@ def main() -> int:
     kube = cluster.api_client()
     install_crds(cluster)
     run_id = f"scale{os.getpid() % 100000}"
+    run = benchrun.stamp()
     started = time.monotonic()
     levels = []
     try:
@@ -432,6 +434,7 @@ def main() -> int:
         "levels": levels,
         "duration_s": round(time.monotonic() - started, 1),
     }
+    results["run"] = benchrun.finish(run, started)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     wrote = [str(args.out)]

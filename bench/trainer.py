@@ -355,6 +355,9 @@ def main() -> int:
         if result["chief"]:
             Path(args.out).write_text(json.dumps(result))
         os._exit(0)  # skip MWMS teardown: the figures are written
+    from kerasjob_dev import benchrun
+
+    run = benchrun.stamp()
     started = time.monotonic()
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="kerasjob-bench-") as tmp:
@@ -387,6 +390,7 @@ def main() -> int:
         "loadavg_after": round(os.getloadavg()[0], 2),
         "runtime_s": round(time.monotonic() - started, 1),
     }
+    figures["run"] = benchrun.finish(run, started)
     figures["quick"] = quick
     results = (
         Path(args.out)

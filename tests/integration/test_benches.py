@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from kerasjob_dev import benchpage
 from kerasjob_dev.cluster import Cluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -48,6 +49,7 @@ def test_operator_bench_quick(cluster: Cluster, kwok_placement: Any, tmp_path: P
     assert all(b["complete"] for b in result["bursts"]), result["bursts"]
     assert result["disruption"]["rounds"] == 3
     assert result["operator_peak_rss_mib"] > 0
+    assert "\n| 10 | " in benchpage.render_operator(result)  # the docs' table (make bench-docs)
 
 
 def test_scale_bench_quick(cluster: Cluster, kwok_placement: Any, tmp_path: Path) -> None:
@@ -61,6 +63,7 @@ def test_scale_bench_quick(cluster: Cluster, kwok_placement: Any, tmp_path: Path
         "delete_to_all_pods_gone_s",
         "operator_peak_rss_mib",
     } <= set(level)
+    assert "\n| 5 | " in benchpage.render_scale(result)  # the docs' table (make bench-docs)
 
 
 def test_gang_bench_quick(cluster: Cluster, kwok_placement: Any, tmp_path: Path) -> None:

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from kerasjob_dev import benchpage
+
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,6 +37,8 @@ def test_keras3_bench_quick(tmp_path: Path) -> None:
     for r in result["recovery"]:
         assert r["downtime_s"] and r["steps_redone"] == [0], r  # saved at SIGTERM
         assert r["startup"]["total_s"] > 0
+    # the benchmarks page's table is written from exactly this JSON (make bench-docs)
+    assert "| mnist-mlp | 2 |" in benchpage.render_keras3(result)
 
 
 def test_gpu_check_runs_on_cpu_in_its_dry_mode(tmp_path: Path) -> None:

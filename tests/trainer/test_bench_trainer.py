@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from kerasjob_dev import benchpage
+
 pytestmark = [pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(600)]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,3 +39,6 @@ def test_trainer_bench_quick(tmp_path: Path) -> None:
         "pipeline_alone_batches_per_second",
     } <= set(result["pipelines"])
     assert result["recovery"]["survivor_exit_code"] == 43
+    # the benchmarks page's table is written from exactly this JSON (make bench-docs)
+    assert result["run"]["command"].startswith("python bench/trainer.py --quick")
+    assert "| MultiWorkerMirroredStrategy, 2 workers | 2 |" in benchpage.render_trainer(result)

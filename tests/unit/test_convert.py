@@ -74,7 +74,20 @@ def test_run_policy_and_scheduling() -> None:
     pod = spec["template"]["spec"]
     assert pod["priorityClassName"] == "high-priority" and pod["schedulerName"] == "volcano"
     assert "restartPolicy" not in pod  # the operator owns the Pod restartPolicy
-    assert any("minAvailable" in w and "queue" in w for w in warnings)
+    (sched,) = [w for w in warnings if w.startswith("runPolicy.schedulingPolicy")]
+    assert "minAvailable" in sched and "queue" in sched
+    # what to use instead: the operator's own gang scheduling, Kueue's queue label
+    assert "--gang-scheduling" in sched and "kueue.x-k8s.io/queue-name" in sched
+
+
+def test_success_policy_and_dynamic_workers_say_what_to_use_instead() -> None:
+    tfjob = _load("simple.yaml")
+    tfjob["spec"]["successPolicy"] = "AllWorkers"
+    tfjob["spec"]["enableDynamicWorker"] = True
+    _, warnings = convert_tfjob(tfjob)
+    assert any(w.startswith("successPolicy: 'AllWorkers' not converted") for w in warnings)
+    (dynamic,) = [w for w in warnings if w.startswith("enableDynamicWorker")]
+    assert "spec.elastic" in dynamic
 
 
 def test_cleanpodpolicy_none_and_single_worker_needs_no_shared_volume() -> None:

@@ -15,7 +15,9 @@ container named "tensorflow" becomes the trainer container, its command and imag
 | runPolicy.backoffLimit, TTL, deadline  | spec.backoffLimit, ttlSecondsAfterFinished,     |
 |   cleanPodPolicy, suspend              |   activeDeadlineSeconds, cleanPodPolicy, suspend|
 | runPolicy.schedulingPolicy             | priorityClass -> Pod priorityClassName; the     |
-|                                        |   rest (gang: minAvailable, queue) warned       |
+|                                        |   rest warned: a gang is the operator's         |
+|                                        |   --gang-scheduling (minCount: every Pod), a    |
+|                                        |   queue the kueue.x-k8s.io/queue-name label     |
 | container port "tfjob-port"            | spec.port                                       |
 
 A KerasJob with more than one Pod needs a shared checkpoint volume (BackupAndRestore); a
@@ -112,12 +114,14 @@ def convert_tfjob(
             f"checkpoint: {pods} Pods share the ReadWriteMany claim {checkpoint_claim!r} "
             "(KERASJOB_CHECKPOINT_DIR; create it first, e.g. examples/checkpoint-pvc.yaml)"
         )
-    for key in ("successPolicy", "enableDynamicWorker"):
+    ignored = {
+        "successPolicy": "the chief's success completes a KerasJob",
+        "enableDynamicWorker": "a KerasJob that trains on the workers there is room for "
+        "sets spec.elastic (minWorkers)",
+    }
+    for key, instead in ignored.items():
         if spec.get(key):
-            warnings.append(
-                f"{key}: {spec[key]!r} has no KerasJob equivalent (ignored; the "
-                "chief's success completes a KerasJob)"
-            )
+            warnings.append(f"{key}: {spec[key]!r} not converted ({instead})")
     warnings.append(
         "security: KerasJob Pods run as non-root with a read-only root filesystem (/tmp is "
         "writable); an image that runs as root needs spec.template.spec.securityContext."
@@ -239,9 +243,11 @@ def _run_policy(
     dropped = {k: v for k, v in sched.items() if k != "priorityClass"}
     if dropped:
         warnings.append(
-            f"runPolicy.schedulingPolicy {dropped} (gang scheduling) has no "
-            "KerasJob equivalent; a gang scheduler's schedulerName in the "
-            "templates is kept"
+            f"runPolicy.schedulingPolicy {dropped} not converted: a KerasJob's Pods are "
+            "one gang (minCount: every Pod) when the operator runs with "
+            "--gang-scheduling, and a Kueue queue is the label "
+            "kueue.x-k8s.io/queue-name (operator --kueue); a gang scheduler's "
+            "schedulerName in the templates is kept"
         )
     if run.get("managedBy"):
         warnings.append(f"runPolicy.managedBy {run['managedBy']!r} ignored")
