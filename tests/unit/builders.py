@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from kerasjob.planner import planning
 from kerasjob.planner import reconcile as rc
 from kerasjob.planner.planning import CreateProbe, ElasticPolicy
 from kerasjob.planner.podview import PodView
@@ -17,13 +18,13 @@ NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
 JOB_UID = "job-uid"
 
 
-def job(workers: int = 3, **kw: Any) -> rc.JobView:
-    tasks = tuple(rc.Task(f"j-worker-{i}", "worker", i) for i in range(workers))
+def job(workers: int = 3, **kw: Any) -> planning.JobView:
+    tasks = tuple(planning.Task(f"j-worker-{i}", "worker", i) for i in range(workers))
     base: dict[str, Any] = dict(
         name="j", namespace="ns", uid=JOB_UID, generation=1, tasks=tasks, chief="j-worker-0"
     )
     base.update(kw)
-    return rc.JobView(**base)
+    return planning.JobView(**base)
 
 
 def pod(i: int, uid: str | None = None, **kw: Any) -> PodView:
@@ -42,19 +43,21 @@ def pod(i: int, uid: str | None = None, **kw: Any) -> PodView:
     return PodView(**base)
 
 
-def run(j: rc.JobView, status: dict[str, Any], pods: list[PodView], now: datetime = NOW) -> rc.Plan:
+def run(
+    j: planning.JobView, status: dict[str, Any], pods: list[PodView], now: datetime = NOW
+) -> planning.Plan:
     return rc.plan(j, status, pods, now)
 
 
-def creates(p: rc.Plan) -> list[str]:
-    return [a.task.name for a in p.actions if isinstance(a, rc.CreatePod)]
+def creates(p: planning.Plan) -> list[str]:
+    return [a.task.name for a in p.actions if isinstance(a, planning.CreatePod)]
 
 
-def deletes(p: rc.Plan) -> list[str]:
-    return [a.name for a in p.actions if isinstance(a, rc.DeletePod)]
+def deletes(p: planning.Plan) -> list[str]:
+    return [a.name for a in p.actions if isinstance(a, planning.DeletePod)]
 
 
-def settle(j: rc.JobView, pods: list[PodView], status: dict[str, Any] | None = None) -> dict:
+def settle(j: planning.JobView, pods: list[PodView], status: dict[str, Any] | None = None) -> dict:
     """Status after the controller has seen ``pods``."""
     return run(j, status or {}, pods).status
 
@@ -65,7 +68,7 @@ POLICY = ElasticPolicy(
 UNSCHEDULABLE = "Unschedulable: 0/4 nodes are available: 4 Insufficient example.com/slot."
 
 
-def ejob(**kw: Any) -> rc.JobView:
+def ejob(**kw: Any) -> planning.JobView:
     return job(3, elastic=POLICY, **kw)
 
 
@@ -88,5 +91,5 @@ def probe(i: int, node: str = "", uid: str | None = None, bound_for: float = 10.
     )
 
 
-def probes(p: rc.Plan) -> list[str]:
+def probes(p: planning.Plan) -> list[str]:
     return [a.name for a in p.actions if isinstance(a, CreateProbe)]

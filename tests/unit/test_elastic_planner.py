@@ -22,6 +22,7 @@ from builders import (
 
 from kerasjob.api import labels
 from kerasjob.manifests import children, validation
+from kerasjob.planner import planning
 from kerasjob.planner import reconcile as rc
 from kerasjob.planner.podview import Termination
 from kerasjob_contract import trainer_config
@@ -42,7 +43,7 @@ def test_a_shrink_waits_for_shrink_after_seconds_then_restarts_everyone_uncounte
     p = rc.plan(j, early.status, [*running, stuck(2, timedelta(seconds=61))], NOW)
     assert sorted(deletes(p)) == ["j-worker-0", "j-worker-1", "j-worker-2"]
     # A group short of a worker trains nothing: its Pods go at once (1 s, not their 60 s).
-    assert {a.grace_seconds for a in p.actions if isinstance(a, rc.DeletePod)} == {1}
+    assert {a.grace_seconds for a in p.actions if isinstance(a, planning.DeletePod)} == {1}
     elastic = p.status["elastic"]
     assert elastic["workers"] == 2 and elastic["resizes"] == 1
     (resize,) = elastic["history"]
@@ -61,7 +62,7 @@ def test_a_shrink_waits_for_shrink_after_seconds_then_restarts_everyone_uncounte
     assert after.status["restarts"] == {"disruptions": 0, "failures": 0}
     fresh = rc.plan(j, after.status, [], NOW + timedelta(seconds=6))
     assert creates(fresh) == ["j-worker-0", "j-worker-1"]
-    assert {a.workers for a in fresh.actions if isinstance(a, rc.CreatePod)} == {2}
+    assert {a.workers for a in fresh.actions if isinstance(a, planning.CreatePod)} == {2}
     assert fresh.status["restarts"] == {"disruptions": 0, "failures": 0}
 
 
@@ -118,7 +119,7 @@ def test_probe_while_short_grow_after_the_cool_down() -> None:
     g = rc.plan(j, p.status, [*running, probe(0, node="n1")], later)
     assert sorted(deletes(g)) == ["j-probe-0", "j-worker-0", "j-worker-1"]
     # A grow lets the training group save at one step: the Pods' own grace period.
-    assert {a.grace_seconds for a in g.actions if isinstance(a, rc.DeletePod)} == {None}
+    assert {a.grace_seconds for a in g.actions if isinstance(a, planning.DeletePod)} == {None}
     assert g.status["elastic"]["workers"] == 3 and g.status["elastic"]["resizes"] == 2
     assert g.status["elastic"]["history"][-1]["reason"] == "CapacityReturned"
     assert "j-probe-0 was scheduled on node n1" in g.events[0].message

@@ -16,8 +16,8 @@ from kerasjob.api import labels
 from kerasjob.integrations import gang
 from kerasjob.integrations.gang_sync import GangSync, check_api
 from kerasjob.k8s.kube import ApiError
+from kerasjob.planner import planning, scheduling
 from kerasjob.planner import reconcile as rc
-from kerasjob.planner import scheduling
 from kerasjob.planner.podview import Termination
 
 KEY = ("ns", "j")
@@ -64,7 +64,7 @@ def gjob(
     groups: tuple[dict[str, Any], ...] = (),
     workloads: tuple[dict[str, Any], ...] = (),
     **kw: Any,
-) -> rc.JobView:
+) -> planning.JobView:
     return job(workers, gang=gang.view(groups, workloads, JOB_UID), **kw)
 
 
@@ -121,10 +121,10 @@ def test_an_active_job_plans_one_gang_of_all_its_pods_and_none_without_the_optio
     assert creates(p) == ["j-worker-0", "j-worker-1", "j-worker-2"]
     # Every role counts: a chief and an evaluator are Pods of the job too.
     tasks = (
-        rc.Task("j-chief-0", "chief", 0),
-        rc.Task("j-worker-0", "worker", 0),
-        rc.Task("j-worker-1", "worker", 1),
-        rc.Task("j-evaluator-0", "evaluator", 0),
+        planning.Task("j-chief-0", "chief", 0),
+        planning.Task("j-worker-0", "worker", 0),
+        planning.Task("j-worker-1", "worker", 1),
+        planning.Task("j-evaluator-0", "evaluator", 0),
     )
     assert rc.plan(gjob(tasks=tasks, chief="j-chief-0"), {}, [], NOW).gang.min_count == 4
     assert rc.plan(job(3), {}, [], NOW).gang is None
@@ -207,7 +207,9 @@ class RecordingApi:
 def test_the_workload_is_created_before_its_pod_group_and_only_what_is_missing() -> None:
     g = scheduling.gang_for("j", JOB_UID, 3)
     api = RecordingApi()
-    plan = rc.Plan(status={}, actions=[rc.CreatePod(rc.Task("j-worker-0", "worker", 0))], gang=g)
+    plan = planning.Plan(
+        status={}, actions=[planning.CreatePod(planning.Task("j-worker-0", "worker", 0))], gang=g
+    )
 
     def part(groups: tuple[Any, ...] = (), workloads: tuple[Any, ...] = ()) -> Any:
         sync = GangSync(api, {KEY: list(groups)}, {KEY: list(workloads)})  # type: ignore[arg-type]
@@ -231,7 +233,7 @@ def test_the_workload_is_created_before_its_pod_group_and_only_what_is_missing()
     both = part(
         (pod_group(g.name, 3), pod_group(new.name, 2)), (workload(g.name), workload(new.name))
     )
-    events = asyncio.run(both.after_plan(rc.Plan(status={}, gang=new), 0, NOW))
+    events = asyncio.run(both.after_plan(planning.Plan(status={}, gang=new), 0, NOW))
     assert api.calls == [("delete", f"podgroups/{g.name}"), ("delete", f"workloads/{g.name}")]
     assert [e.reason for e in events] == ["GangReplaced"]
 
@@ -274,9 +276,9 @@ def test_once_a_task_has_finished_for_good_further_pods_are_made_outside_the_gan
     """A gang's minCount counts every Pod; a finished evaluator never comes back, so a Pod
     re-created after that would wait for it forever: it is made without the gang."""
     tasks = (
-        rc.Task("j-worker-0", "worker", 0),
-        rc.Task("j-worker-1", "worker", 1),
-        rc.Task("j-evaluator-0", "evaluator", 0),
+        planning.Task("j-worker-0", "worker", 0),
+        planning.Task("j-worker-1", "worker", 1),
+        planning.Task("j-evaluator-0", "evaluator", 0),
     )
     j = gjob(tasks=tasks)
     settled = rc.plan(

@@ -10,12 +10,13 @@ from builders import NOW, creates, job, pod, run
 from kerasjob.api import KerasJob
 from kerasjob.integrations import kueue
 from kerasjob.manifests import children
+from kerasjob.planner import planning
 from kerasjob.planner import reconcile as rc
 from kerasjob.planner.podview import Termination
 
 
-def deletes(p: rc.Plan) -> list[str]:
-    return [a.name for a in p.actions if isinstance(a, rc.DeletePod)]
+def deletes(p: planning.Plan) -> list[str]:
+    return [a.name for a in p.actions if isinstance(a, planning.DeletePod)]
 
 
 def body(**labels: str) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from kerasjob.integrations.kueue.decisions import (
 )
 from kerasjob.integrations.kueue_sync import KueueJob, WorkloadWriter
 from kerasjob.k8s.kube import ApiError
+from kerasjob.planner import planning
 from kerasjob.planner import reconcile as rc
 
 T = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
@@ -272,7 +273,9 @@ def _sync(
     workers: int,
     grow_to: int | None = None,
 ) -> list[tuple[str, str, str]]:
-    plan = rc.Plan(status={"phase": "Running", "elastic": {"workers": workers}}, grow_to=grow_to)
+    plan = planning.Plan(
+        status={"phase": "Running", "elastic": {"workers": workers}}, grow_to=grow_to
+    )
     events = asyncio.run(_part(api, found).after_plan(plan, workers, T))
     return [(e.type, e.reason, e.message) for e in events]
 

@@ -7,13 +7,14 @@ from datetime import timedelta
 
 from builders import NOW, creates, deletes, job, pod, run, settle
 
+from kerasjob.planner import finishing, planning, running
 from kerasjob.planner import reconcile as rc
 from kerasjob.planner.podview import Termination
 
 
 def test_new_job_creates_service_and_every_pod() -> None:
     p = run(job(), {}, [])
-    assert isinstance(p.actions[0], rc.CreateService)
+    assert isinstance(p.actions[0], planning.CreateService)
     assert creates(p) == ["j-worker-0", "j-worker-1", "j-worker-2"]
     assert p.status["phase"] == "Pending"
     assert p.status["startTime"] == "2026-01-01T12:00:00Z"
@@ -164,9 +165,9 @@ def test_chief_success_succeeds_job_and_is_never_recreated() -> None:
     assert p.status["phase"] == "Succeeded"
     assert p.status["replicaStatuses"]["worker"]["succeeded"] == 1
     # The others get CLEANUP_GRACE_SECONDS to end on their own, then are stopped.
-    assert not deletes(p) and p.requeue_after == rc.CLEANUP_GRACE_SECONDS
+    assert not deletes(p) and p.requeue_after == finishing.CLEANUP_GRACE_SECONDS
     assert not creates(p)
-    later = NOW + timedelta(seconds=rc.CLEANUP_GRACE_SECONDS)
+    later = NOW + timedelta(seconds=finishing.CLEANUP_GRACE_SECONDS)
     p = run(j, p.status, done, later)
     assert sorted(deletes(p)) == ["j-worker-1", "j-worker-2"]
     assert not creates(p)
@@ -195,7 +196,7 @@ def test_clean_pod_policies() -> None:
         s = settle(j, [pod(i) for i in range(3)])
         done = [pod(0, phase="Succeeded", termination=Termination(0)), pod(1), pod(2)]
         s = run(j, s, done).status
-        later = NOW + timedelta(seconds=rc.CLEANUP_GRACE_SECONDS)
+        later = NOW + timedelta(seconds=finishing.CLEANUP_GRACE_SECONDS)
         assert sorted(deletes(run(j, s, done, later))) == expected, policy
 
 
@@ -221,13 +222,16 @@ def test_workers_ending_with_the_chief_are_counted_succeeded() -> None:
 def test_a_pod_stopped_by_the_cleanup_is_not_failed() -> None:
     """The evaluator still runs when the chief succeeds; after the grace the operator stops
     it (SIGTERM, exit 143): not a failure of the evaluator."""
-    tasks = (rc.Task("j-worker-0", "worker", 0), rc.Task("j-evaluator-0", "evaluator", 0))
+    tasks = (
+        planning.Task("j-worker-0", "worker", 0),
+        planning.Task("j-evaluator-0", "evaluator", 0),
+    )
     j = job(tasks=tasks, clean_pod_policy="Running")
     ev = pod(0, uid="ev", name="j-evaluator-0", role="evaluator")
     s = settle(j, [pod(0), ev])
     ok = Termination(0, "Completed")
     s = run(j, s, [pod(0, phase="Succeeded", termination=ok), ev]).status
-    later = NOW + timedelta(seconds=rc.CLEANUP_GRACE_SECONDS)
+    later = NOW + timedelta(seconds=finishing.CLEANUP_GRACE_SECONDS)
     p = run(j, s, [pod(0, phase="Succeeded", termination=ok), ev], later)
     assert deletes(p) == ["j-evaluator-0"]
     killed = replace(
@@ -308,9 +312,9 @@ def test_ttl_deletes_the_job() -> None:
     s = settle(j, [pod(i) for i in range(3)])
     s = run(j, s, [pod(0, phase="Succeeded", termination=Termination(0))]).status
     p = run(j, s, [], NOW + timedelta(seconds=5))
-    assert p.requeue_after == 5 and not any(isinstance(a, rc.DeleteJob) for a in p.actions)
+    assert p.requeue_after == 5 and not any(isinstance(a, planning.DeleteJob) for a in p.actions)
     p = run(j, s, [], NOW + timedelta(seconds=10))
-    assert any(isinstance(a, rc.DeleteJob) for a in p.actions)
+    assert any(isinstance(a, planning.DeleteJob) for a in p.actions)
 
 
 def test_suspend_and_resume() -> None:
@@ -337,10 +341,10 @@ def test_stuck_terminating_pod_is_force_deleted() -> None:
     s = settle(j, [pod(i) for i in range(3)])
     stuck = [pod(0), pod(1, deletion_timestamp=NOW - timedelta(seconds=100)), pod(2)]
     p = rc.plan(j, s, stuck, NOW, force_delete_after=30)
-    assert [a for a in p.actions if isinstance(a, rc.DeletePod) and a.force]
+    assert [a for a in p.actions if isinstance(a, planning.DeletePod) and a.force]
     fresh = [pod(0), pod(1, deletion_timestamp=NOW - timedelta(seconds=10)), pod(2)]
     p = rc.plan(j, s, fresh, NOW, force_delete_after=30)
-    assert not [a for a in p.actions if isinstance(a, rc.DeletePod)]
+    assert not [a for a in p.actions if isinstance(a, planning.DeletePod)]
     assert p.requeue_after == 20
 
 
@@ -404,7 +408,7 @@ def test_replacements_wait_until_no_old_incarnation_is_left() -> None:
     # again soon, though the deletion event normally comes first).
     p = run(j, p.status, [evicted])
     assert not creates(p)
-    assert p.requeue_after is not None and p.requeue_after <= rc.REGROUP_RECHECK_SECONDS
+    assert p.requeue_after is not None and p.requeue_after <= running.REGROUP_RECHECK_SECONDS
     # Both gone: both re-created together, each restart counted once.
     p = run(j, p.status, [])
     assert creates(p) == ["j-worker-0", "j-worker-1"]

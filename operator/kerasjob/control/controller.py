@@ -42,7 +42,7 @@ from kerasjob.integrations.integration import Integration, JobIntegration, Manag
 from kerasjob.k8s.kube import ApiError, KubeApi
 from kerasjob.k8s.paths import events_path, job_path
 from kerasjob.k8s.workqueue import Key, WorkQueue
-from kerasjob.planner import elastic
+from kerasjob.planner import elastic, planning
 from kerasjob.planner import reconcile as rc
 from kerasjob.planner.planning import Event, JobView
 from kerasjob.planner.podview import PodView
@@ -407,7 +407,7 @@ class Controller:
         return False
 
     async def _act(
-        self, key: Key, seen: Observed, plan: rc.Plan, actions: list[rc.Action]
+        self, key: Key, seen: Observed, plan: planning.Plan, actions: list[planning.Action]
     ) -> Rejection | None:
         return await acting.act(self, key, seen, plan, actions)
 

@@ -30,41 +30,15 @@ from typing import Any, cast
 from kerasjob.api import Reason
 from kerasjob.planner import accounting, elastic, finishing, housekeeping, running, suspension
 from kerasjob.planner import status as st
-from kerasjob.planner.finishing import CLEANUP_GRACE_SECONDS
-from kerasjob.planner.planning import (  # the planner's vocabulary, also used as rc.<name>
-    Action,
-    CreatePod,
-    CreateService,
-    DeleteJob,
-    DeletePod,
-    Event,
+from kerasjob.planner.planning import (
     JobView,
     Plan,
-    Task,
-    newest_incarnations,
 )
 from kerasjob.planner.planstate import PlanState
 from kerasjob.planner.podview import PodView
 from kerasjob.planner.rejection import Rejection
-from kerasjob.planner.running import REGROUP_RECHECK_SECONDS
 
-#: What `rc.<name>` offers its users (controller, acting, observed, the tests): the planner's
-#: vocabulary from `planning`, and `plan`.
-__all__ = [
-    "CLEANUP_GRACE_SECONDS",
-    "REGROUP_RECHECK_SECONDS",
-    "Action",
-    "CreatePod",
-    "CreateService",
-    "DeleteJob",
-    "DeletePod",
-    "Event",
-    "JobView",
-    "Plan",
-    "Task",
-    "newest_incarnations",
-    "plan",
-]
+__all__ = ["decide", "plan"]
 
 
 def plan(
