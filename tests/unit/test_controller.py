@@ -30,6 +30,7 @@ from controller_fakes import (
     sync_pods,
 )
 
+from kerasjob.api import Reason
 from kerasjob.config import OperatorConfig
 from kerasjob.control.controller import Controller
 from kerasjob.planner.planning import Event
@@ -589,7 +590,6 @@ def test_no_network_policy_when_switched_off() -> None:
 def test_progress_scrape_writes_goodput_and_posts_what_a_disruption_cost() -> None:
     """The chief's goodput counters reach status.progress.goodput through the conditional
     status write, and each newly accounted disruption gets one DisruptionCost Event."""
-    from kerasjob.planner import goodput
     from kerasjob_contract import (
         METRIC_DISRUPTIONS,
         METRIC_GOODPUT_RATIO,
@@ -643,7 +643,7 @@ def test_progress_scrape_writes_goodput_and_posts_what_a_disruption_cost() -> No
             "goodput": 0.9,
         }
         posted = [
-            e["message"] for e in cluster.events if e["reason"] == goodput.REASON_DISRUPTION_COST
+            e["message"] for e in cluster.events if e["reason"] == Reason.DISRUPTION_COST.value
         ]
         assert len(posted) == 2 and posted[1].startswith("disruption 2 cost 8.5s"), posted
 

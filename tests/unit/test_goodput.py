@@ -1,9 +1,10 @@
-"""operator/kerasjob/planner/goodput.py: the chief's goodput counters -> status figures, Events and
-the CLI line (pure)."""
+"""operator/kerasjob/planner/goodput.py: the chief's goodput counters -> status figures, Events
+and the CLI line (pure)."""
 
 from __future__ import annotations
 
-from kerasjob.planner.goodput import REASON_DISRUPTION_COST, describe, goodput_events, parse_goodput
+from kerasjob.api import Reason
+from kerasjob.planner.goodput import describe, goodput_events, parse_goodput
 
 # What the trainer's render_prometheus serves (tests/trainer/test_trainer_goodput.py).
 TEXT = """# HELP kerasjob_step Optimizer steps done (global, across restarts).
@@ -40,7 +41,7 @@ def test_events_only_for_new_disruptions() -> None:
     assert new is not None
     one = {"disruptions": 1, "lostSeconds": 17.5, "stepsRedone": 15, "goodput": 0.8}
     assert goodput_events(one, new) == [
-        (REASON_DISRUPTION_COST, "disruption 2 cost 8.0s (0 steps redone); goodput 79.7%")
+        (Reason.DISRUPTION_COST.value, "disruption 2 cost 8.0s (0 steps redone); goodput 79.7%")
     ]
     assert goodput_events(None, new)[0][1].startswith("disruptions 1-2 cost 25.5s (15 steps")
     assert goodput_events(new, new) == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from kerasjob.api import Reason
 from kerasjob.planner import restart_policy as rp
 from kerasjob.planner.podview import PodView, Termination
 
@@ -30,7 +31,7 @@ def pod(**kw: object) -> PodView:
         (2, "Error", rp.Failure("Error", 2)),
         (42, "Error", rp.Disruption("Preempted", 42)),
         (43, "Error", rp.Disruption("PeerLost", 43)),
-        (78, "Error", rp.Permanent(rp.REASON_INVALID_CONFIG, 78)),
+        (78, "Error", rp.Permanent(Reason.INVALID_CONFIG.value, 78)),
         (137, "Error", rp.Disruption("Killed", 137)),
         (143, "Error", rp.Disruption("Terminated", 143)),
         (137, "OOMKilled", rp.Failure("OOMKilled", 137)),
@@ -89,28 +90,28 @@ def test_disruptions_never_fail_and_never_count_as_failures(policy: str) -> None
 
 @pytest.mark.parametrize("policy", ["OnFailure", "Never", "ExitCode"])
 def test_permanent_fails_at_once(policy: str) -> None:
-    v = decide(policy, rp.Permanent(rp.REASON_INVALID_CONFIG, 78))
-    assert v.fail and v.reason == rp.REASON_INVALID_CONFIG
+    v = decide(policy, rp.Permanent(Reason.INVALID_CONFIG.value, 78))
+    assert v.fail and v.reason == Reason.INVALID_CONFIG.value
 
 
 def test_on_failure_survives_exactly_backoff_limit_failures() -> None:
     assert not decide("OnFailure", rp.Failure("Error", 1), failures=0).fail
     assert not decide("OnFailure", rp.Failure("Error", 1), failures=1).fail
     v = decide("OnFailure", rp.Failure("Error", 1), failures=2)
-    assert v.fail and v.reason == rp.REASON_BACKOFF_LIMIT and v.count_failure
+    assert v.fail and v.reason == Reason.BACKOFF_LIMIT_EXCEEDED.value and v.count_failure
 
 
 def test_never_fails_on_first_failure() -> None:
     v = decide("Never", rp.Failure("Error", 1), limit=6)
-    assert v.fail and v.reason == rp.REASON_POD_FAILED
+    assert v.fail and v.reason == Reason.POD_FAILED.value
 
 
 def test_exit_code_policy() -> None:
-    assert decide("ExitCode", rp.Failure("Error", 1)).reason == rp.REASON_NON_RETRYABLE
+    assert decide("ExitCode", rp.Failure("Error", 1)).reason == Reason.NON_RETRYABLE_EXIT_CODE.value
     v = decide("ExitCode", rp.Failure("Error", 139))
     assert not v.fail and v.count_failure
     assert decide("ExitCode", rp.Failure("Error", 139), failures=2).reason == (
-        rp.REASON_BACKOFF_LIMIT
+        Reason.BACKOFF_LIMIT_EXCEEDED.value
     )
 
 

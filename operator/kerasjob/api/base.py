@@ -157,6 +157,8 @@ class Reason(str, enum.Enum):
     NETWORK_POLICY_REJECTED = "NetworkPolicyRejected"
     CREATE_FORBIDDEN = "CreateForbidden"
     DISRUPTION_LOOP = "DisruptionLoop"
+    DISRUPTION_COST = "DisruptionCost"
+    """What one disruption cost the job (seconds lost, steps redone), from the chief's goodput."""
     QUEUED = "Queued"
     ADMITTED = "Admitted"
     EVICTED = "Evicted"

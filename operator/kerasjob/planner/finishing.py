@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from kerasjob.api import Reason
+from kerasjob.api import ConditionType, Reason
 from kerasjob.planner import restart_policy as rp
 from kerasjob.planner import status as st
 from kerasjob.planner.elastic import PROBE_ROLE
@@ -25,8 +25,13 @@ def finish(s: PlanState, phase: str, reason: str, message: str) -> None:
     """Phase Succeeded or Failed, its condition, and an Event."""
     s.status["phase"] = phase
     s.status["completionTime"] = format_time(s.now)
-    s.cond(st.COND_SUCCEEDED if phase == st.SUCCEEDED else st.COND_FAILED, True, reason, message)
-    for other in (st.COND_RUNNING, st.COND_RESTARTING):
+    s.cond(
+        ConditionType.SUCCEEDED if phase == st.SUCCEEDED else ConditionType.FAILED,
+        True,
+        reason,
+        message,
+    )
+    for other in (ConditionType.RUNNING, ConditionType.RESTARTING):
         s.cond(other, False, reason, message)
     s.event("Normal" if phase == st.SUCCEEDED else "Warning", reason, message)
 

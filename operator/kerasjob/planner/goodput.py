@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from kerasjob.api import Reason
 from kerasjob.planner.prom import samples
 from kerasjob_contract import (
     METRIC_DISRUPTIONS,
@@ -23,9 +24,6 @@ from kerasjob_contract import (
     METRIC_PRODUCTIVE_SECONDS,
     METRIC_STEPS_REDONE,
 )
-
-#: Event reason for "a disruption was accounted".
-REASON_DISRUPTION_COST = "DisruptionCost"
 
 _FIELDS = {
     METRIC_DISRUPTIONS: ("disruptions", int),
@@ -61,7 +59,7 @@ def goodput_events(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> lis
     which = f"disruption {after}" if after == before + 1 else f"disruptions {before + 1}-{after}"
     return [
         (
-            REASON_DISRUPTION_COST,
+            Reason.DISRUPTION_COST.value,
             f"{which} cost {lost:.1f}s ({redone} steps redone); "
             f"goodput {float(new.get('goodput') or 0.0):.1%}",
         )

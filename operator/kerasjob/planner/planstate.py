@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast
 
-from kerasjob.api import wire
+from kerasjob.api import ConditionType, wire
 from kerasjob.planner import restart_policy as rp
 from kerasjob.planner import scheduling
 from kerasjob.planner import status as st
@@ -100,14 +100,20 @@ class PlanState:
         )
 
     def cond(
-        self, type_: str, status: bool, reason: str, message: str, *, add_false: bool = False
+        self,
+        type_: ConditionType,
+        status: bool,
+        reason: str,
+        message: str,
+        *,
+        add_false: bool = False,
     ) -> None:
         """Set condition ``type_`` (`status.set_condition`, typed over plain dicts)."""
         self.conditions = cast(
             list[wire.Condition],
             st.set_condition(
                 cast(list[dict[str, Any]], self.conditions),
-                type_,
+                type_.value,
                 status,
                 reason,
                 message,

@@ -26,7 +26,6 @@ PERMANENT_STATUSES = frozenset({400, 413, 415, 422})
 #: Create refusals that may pass later.
 WAITING_STATUSES = frozenset({403})
 
-REASON_WAITING = Reason.CREATE_FORBIDDEN.value
 #: The reason a job fails with when the API server rejects its child of this kind.
 REJECTED = {
     "Pod": Reason.POD_REJECTED.value,
@@ -56,7 +55,7 @@ class Rejection:
 
     @property
     def reason(self) -> str:
-        return REJECTED[self.kind] if self.permanent else REASON_WAITING
+        return REJECTED[self.kind] if self.permanent else Reason.CREATE_FORBIDDEN.value
 
     def describe(self) -> str:
         verb = "rejected" if self.permanent else "refused"

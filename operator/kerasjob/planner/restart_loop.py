@@ -11,7 +11,7 @@ reason with no training progress (``repeated``; progress is ``status.progress.st
 the operator scrapes from the chief; a job that was Running, every Pod ready, when the
 restart happened made progress too) and the step when that run began (``progressStep``).
 From `LOOP_THRESHOLD` repeats on the job says so (condition Restarting, reason
-`REASON_LOOP`) and re-creates Pods only after `delay` seconds, doubling up to
+`Reason.DISRUPTION_LOOP.value`) and re-creates Pods only after `delay` seconds, doubling up to
 `MAX_DELAY_SECONDS`. Progress, or another reason, starts the count afresh. Still never a
 failure: the loop may end on its own (a node comes back, a quota frees up).
 """
@@ -20,10 +20,9 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from kerasjob.api import Reason, wire
+from kerasjob.api import wire
 from kerasjob_contract.times import parse_time
 
-REASON_LOOP = Reason.DISRUPTION_LOOP.value
 #: Restarts in a row, same reason, no progress, before the back-off starts.
 LOOP_THRESHOLD = 3
 BASE_DELAY_SECONDS = 10.0

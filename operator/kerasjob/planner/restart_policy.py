@@ -44,12 +44,6 @@ DISRUPTION_POD_REASONS: frozenset[str] = frozenset(
     }
 )
 
-#: Failure reasons of the job (condition Failed reasons).
-REASON_BACKOFF_LIMIT = Reason.BACKOFF_LIMIT_EXCEEDED.value
-REASON_INVALID_CONFIG = Reason.INVALID_CONFIG.value
-REASON_NON_RETRYABLE = Reason.NON_RETRYABLE_EXIT_CODE.value
-REASON_POD_FAILED = Reason.POD_FAILED.value
-
 
 @dataclass(frozen=True)
 class Success:
@@ -83,7 +77,7 @@ def classify_exit(term: Termination) -> Outcome:
     if code == ExitCode.SUCCESS:
         return Success()
     if code in PERMANENT_EXIT_CODES:
-        return Permanent(REASON_INVALID_CONFIG, code)
+        return Permanent(Reason.INVALID_CONFIG.value, code)
     if code == ExitCode.PREEMPTED_SAVED:
         return Disruption("Preempted", code)
     if code == ExitCode.PEER_LOST:
@@ -176,14 +170,14 @@ def decide(
     if policy == "Never":
         return Verdict(
             fail=True,
-            reason=REASON_POD_FAILED,
+            reason=Reason.POD_FAILED.value,
             message=f"Pod {pod} failed ({_describe(outcome)}) and restartPolicy is Never",
             count_failure=True,
         )
     if policy == "ExitCode" and not is_retryable_exit_code(code):
         return Verdict(
             fail=True,
-            reason=REASON_NON_RETRYABLE,
+            reason=Reason.NON_RETRYABLE_EXIT_CODE.value,
             message=f"Pod {pod} failed ({_describe(outcome)}), not retryable under "
             "restartPolicy ExitCode",
             count_failure=True,
@@ -191,7 +185,7 @@ def decide(
     if failures_before + 1 > backoff_limit:
         return Verdict(
             fail=True,
-            reason=REASON_BACKOFF_LIMIT,
+            reason=Reason.BACKOFF_LIMIT_EXCEEDED.value,
             message=f"Pod {pod} failed ({_describe(outcome)}); {failures_before + 1} failures "
             f"exceed backoffLimit {backoff_limit}",
             count_failure=True,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from kerasjob.api import Reason, ReplicaRole
+from kerasjob.api import ConditionType, Reason, ReplicaRole
 from kerasjob.planner import accounting, elastic, finishing, restart_loop, scheduling
 from kerasjob.planner import status as st
 from kerasjob.planner.planning import Action, CreatePod, CreateService, Task
@@ -36,10 +36,10 @@ def active(s: PlanState) -> None:
     creates = held_back(s, missing_pods(s, succeeded), succeeded)
     if creates:
         create(s, creates)
-    elif st.get_condition(s.conditions, st.COND_CREATED) is not None and not (
-        st.condition_true(s.conditions, st.COND_CREATED)
+    elif st.get_condition(s.conditions, ConditionType.CREATED) is not None and not (
+        st.condition_true(s.conditions, ConditionType.CREATED)
     ):
-        s.cond(st.COND_CREATED, True, Reason.CREATED.value, "The Pods were created")
+        s.cond(ConditionType.CREATED, True, Reason.CREATED.value, "The Pods were created")
     wanted = [t for t in s.job.tasks if t.name not in succeeded]
     all_ready = readiness(s, wanted)
     if s.job.gang is not None and not succeeded:
@@ -56,14 +56,14 @@ def admitted_and_resumed(s: PlanState) -> None:
     it resumes."""
     job = s.job
     if job.kueue is not None:
-        s.cond(st.COND_ADMITTED, True, job.kueue.reason, job.kueue.message)
+        s.cond(ConditionType.ADMITTED, True, job.kueue.reason, job.kueue.message)
         if job.kueue.recheck_after is not None:
             s.requeue(job.kueue.recheck_after)
     if s.prev_phase in (st.SUSPENDED, st.QUEUED):
         message = "spec.suspend is false: Pods re-created, resuming from the last backup"
         if job.kueue is not None:
             message = f"{job.kueue.message}: Pods created, resuming from the last backup if any"
-        s.cond(st.COND_SUSPENDED, False, Reason.RESUMED.value, message)
+        s.cond(ConditionType.SUSPENDED, False, Reason.RESUMED.value, message)
         s.event("Normal", Reason.RESUMED.value, message)
 
 
@@ -161,16 +161,16 @@ def create(s: PlanState, creates: list[Action]) -> None:
     """The headless Service and the Pods first among the actions; condition Created (False
     with the API server's refusal while one is forbidden for now)."""
     s.actions[:0] = [CreateService(), *creates]
-    if st.get_condition(s.conditions, st.COND_CREATED) is None:
+    if st.get_condition(s.conditions, ConditionType.CREATED) is None:
         message = f"Creating {len(s.job.tasks)} Pods and the headless Service"
-        s.cond(st.COND_CREATED, True, Reason.CREATED.value, message)
+        s.cond(ConditionType.CREATED, True, Reason.CREATED.value, message)
         s.event("Normal", Reason.CREATED.value, message)
     if s.rejection is not None:  # forbidden for now: say so, retry later
         message = s.rejection.describe()
-        shown = st.get_condition(s.conditions, st.COND_CREATED) or {}
+        shown = st.get_condition(s.conditions, ConditionType.CREATED) or {}
         if shown.get("status") != "False" or shown.get("message") != message:
             s.event("Warning", s.rejection.reason, message)
-        s.cond(st.COND_CREATED, False, s.rejection.reason, message)
+        s.cond(ConditionType.CREATED, False, s.rejection.reason, message)
 
 
 def readiness(s: PlanState, wanted: list[Task]) -> bool:
@@ -199,8 +199,8 @@ def phase_and_conditions(s: PlanState, wanted: list[Task], all_ready: bool) -> N
     s.status["phase"] = phase
     if phase == st.RUNNING:
         message = f"All {len(wanted)} Pods are running and ready"
-        s.cond(st.COND_RUNNING, True, Reason.PODS_READY.value, message)
-        s.cond(st.COND_RESTARTING, False, Reason.PODS_READY.value, message)
+        s.cond(ConditionType.RUNNING, True, Reason.PODS_READY.value, message)
+        s.cond(ConditionType.RESTARTING, False, Reason.PODS_READY.value, message)
         if s.prev_phase != st.RUNNING:
             s.event("Normal", Reason.RUNNING.value, message)
     elif phase == st.RESTARTING:
@@ -223,12 +223,12 @@ def restarting(s: PlanState) -> None:
     if resized is not None:
         reason, message = Reason.RESIZING.value, str(resized.get("message") or "")
     elif restart_loop.looping(last, s.status):
-        reason = restart_loop.REASON_LOOP
+        reason = Reason.DISRUPTION_LOOP.value
         message = restart_loop.message(last)
         if last != (s.old.get("lastRestart") or {}):  # once per new restart
             s.event("Warning", reason, message)
-    s.cond(st.COND_RESTARTING, True, reason, message)
-    s.cond(st.COND_RUNNING, False, Reason.RESTARTING.value, message)
+    s.cond(ConditionType.RESTARTING, True, reason, message)
+    s.cond(ConditionType.RUNNING, False, Reason.RESTARTING.value, message)
     if s.prev_phase != st.RESTARTING:
         s.event("Normal", Reason.RESTARTING.value, message)
 
@@ -262,7 +262,7 @@ def explain_waiting(s: PlanState, wanted: list[Task]) -> None:
 def waiting_condition(s: PlanState, reason: str, message: str, event_reason: str = "") -> None:
     """Condition Running False saying why the job waits; a Warning when it changed."""
     # What the stored status shows (this plan may already have set another message).
-    shown = st.get_condition(list(s.old.get("conditions") or []), st.COND_RUNNING)
+    shown = st.get_condition(list(s.old.get("conditions") or []), ConditionType.RUNNING)
     if (shown or {}).get("message") != message:
         s.event("Warning", event_reason or reason, message)
-    s.cond(st.COND_RUNNING, False, reason, message, add_false=True)
+    s.cond(ConditionType.RUNNING, False, reason, message, add_false=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from kerasjob.api import ConditionType, Phase
+from kerasjob.api import Phase
 from kerasjob.planner.conditions import condition_true, get_condition, set_condition
 from kerasjob.planner.podview import PodView
 
@@ -25,13 +25,6 @@ QUEUED = Phase.QUEUED.value
 TERMINAL_PHASES = frozenset({SUCCEEDED, FAILED})
 
 __all__ = [
-    "COND_ADMITTED",
-    "COND_CREATED",
-    "COND_FAILED",
-    "COND_RESTARTING",
-    "COND_RUNNING",
-    "COND_SUCCEEDED",
-    "COND_SUSPENDED",
     "FAILED",
     "PENDING",
     "QUEUED",
@@ -47,15 +40,6 @@ __all__ = [
     "replica_statuses",
     "set_condition",
 ]
-
-#: Condition types (metav1.Condition), as TFJob and JobSet use them.
-COND_CREATED = ConditionType.CREATED.value
-COND_RUNNING = ConditionType.RUNNING.value
-COND_RESTARTING = ConditionType.RESTARTING.value
-COND_SUCCEEDED = ConditionType.SUCCEEDED.value
-COND_FAILED = ConditionType.FAILED.value
-COND_SUSPENDED = ConditionType.SUSPENDED.value
-COND_ADMITTED = ConditionType.ADMITTED.value
 
 
 def replica_statuses(

@@ -4,7 +4,7 @@ its Workload is admitted (again). A step over `planstate.PlanState`, composed by
 
 from __future__ import annotations
 
-from kerasjob.api import Reason
+from kerasjob.api import ConditionType, Reason
 from kerasjob.planner import status as st
 from kerasjob.planner.planstate import PlanState
 
@@ -26,11 +26,11 @@ def suspended(
         rec["counted"] = True
     s.status["phase"] = phase
     s.status.pop("startTime", None)
-    old = st.get_condition(s.conditions, st.COND_SUSPENDED) or {}
-    s.cond(st.COND_SUSPENDED, True, reason, message)
-    s.cond(st.COND_RUNNING, False, reason, message)
-    s.cond(st.COND_RESTARTING, False, reason, message)
+    old = st.get_condition(s.conditions, ConditionType.SUSPENDED) or {}
+    s.cond(ConditionType.SUSPENDED, True, reason, message)
+    s.cond(ConditionType.RUNNING, False, reason, message)
+    s.cond(ConditionType.RESTARTING, False, reason, message)
     if s.job.kueue is not None:
-        s.cond(st.COND_ADMITTED, False, reason, message, add_false=True)
+        s.cond(ConditionType.ADMITTED, False, reason, message, add_false=True)
     if s.prev_phase != phase or old.get("reason") != reason:
         s.event("Normal", reason, message)
