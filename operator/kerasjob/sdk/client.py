@@ -38,6 +38,7 @@ from kerasjob.sdk.errors import (
     NotFoundError,
     WaitTimeoutError,
 )
+from kerasjob.sdk.function import submit_function
 from kerasjob.sdk.summary import (
     FINISHED,
     JobSummary,
@@ -347,8 +348,6 @@ class KerasJobClient:
     def train(self, build: Callable[..., Any], name: str, **kwargs: Any) -> KerasJob:
         """Run ``build(config) -> compiled tf_keras model`` as a KerasJob; see
         `kerasjob.sdk.function.submit_function` for the arguments."""
-        from kerasjob.sdk.function import submit_function
-
         return submit_function(self, build, name, **kwargs)
 
 

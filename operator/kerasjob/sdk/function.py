@@ -20,16 +20,14 @@ from __future__ import annotations
 import inspect
 import textwrap
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from kerasjob.api import KerasJob
 from kerasjob.k8s.paths import configmap_path
 from kerasjob.manifests.merge import deep_merge
 from kerasjob.sdk.errors import InvalidError, KerasJobError
+from kerasjob.sdk.transport import Transport
 from kerasjob_contract import TRAINER_CONTAINER
-
-if TYPE_CHECKING:
-    from kerasjob.sdk.client import KerasJobClient
 
 MODULE = "kerasjob_user_code"
 MOUNT_PATH = "/opt/kerasjob-user"
@@ -98,8 +96,17 @@ def code_configmap(job_name: str) -> str:
     return f"{job_name}-code"
 
 
+class JobCreator(Protocol):
+    """What `submit_function` needs of a client (`KerasJobClient` is one)."""
+
+    namespace: str
+    transport: Transport
+
+    def create(self, job: KerasJob, *, namespace: str | None = None) -> KerasJob: ...
+
+
 def submit_function(
-    client: KerasJobClient,
+    client: JobCreator,
     build: Callable[..., Any],
     name: str,
     *,
