@@ -30,6 +30,7 @@ from typing import Any
 
 import yaml
 
+from kerasjob.cli.args import add_job_commands
 from kerasjob.config import OperatorConfig
 from kerasjob.k8s import bounded
 
@@ -212,9 +213,7 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("-v", "--verbose", action="store_true")
     run.set_defaults(func=_run)
 
-    from kerasjob.cli.args import add_job_commands
-
-    add_job_commands(sub)
+    add_job_commands(sub, p)
     return p
 
 

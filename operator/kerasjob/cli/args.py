@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 from typing import Any
 
 from kerasjob.cli import jobs as cli_jobs
@@ -34,7 +35,8 @@ def _timeout(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 600, 90s, 10m)") from None
 
 
-def add_job_commands(sub: Any) -> None:
+def add_job_commands(sub: Any, root: argparse.ArgumentParser) -> None:
+    """The user commands under `sub` (`root`: the whole parser, for the completion script)."""
     common = _common()
 
     def command(name: str, func: Any, help_text: str) -> argparse.ArgumentParser:
@@ -129,13 +131,11 @@ def add_job_commands(sub: Any) -> None:
         "completion", help="print a shell completion script: source <(kerasjob completion bash)"
     )
     p.add_argument("shell", choices=("bash", "zsh"))
-    p.set_defaults(func=_completion)
+    p.set_defaults(func=functools.partial(_completion, root))
 
 
-def _completion(args: argparse.Namespace) -> int:
-    from kerasjob.cli.app import parser
-
-    print(completion_script(parser(), args.shell))
+def _completion(root: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    print(completion_script(root, args.shell))
     return 0
 
 
