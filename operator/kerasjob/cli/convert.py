@@ -67,53 +67,10 @@ def convert_tfjob(
     spec = plain(tfjob.get("spec") or {})
     warnings: list[str] = []
     replicas = _replica_specs(spec.get("tfReplicaSpecs") or {}, warnings)
-    worker, chief, evaluator = (replicas.get(r) for r in ("worker", "chief", "evaluator"))
-    ps = replicas.get("ps")
-    if ps:
-        warnings.append(
-            f"PS: {ps.get('replicas', 1)} parameter server(s) dropped: KerasJob trains with "
-            "MultiWorkerMirroredStrategy (all-reduce), which has no parameter servers; a "
-            "ParameterServerStrategy or Estimator program must move to "
-            "MultiWorkerMirroredStrategy"
-        )
-    out_spec: dict[str, Any] = {}
-    if worker is None and chief is None:
-        raise ConversionError("the TFJob has no Worker, Chief or Master replicas")
-    if worker is None or int(worker.get("replicas", 1)) < 1:
-        # A lone chief: worker 0 is the chief of a KerasJob without spec.chief.
-        assert chief is not None
-        worker, chief = chief, None
-        warnings.append(
-            "Chief without Workers: it becomes the single worker (worker 0 is the "
-            "chief of a KerasJob)"
-        )
-    out_spec["workers"] = int(worker.get("replicas", 1))
-    template, port = _template(worker.get("template"), "Worker", warnings)
-    out_spec["template"] = template
-    for role, rs in (("chief", chief), ("evaluator", evaluator)):
-        if rs is None:
-            continue
-        n = int(rs.get("replicas", 1))
-        if n > 1:
-            warnings.append(f"{role}: {n} replicas reduced to 1 (the most a KerasJob has)")
-        role_tpl, role_port = _template(rs.get("template"), role, warnings)
-        port = port or role_port
-        out_spec[role] = {"replicas": min(n, 1), "template": role_tpl}
-    if port and port != DEFAULT_TF_PORT:
-        out_spec["port"] = port
+    out_spec = _roles(replicas, warnings)
     out_spec.update(_restart_policy(replicas, warnings))
     out_spec.update(_run_policy(spec, out_spec, warnings))
-    pods = out_spec["workers"] + sum(
-        (out_spec.get(r) or {}).get("replicas", 0) for r in ("chief", "evaluator")
-    )
-    if pods > 1:
-        out_spec["checkpoint"] = {
-            "volume": {"persistentVolumeClaim": {"claimName": checkpoint_claim}}
-        }
-        warnings.append(
-            f"checkpoint: {pods} Pods share the ReadWriteMany claim {checkpoint_claim!r} "
-            "(KERASJOB_CHECKPOINT_DIR; create it first, e.g. examples/checkpoint-pvc.yaml)"
-        )
+    out_spec.update(_checkpoint(out_spec, checkpoint_claim, warnings))
     ignored = {
         "successPolicy": "the chief's success completes a KerasJob",
         "enableDynamicWorker": "a KerasJob that trains on the workers there is room for "
@@ -141,6 +98,60 @@ def convert_tfjob(
     }
     KerasJob.model_validate(manifest)  # the API models agree (schema errors raise here)
     return manifest, warnings
+
+
+def _roles(replicas: Mapping[str, dict], warnings: list[str]) -> dict[str, Any]:
+    """spec.workers, chief, evaluator, their templates and the port, from the replica specs."""
+    worker, chief, evaluator = (replicas.get(r) for r in ("worker", "chief", "evaluator"))
+    ps = replicas.get("ps")
+    if ps:
+        warnings.append(
+            f"PS: {ps.get('replicas', 1)} parameter server(s) dropped: KerasJob trains with "
+            "MultiWorkerMirroredStrategy (all-reduce), which has no parameter servers; a "
+            "ParameterServerStrategy or Estimator program must move to "
+            "MultiWorkerMirroredStrategy"
+        )
+    if worker is None and chief is None:
+        raise ConversionError("the TFJob has no Worker, Chief or Master replicas")
+    if worker is None or int(worker.get("replicas", 1)) < 1:
+        # A lone chief: worker 0 is the chief of a KerasJob without spec.chief.
+        assert chief is not None
+        worker, chief = chief, None
+        warnings.append(
+            "Chief without Workers: it becomes the single worker (worker 0 is the "
+            "chief of a KerasJob)"
+        )
+    out_spec: dict[str, Any] = {"workers": int(worker.get("replicas", 1))}
+    template, port = _template(worker.get("template"), "Worker", warnings)
+    out_spec["template"] = template
+    for role, rs in (("chief", chief), ("evaluator", evaluator)):
+        if rs is None:
+            continue
+        n = int(rs.get("replicas", 1))
+        if n > 1:
+            warnings.append(f"{role}: {n} replicas reduced to 1 (the most a KerasJob has)")
+        role_tpl, role_port = _template(rs.get("template"), role, warnings)
+        port = port or role_port
+        out_spec[role] = {"replicas": min(n, 1), "template": role_tpl}
+    if port and port != DEFAULT_TF_PORT:
+        out_spec["port"] = port
+    return out_spec
+
+
+def _checkpoint(
+    out_spec: Mapping[str, Any], checkpoint_claim: str, warnings: list[str]
+) -> dict[str, Any]:
+    """A shared checkpoint claim when the job has more than one Pod."""
+    pods = out_spec["workers"] + sum(
+        (out_spec.get(r) or {}).get("replicas", 0) for r in ("chief", "evaluator")
+    )
+    if pods <= 1:
+        return {}
+    warnings.append(
+        f"checkpoint: {pods} Pods share the ReadWriteMany claim {checkpoint_claim!r} "
+        "(KERASJOB_CHECKPOINT_DIR; create it first, e.g. examples/checkpoint-pvc.yaml)"
+    )
+    return {"checkpoint": {"volume": {"persistentVolumeClaim": {"claimName": checkpoint_claim}}}}
 
 
 def _replica_specs(specs: Mapping[str, Any], warnings: list[str]) -> dict[str, dict]:
