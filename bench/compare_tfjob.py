@@ -523,7 +523,7 @@ def main() -> int:
     if skip_tfjob:
         order = [f for f in order if f is not TFJobs]
 
-    run = benchrun.stamp()
+    stamp = benchrun.stamp()
     started = time.monotonic()
     size0 = audit_log.stat().st_size if audit_log and audit_log.exists() else -1
     cluster = support.current_cluster() if current else support.acquire_local()
@@ -578,7 +578,7 @@ def main() -> int:
     results["ratios_ours_over_theirs"] = ratios
     results["duration_s"] = round(time.monotonic() - started, 1)
     results["machine"]["loadavg_end"] = os.getloadavg()
-    results["run"] = benchrun.finish(run, started)
+    results["run"] = benchrun.finish(stamp, started)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {args.out} ({results['duration_s']} s)")

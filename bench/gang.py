@@ -93,7 +93,7 @@ def main() -> int:
     kube = cluster.api_client()
     install_crds(cluster)
     nodes = kwok_nodes(kube)
-    run = benchrun.stamp()
+    stamp = benchrun.stamp()
     started = time.monotonic()
     runs = []
     try:
@@ -141,7 +141,7 @@ def main() -> int:
         "runs": runs,
         "duration_s": round(time.monotonic() - started, 1),
     }
-    results["run"] = benchrun.finish(run, started)
+    results["run"] = benchrun.finish(stamp, started)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2, default=str) + "\n")
     print(f"wrote {args.out} ({results['duration_s']} s)")

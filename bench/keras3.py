@@ -153,7 +153,7 @@ def main() -> int:
     quick = args.quick
     steps, warmup, window = (60, 10, 10) if quick else (400, 50, 50)
     count = 1 if quick else 5
-    run = benchrun.stamp()
+    stamp = benchrun.stamp()
     began = time.monotonic()
     started = time.time()
     load = os.getloadavg()[0]
@@ -188,7 +188,7 @@ def main() -> int:
         "image_bytes": sizes,
         "seconds": round(time.time() - started, 1),
     }
-    result["run"] = benchrun.finish(run, began)
+    result["run"] = benchrun.finish(stamp, began)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {args.out} ({result['seconds']} s)")

@@ -293,7 +293,7 @@ def main() -> int:
     kube = cluster.api_client()
     install_crds(cluster)
     sizes = [1, 10] if args.quick else [1, 10, 100]
-    run = benchrun.stamp()
+    stamp = benchrun.stamp()
     results: dict[str, Any] = {
         "machine": {
             "cpus": os.cpu_count(),
@@ -354,7 +354,7 @@ def main() -> int:
             support.release_local()
     results["duration_s"] = round(time.monotonic() - started, 1)
     results["machine"]["loadavg_end"] = os.getloadavg()
-    results["run"] = benchrun.finish(run, started)
+    results["run"] = benchrun.finish(stamp, started)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {args.out} ({results['duration_s']}s)")

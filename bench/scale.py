@@ -403,7 +403,7 @@ def main() -> int:
     kube = cluster.api_client()
     install_crds(cluster)
     run_id = f"scale{os.getpid() % 100000}"
-    run = benchrun.stamp()
+    stamp = benchrun.stamp()
     started = time.monotonic()
     levels = []
     try:
@@ -434,7 +434,7 @@ def main() -> int:
         "levels": levels,
         "duration_s": round(time.monotonic() - started, 1),
     }
-    results["run"] = benchrun.finish(run, started)
+    results["run"] = benchrun.finish(stamp, started)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     wrote = [str(args.out)]

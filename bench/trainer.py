@@ -357,7 +357,7 @@ def main() -> int:
         os._exit(0)  # skip MWMS teardown: the figures are written
     from kerasjob_dev import benchrun
 
-    run = benchrun.stamp()
+    stamp = benchrun.stamp()
     started = time.monotonic()
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="kerasjob-bench-") as tmp:
@@ -390,7 +390,7 @@ def main() -> int:
         "loadavg_after": round(os.getloadavg()[0], 2),
         "runtime_s": round(time.monotonic() - started, 1),
     }
-    figures["run"] = benchrun.finish(run, started)
+    figures["run"] = benchrun.finish(stamp, started)
     figures["quick"] = quick
     results = (
         Path(args.out)
