@@ -10,7 +10,7 @@ export KERASJOB_CACHE ?= $(HOME)/.cache/kerasjob
 # Runtime state (certificates, etcd data, logs, kubeconfig) of the local cluster.
 export KERASJOB_RUN ?= $(CURDIR)/.run
 PYTEST_ARGS ?=
-# Trainer image variants `make images` builds (kind-e2e builds only cpu).
+# Trainer image variants `make images` builds (kind-e2e builds cpu and jax-cpu).
 IMAGE_VARIANTS ?= cpu gpu
 
 .PHONY: help deps venv lint fmt test test-unit test-trainer test-integration test-e2e test-gpu-image \
@@ -136,7 +136,8 @@ test-gpu-image: venv ## Build the gpu trainer image, save it, check the archive 
 helm-lint: binaries ## helm lint the chart
 	$$(hack/cluster/env.sh --bin-dir)/helm lint charts/kerasjob-operator
 
-kind-e2e: ## Create a kind cluster, load images, install the chart, run the e2e suite (needs docker)
+# hack/kind/README.md: KIND_NODE_IMAGE=auto|local|<image>, KEEP_CLUSTER=1, PYTEST_ARGS, ...
+kind-e2e: venv ## kind cluster (3 nodes): images, the chart, mnist through a worker deletion, the e2e suite; deleted after (needs docker, go)
 	hack/kind/e2e.sh
 
 clean: cluster-down ## Remove local state (keeps the binary cache)
