@@ -18,7 +18,8 @@
 #   KIND_SHARED_DIR     host directory shared by all nodes    (default /tmp/<cluster>-shared)
 #   KIND                the kind binary                       (default: hack/kind/build.sh's)
 #   KEEP_CLUSTER=1      keep the cluster afterwards (KUBECONFIG is printed)
-#   SKIP_IMAGES=1       do not rebuild the images (they must exist in the daemon)
+#   SKIP_IMAGES=1       do not rebuild the images (their archives must exist in
+#                       IMAGES_EXPORT_DIR, default $KERASJOB_CACHE/images/export)
 #   PYTEST_ARGS         extra pytest arguments, e.g. "-k mnist -x"
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -187,15 +188,20 @@ kubectl wait --for=condition=Ready nodes --all --timeout=300s
 log "cluster up ($((SECONDS - T0)) s)"
 
 # --- images -------------------------------------------------------------------------------
+# The archives `make images-export` writes (and the local e2e tests use): saved only when an
+# image changed, so a run after `make test` loads them without saving anything.
+EXPORT_DIR="${IMAGES_EXPORT_DIR:-$KERASJOB_CACHE/images/export}"
 if [ "${SKIP_IMAGES:-0}" != 1 ]; then
   # The GPU trainer variants are of no use on kind and are several GB: only the CPU ones.
-  make images IMAGE_VARIANTS="cpu jax-cpu"
+  make images-export IMAGE_VARIANTS="cpu jax-cpu" IMAGES_EXPORT_DIR="$EXPORT_DIR"
 fi
 # Into the workers only: the control plane is tainted against workloads.
 workers="$("$KIND" get nodes --name "$CLUSTER" | grep -v -- '-control-plane$' | paste -sd, -)"
 log "loading $OPERATOR_IMAGE, $TRAINER_IMAGE and $JAX_TRAINER_IMAGE into $workers"
-"$KIND" load docker-image --name "$CLUSTER" --nodes "$workers" \
-  "$OPERATOR_IMAGE" "$TRAINER_IMAGE" "$JAX_TRAINER_IMAGE"
+for archive in operator trainer-cpu trainer-jax-cpu; do
+  [ -s "$EXPORT_DIR/$archive.tar" ] || die "$EXPORT_DIR/$archive.tar is missing: run without SKIP_IMAGES=1"
+  "$KIND" load image-archive --name "$CLUSTER" --nodes "$workers" "$EXPORT_DIR/$archive.tar"
+done
 log "images loaded ($((SECONDS - T0)) s)"
 
 # --- ReadWriteMany checkpoint storage -----------------------------------------------------
