@@ -23,8 +23,20 @@
 #   PYTEST_ARGS         extra pytest arguments, e.g. "-k mnist -x"
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+# The first checks need nothing but bash (hack/kind/lib.sh, hack/images/lib.sh).
 # shellcheck source=hack/kind/lib.sh
 source hack/kind/lib.sh
+die() { echo "kind-e2e: $*" >&2; exit 1; }
+log() { echo "kind-e2e: $(date +%T) $*" >&2; }
+[ -n "$(docker_candidates)" ] \
+  || die "docker not found. kind runs Kubernetes nodes as Docker containers: install Docker (https://docs.docker.com/get-docker/; Debian: apt-get install docker.io). Without Docker, 'make test-e2e' runs the same suite on the local cluster."
+[ -z "${KIND:-}" ] || [ -x "$KIND" ] \
+  || die "kind not found at KIND=$KIND: install kind, or unset KIND to build the pinned one (hack/kind/build.sh)"
+PYTHON="${PYTHON:-.venv/bin/python}"
+[ -x "$PYTHON" ] || die "$PYTHON not found: run 'make venv' first"
+use_docker_daemon
+# shellcheck source=hack/cluster/lib.sh
+source hack/cluster/lib.sh   # the pins, bin_dir, go_module_dir
 die() { echo "kind-e2e: $*" >&2; exit 1; }
 log() { echo "kind-e2e: $(date +%T) $*" >&2; }
 
@@ -45,18 +57,12 @@ KIND_LABEL=io.x-k8s.kind.cluster
 RULE_TAG="kerasjob-kind-$CLUSTER"
 T0=$SECONDS
 
-# --- prerequisites, each with the way out -------------------------------------------------
-PYTHON="${PYTHON:-.venv/bin/python}"
-[ -x "$PYTHON" ] || die "$PYTHON not found: run 'make venv' first"
-[ -n "$(docker_candidates)" ] \
-  || die "docker not found. kind runs Kubernetes nodes as Docker containers: install Docker (https://docs.docker.com/get-docker/; Debian: apt-get install docker.io). Without Docker, 'make test-e2e' runs the same suite on the local cluster."
-use_docker_daemon
+# --- the binaries ---------------------------------------------------------------------------
 hack/cluster/build.sh >&2   # kubectl, helm (and the node image's binaries)
 if [ -z "${KIND:-}" ]; then
   hack/kind/build.sh >&2
   KIND="$(hack/kind/build.sh --bin kind)"
 fi
-[ -x "$KIND" ] || die "kind not found at $KIND"
 # kind runs `docker`: the client that talks to this daemon, first on PATH, with our kubectl/helm.
 mkdir -p "$RUN_DIR/bin"
 ln -sfn "$(command -v "$DOCKER")" "$RUN_DIR/bin/docker"

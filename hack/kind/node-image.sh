@@ -24,6 +24,8 @@
 set -euo pipefail
 # shellcheck source=hack/kind/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# shellcheck source=hack/cluster/lib.sh
+source "$KIND_DIR/../cluster/lib.sh"
 
 NODE_REPO=kerasjob.local/kind-node
 CP_REPO=kerasjob.local
