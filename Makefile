@@ -62,7 +62,7 @@ binaries: ## Build etcd, kube-*, kubectl, helm, kwok from the Go module proxy (c
 	hack/cluster/build.sh
 
 # tests/gpu_image reads the 6.3 GB gpu trainer image's archive: `make test-gpu-image` (opt-in).
-# Then the kind path (hack/kind/README.md): 7-12 min here, within CI's 90 min next to the rest.
+# Then the kind path (hack/kind/README.md): 5-12 min here, within CI's 90 min next to the rest.
 test: deps venv binaries lint ## Everything CI runs: lint, unit, trainer, integration and e2e tests, then kind-e2e
 	$(BIN)/pytest $(PYTEST_ARGS) tests --ignore=tests/gpu_image
 	hack/kind/e2e.sh
