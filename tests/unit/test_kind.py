@@ -4,7 +4,9 @@ given (:mod:`kerasjob_dev.kindconfig`) and the pins and names the scripts must a
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -142,3 +144,35 @@ def test_the_node_image_labels_are_the_ones_the_renderer_reads() -> None:
     dockerfile = (KIND / "node" / "Dockerfile").read_text()
     found = set(re.findall(rf"{re.escape(LABEL_PREFIX)}\.([a-z-]+)=", dockerfile))
     assert found == {"image-repository", "etcd-tag", "coredns-tag"}
+
+
+RUNC_BOUNDED = REPO_ROOT / "hack" / "images" / "runc-bounded.sh"
+
+
+def _runc_bounded(*args: str) -> subprocess.CompletedProcess[str]:
+    """runc-bounded.sh with `true` as runc: it only rewrites the bundle or process file."""
+    env = {**os.environ, "KERASJOB_RUNC": "true"}
+    return subprocess.run(
+        ["bash", str(RUNC_BOUNDED), *args], env=env, capture_output=True, text=True, check=True
+    )
+
+
+def test_runc_bounded_drops_exactly_the_capabilities_root_lacks(tmp_path: Path) -> None:
+    """kind's privileged nodes ask for every capability; runc-bounded.sh removes those this
+    machine's bounding set lacks (CAP_SYS_RESOURCE on ours) and keeps the others."""
+    missing = set(_runc_bounded("--missing").stdout.split())
+    assert all(c.startswith("CAP_") for c in missing)
+    every = ["CAP_CHOWN", "CAP_NET_ADMIN", "CAP_SYS_ADMIN", "CAP_SYS_RESOURCE", "CAP_BPF"]
+    caps = {"bounding": every, "effective": every, "permitted": every}
+    (tmp_path / "config.json").write_text(json.dumps({"process": {"capabilities": caps}}))
+    _runc_bounded("--root", "/run/x", "create", "--bundle", str(tmp_path), "id0")
+    kept = json.loads((tmp_path / "config.json").read_text())["process"]["capabilities"]
+    assert kept == {k: [c for c in every if c not in missing] for k in caps}
+    # exec: the process file; any other command: nothing is touched
+    (tmp_path / "process.json").write_text(json.dumps({"capabilities": {"bounding": every}}))
+    _runc_bounded("exec", "--process", str(tmp_path / "process.json"), "id0")
+    exec_kept = json.loads((tmp_path / "process.json").read_text())["capabilities"]["bounding"]
+    assert exec_kept == [c for c in every if c not in missing]
+    (tmp_path / "config.json").write_text(json.dumps({"process": {"capabilities": caps}}))
+    _runc_bounded("delete", "--bundle", str(tmp_path), "id0")
+    assert json.loads((tmp_path / "config.json").read_text())["process"]["capabilities"] == caps
