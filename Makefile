@@ -10,7 +10,7 @@ export KERASJOB_CACHE ?= $(HOME)/.cache/kerasjob
 # Runtime state (certificates, etcd data, logs, kubeconfig) of the local cluster.
 export KERASJOB_RUN ?= $(CURDIR)/.run
 PYTEST_ARGS ?=
-# Trainer image variants `make images` builds (kind-e2e builds only cpu).
+# Trainer image variants `make images` builds (kind-e2e builds cpu and jax-cpu).
 IMAGE_VARIANTS ?= cpu gpu
 
 .PHONY: help deps venv lint fmt test test-unit test-trainer test-integration test-e2e test-gpu-image \
@@ -62,8 +62,10 @@ binaries: ## Build etcd, kube-*, kubectl, helm, kwok from the Go module proxy (c
 	hack/cluster/build.sh
 
 # tests/gpu_image reads the 6.3 GB gpu trainer image's archive: `make test-gpu-image` (opt-in).
-test: deps venv binaries lint ## Everything CI runs: lint, unit, trainer, integration and e2e tests
+# Then the kind path (hack/kind/README.md): 5-12 min here, within CI's 90 min next to the rest.
+test: deps venv binaries lint ## Everything CI runs: lint, unit, trainer, integration and e2e tests, then kind-e2e
 	$(BIN)/pytest $(PYTEST_ARGS) tests --ignore=tests/gpu_image
+	hack/kind/e2e.sh
 
 test-unit: venv ## Unit tests (no cluster, no TensorFlow processes)
 	$(BIN)/pytest $(PYTEST_ARGS) tests/unit
@@ -141,7 +143,8 @@ test-gpu-image: venv ## Build the gpu trainer image, save it, check the archive 
 helm-lint: binaries ## helm lint the chart
 	$$(hack/cluster/env.sh --bin-dir)/helm lint charts/kerasjob-operator
 
-kind-e2e: ## Create a kind cluster, load images, install the chart, run the e2e suite (needs docker)
+# hack/kind/README.md: KIND_NODE_IMAGE=auto|local|<image>, KEEP_CLUSTER=1, PYTEST_ARGS, ...
+kind-e2e: venv ## kind cluster (3 nodes): images, the chart, mnist through a worker deletion, the e2e suite; deleted after (needs docker, go)
 	hack/kind/e2e.sh
 
 clean: cluster-down ## Remove local state (keeps the binary cache)

@@ -10,7 +10,7 @@
 #                      the local cluster's real node (hack/cluster/node.sh)
 #   docker.io debootstrap   the images (hack/images/build.sh: a private dockerd, a local base)
 #   openssl curl ca-certificates   the control plane's certificates and health probes
-#   jq                 Kueue's install (hack/cluster/kueue.sh)
+#   jq                 Kueue's install (hack/cluster/kueue.sh), hack/images/runc-bounded.sh
 #   clang-19 (no recommends)   Cilium compiles its datapath at run time (hack/cluster/cilium.sh)
 #   chromium           headless screenshot of the documentation site (tests/unit/test_docs.py)
 # Checked, not installed: root (containers, network namespaces), Go >= 1.26 (the control plane

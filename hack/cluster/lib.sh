@@ -272,12 +272,16 @@ remove_chains() {
   done
 }
 
+# Only those in this network namespace count: a kind node's kubelet and kube-proxy (hack/kind)
+# run in their container's, with iptables rules of their own.
 other_node() {  # a kubelet or kube-proxy of another state directory (any other real node)
-  local d args=()
+  local d args=() netns
+  netns="$(readlink /proc/self/ns/net)"
   for d in /proc/[0-9]*; do
     mapfile -d '' args 2>/dev/null < "$d/cmdline" || continue
     [ ${#args[@]} -gt 0 ] || continue
     case "${args[0]##*/}" in kubelet|kube-proxy) ;; *) continue ;; esac
+    [ "$(readlink "$d/ns/net" 2>/dev/null)" = "$netns" ] || continue
     [[ "${args[*]}" == *"$NODE_DIR/"* ]] || { echo "pid ${d#/proc/}: ${args[*]:0:3}"; return 0; }
   done
   return 0

@@ -9,7 +9,8 @@
 #   --export DIR   also `docker save` each image to DIR/<name>.tar (operator.tar,
 #                  trainer-cpu.tar, tfjob-mnist.tar, ...) for `ctr -n k8s.io images import`;
 #                  a tarball is rewritten only when its image changed (DIR/<name>.tar.id)
-#   --stop         stop the private dockerd afterwards (images stay in its data root)
+#   --stop         stop the private dockerd afterwards (images stay in its data root),
+#                  unless containers run on it (a kind cluster of hack/kind/e2e.sh)
 #   --quiet        build output to $KERASJOB_RUN/images/*.log instead of the terminal
 #
 # Environment (all optional):
@@ -240,7 +241,11 @@ done
 for line in "${summary[@]}"; do echo "$line"; done
 [ -z "$export_dir" ] || echo "  exported to $export_dir (ctr -n k8s.io images import <file>.tar)"
 if [ "$private" = 1 ]; then
-  if [ "$stop_after" = 1 ]; then
+  running="$("$DOCKER" ps -q | wc -l)"
+  if [ "$stop_after" = 1 ] && [ "$running" -gt 0 ]; then
+    # Not under containers someone runs on it (a kind cluster of hack/kind/e2e.sh).
+    echo "  private dockerd left running: $running containers run on it; stop it: hack/images/dockerd.sh stop"
+  elif [ "$stop_after" = 1 ]; then
     KERASJOB_IMAGES_LOCKED=1 hack/images/dockerd.sh stop
     echo "  private dockerd stopped; restart: hack/images/dockerd.sh start"
   else

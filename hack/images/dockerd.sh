@@ -127,13 +127,39 @@ wait_ready() {
   return 1
 }
 
+# Where root's capability bounding set lacks a capability Docker grants privileged
+# containers (CAP_SYS_RESOURCE on our machines), `docker run --privileged` fails ("unable to
+# apply caps"): the daemon's default runtime is then runc-bounded.sh, runc minus those
+# capabilities, copied into the run directory. write_config RUN_DIR writes RUN_DIR/daemon.json
+# (our own: the host's /etc/docker/daemon.json must not change the daemon) and says whether
+# it changed.
+write_config() {
+  local dir="$1" want missing
+  missing="$("$IMAGES_ROOT/hack/images/runc-bounded.sh" --missing)"
+  if [ -z "$missing" ]; then
+    want='{}'
+  else
+    install -m 0755 "$IMAGES_ROOT/hack/images/runc-bounded.sh" "$dir/runc-bounded"
+    want="{\"runtimes\": {\"runc-bounded\": {\"path\": \"$dir/runc-bounded\"}}, \"default-runtime\": \"runc-bounded\"}"
+  fi
+  [ "$(cat "$dir/daemon.json" 2>/dev/null)" != "$want" ] || return 1
+  echo "$want" >"$dir/daemon.json"
+}
+
 start() {
-  local sock pid
+  local sock pid run_dir
   lock
   if pid="$(private_dockerd_pid)"; then
     sock="$(dockerd_socket_of "$pid")"
     wait_ready "$pid" "$sock" \
       || die "dockerd $pid (data root $PRIVATE_DATA_ROOT) does not answer on $sock; restart it: $0 stop && $0 start"
+    # A daemon started before the runtime above existed: runtimes are reloaded on SIGHUP.
+    run_dir="$(dirname "$(dockerd_exec_root "$pid")")"
+    if write_config "$run_dir"; then
+      log "reloading the private dockerd's configuration ($run_dir/daemon.json)"
+      kill -HUP "$pid"
+      sleep 1
+    fi
     echo "DOCKER_HOST=unix://$sock"
     return 0
   fi
@@ -145,8 +171,7 @@ start() {
   unmount_all "$PRIVATE_RUN_DIR"
   mkdir -p "$PRIVATE_RUN_DIR" "$PRIVATE_DATA_ROOT"
   rm -rf "$PRIVATE_SOCKET" "$PRIVATE_PIDFILE" "$PRIVATE_RUN_DIR/exec"
-  # Our own (empty) config file: /etc/docker/daemon.json of the host must not change it.
-  echo '{}' >"$PRIVATE_RUN_DIR/daemon.json"
+  write_config "$PRIVATE_RUN_DIR" || true
   log "starting a private dockerd (data root $PRIVATE_DATA_ROOT, log $PRIVATE_LOG)"
   # setsid: its own session, so that the caller's Ctrl-C or job control does not reach it.
   # 9>&-: not the build lock (fd 9), which would otherwise stay held as long as it runs.

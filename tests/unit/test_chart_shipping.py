@@ -126,15 +126,16 @@ def test_kind_e2e_explains_a_stopped_docker_daemon(tmp_path: Path) -> None:
 
 
 def test_kind_e2e_explains_a_missing_kind(tmp_path: Path) -> None:
+    """KIND names a kind binary to use instead of the one hack/kind/build.sh builds."""
     proc = subprocess.run(
         ["bash", str(ROOT / "hack/kind/e2e.sh")],
-        env=bare_path(tmp_path, "#!/bin/sh\nexit 0\n"),
+        env={**bare_path(tmp_path, "#!/bin/sh\nexit 0\n"), "KIND": str(tmp_path / "kind")},
         capture_output=True,
         text=True,
         timeout=30,
     )
     assert proc.returncode == 1
-    assert "kind not found" in proc.stderr
+    assert "kind not found at KIND=" in proc.stderr
 
 
 def test_make_images_explains_a_missing_docker(tmp_path: Path) -> None:

@@ -1,0 +1,8 @@
+//go:build tools
+
+// Package tools pins the command hack/kind/build.sh compiles; it is never built itself.
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kubeadm"
+)
