@@ -32,6 +32,7 @@ from controller_fakes import (
 
 from kerasjob.api import Reason
 from kerasjob.config import OperatorConfig
+from kerasjob.control import scraping
 from kerasjob.control.controller import Controller
 from kerasjob.planner.planning import Event
 from kerasjob.planner.podview import pod_view
@@ -615,7 +616,6 @@ def test_progress_scrape_writes_goodput_and_posts_what_a_disruption_cost() -> No
         )
 
     async def scenario() -> None:
-        from kerasjob.planner import progress
 
         cluster = FakeCluster()
         cluster.add_job(workers=1)
@@ -626,13 +626,13 @@ def test_progress_scrape_writes_goodput_and_posts_what_a_disruption_cost() -> No
         async def fake_scrape(*_: Any) -> str:
             return next(texts)
 
-        real, progress.scrape = progress.scrape, fake_scrape  # type: ignore[assignment]
+        real, scraping.scrape = scraping.scrape, fake_scrape  # type: ignore[assignment]
         try:
             for _ in range(3):
                 op.sync()
                 await op.controller.scrape_progress(None, KEY)  # type: ignore[arg-type]
         finally:
-            progress.scrape = real  # type: ignore[assignment]
+            scraping.scrape = real  # type: ignore[assignment]
         await op.controller.events.drain()
         costs = cluster.status()["progress"]["goodput"]
         assert costs == {

@@ -60,7 +60,7 @@ async def scrape_progress(ctx: Scraping, session: aiohttp.ClientSession, key: Ke
         return
     port = chief.metrics_port or DEFAULT_METRICS_PORT
     url = f"http://{chief.pod_ip}:{port}/metrics"
-    text = await progress.scrape(session, url, ctx.config.progress_timeout)
+    text = await scrape(session, url, ctx.config.progress_timeout)
     if text is None:
         return
     scraped = progress.parse_metrics(text)
@@ -80,3 +80,16 @@ async def scrape_progress(ctx: Scraping, session: aiohttp.ClientSession, key: Ke
     if written and costs is not None:
         events = goodput.goodput_events(old.get("goodput"), costs)
         ctx.post(seen.job, (Event("Normal", r, m) for r, m in events), now)
+
+
+async def scrape(session: aiohttp.ClientSession, url: str, timeout: float) -> str | None:
+    """GET the metrics text; None on any error (logged at debug)."""
+    try:
+        async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+            if resp.status != 200:
+                log.debug("metrics %s: HTTP %s", url, resp.status)
+                return None
+            return await resp.text()
+    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+        log.debug("metrics %s: %s", url, e)
+        return None

@@ -1,20 +1,16 @@
 """Training progress: read the chief's Prometheus metrics into ``status.progress``.
 
 The chief serves ``kerasjob_*`` gauges at ``http://<podIP>:<KERASJOB_METRICS_PORT>/metrics``
-(names in `kerasjob_contract`). Parsing and comparison are pure; the scrape is one
-short-timeout GET whose failures are expected (Pod starting, fake nodes) and only logged at
-debug level.
+(names in `kerasjob_contract`). Parsing and comparison here are pure; the scrape itself (one
+short-timeout GET whose failures are expected and only logged at debug level) is
+`control.scraping`'s.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
-
-import aiohttp
 
 from kerasjob.planner import goodput
 from kerasjob.planner.prom import samples
@@ -26,8 +22,6 @@ from kerasjob_contract import (
     METRIC_TRAINING_METRIC,
 )
 from kerasjob_contract.times import format_time
-
-log = logging.getLogger(__name__)
 
 
 def parse_metrics(text: str) -> dict[str, Any]:
@@ -84,16 +78,3 @@ def from_termination(
     elif (current or {}).get("goodput"):
         scraped["goodput"] = dict(current["goodput"])  # type: ignore[index]
     return progress_patch(current, scraped, total_steps=total_steps, now=now)
-
-
-async def scrape(session: aiohttp.ClientSession, url: str, timeout: float) -> str | None:
-    """GET the metrics text; None on any error (logged at debug)."""
-    try:
-        async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
-            if resp.status != 200:
-                log.debug("metrics %s: HTTP %s", url, resp.status)
-                return None
-            return await resp.text()
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
-        log.debug("metrics %s: %s", url, e)
-        return None
