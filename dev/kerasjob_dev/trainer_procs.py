@@ -77,6 +77,8 @@ class Trainer:
         self, name: str, log_dir: Path, env: dict[str, str], args: list[str] | None = None
     ) -> None:
         self.name = name
+        self.env = dict(env)  # what a replacement of this process is started with
+        self.args = list(args or [])
         self.log = log_dir / f"{name}.log"
         # No in-place restarts unless a test asks for them: the tests here play the
         # operator, which sees each process's exit code (the supervisor still runs).

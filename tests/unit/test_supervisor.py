@@ -177,3 +177,12 @@ def test_a_bad_bound_is_a_configuration_error() -> None:
     assert supervisor.in_place_limit({"KERASJOB_IN_PLACE_RESTARTS": " 0 "}) == 0
     with pytest.raises(ValueError, match="KERASJOB_IN_PLACE_RESTARTS must be a whole number"):
         supervisor.in_place_limit({"KERASJOB_IN_PLACE_RESTARTS": "-1"})
+
+
+def test_the_replica_name_is_the_pods_else_tf_configs_task() -> None:
+    assert supervisor.replica_name({"KERASJOB_ROLE": "chief", "KERASJOB_INDEX": "0"}) == "chief-0"
+    tf_config = '{"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 1}}'
+    assert supervisor.replica_name({"TF_CONFIG": tf_config}) == "worker-1"
+    host = supervisor.socket.gethostname()
+    assert supervisor.replica_name({"TF_CONFIG": "not json"}) == host
+    assert supervisor.replica_name({"TF_CONFIG": '{"task": {"type": "../x"}}'}) == host

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import json
 import os
 import re
 import signal
@@ -82,10 +83,16 @@ def in_place_limit(env: Mapping[str, str]) -> int:
 
 
 def replica_name(env: Mapping[str, str]) -> str:
-    """<role>-<index> (the Pod's replica, as `kerasjob logs --replica` names it); else the
-    host name."""
+    """<role>-<index> (the Pod's replica, as `kerasjob logs --replica` names it): from
+    KERASJOB_ROLE/INDEX, else TF_CONFIG's task, else the host name."""
     role, index = env.get(Env.ROLE.value, ""), env.get(Env.INDEX.value, "")
-    return f"{role}-{index}" if role and index.isdigit() else socket.gethostname()
+    if role and index.isdigit():
+        return f"{role}-{index}"
+    with contextlib.suppress(ValueError, TypeError, AttributeError, KeyError):
+        task = json.loads(env.get(Env.TF_CONFIG.value) or "{}").get("task") or {}
+        if str(task["type"]).isidentifier() and isinstance(task.get("index", 0), int):
+            return f"{task['type']}-{task.get('index', 0)}"
+    return socket.gethostname()
 
 
 class LogFile:
