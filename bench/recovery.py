@@ -242,6 +242,12 @@ def main() -> int:
                     print(f"--- {p} (slow recovery), its last incarnation:")
                     print("\n".join(incarnation(log(kube, p))[1].splitlines()[:60]))
             kept = {k: before[chief][k] == after[chief][k] for k in ("uid", "ip", "node")}
+            # The lost worker's new process: when it started, how long its cluster took.
+            victim_startup = STARTUP.search(incarnation(log(kube, victim))[1])
+            if victim_startup:
+                phases["victim_started"] = round(float(victim_startup.group(1)) - signalled_at, 2)
+                cluster_s = victim_startup.group(4)
+                phases["victim_cluster"] = float(cluster_s) if cluster_s != "-" else float("nan")
             results.append(
                 {
                     "disruption": i,
