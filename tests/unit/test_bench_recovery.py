@@ -15,9 +15,9 @@ assert SPEC is not None and SPEC.loader is not None
 recovery = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(recovery)
 
-LOG = """kerasjob: incarnation 3 of worker-0 started (this container's 1; log -)
+LOG = """kerasjob: incarnation 3 of worker-0 started (#1 in this container; log -)
 kerasjob: step 100/600
-kerasjob: incarnation 4 of worker-0 started (this container's 2; restarted in place after \
+kerasjob: incarnation 4 of worker-0 started (#2 in this container; restarted in place after \
 exit 43: a peer was lost; log -)
 kerasjob: resumed at step 100
 """

@@ -102,9 +102,10 @@ def test_progress_resets_the_bound(tmp_path: Path) -> None:
     assert len(logs(tmp_path)) == 6
 
 
-def test_zero_means_never_in_place(tmp_path: Path) -> None:
+def test_zero_means_never_in_place(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     assert run(tmp_path, "print('kerasjob: step 1/9'); sys.exit(42)", limit="0") == 42
     assert len(logs(tmp_path)) == 1
+    assert "exit 42: in-place restarts are off" in capfd.readouterr().out
 
 
 @pytest.mark.parametrize("code", [0, 1, 78, 137])

@@ -237,8 +237,8 @@ class Supervisor:
             log = LogFile(path)
             in_pod += 1
             self._say(
-                f"incarnation {number} of {self.replica} started (this container's "
-                f"{in_pod}{why}; log {path or '-'})",
+                f"incarnation {number} of {self.replica} started (#{in_pod} in this "
+                f"container{why}; log {path or '-'})",
                 log,
             )
             try:
@@ -250,9 +250,14 @@ class Supervisor:
             if code not in DISRUPTION_EXIT_CODES or self.stopping:
                 return code
             if unproductive >= self.limit:
+                reason = (
+                    "in-place restarts are off"
+                    if self.limit == 0
+                    else f"{unproductive} incarnation(s) in a row without a training step"
+                )
                 self._say(
-                    f"exit {code}: {unproductive} incarnation(s) in a row without a training "
-                    f"step ({Env.IN_PLACE_RESTARTS.value}={self.limit}); the Pod ends"
+                    f"exit {code}: {reason} ({Env.IN_PLACE_RESTARTS.value}={self.limit}); "
+                    f"the Pod ends"
                 )
                 return code
             why = f"; restarted in place after exit {code}: {WHY[ExitCode(code)]}"
