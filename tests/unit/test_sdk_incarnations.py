@@ -68,12 +68,14 @@ def lay_out(root: Path, replica: str, texts: list[str]) -> None:
         (d / f"{n:04d}.log").write_text(text)
 
 
-def pod(node: str = "node-a") -> dict[str, Any]:
+def pod(node: str = "node-a", started: bool = True) -> dict[str, Any]:
+    state = {"running": {}} if started else {"waiting": {"reason": "ContainerCreating"}}
     return {
         "spec": {
             "nodeName": node,
             "containers": [{"name": "trainer", "image": "kerasjob/trainer:dev-cpu"}],
-        }
+        },
+        "status": {"containerStatuses": [{"name": "trainer", "state": state}]},
     }
 
 
@@ -104,6 +106,13 @@ def test_without_the_pod_previous_is_the_last_and_all_is_every_one(tmp_path: Pat
         "[mnist-worker-0] b",
         "[mnist-worker-1] c",
     ]
+
+
+def test_a_pod_not_started_yet_shows_nothing_of_its_own(tmp_path: Path) -> None:
+    lay_out(tmp_path, "worker-1", ["first\n", "lost pod's last\n"])
+    t = ReaderTransport(tmp_path, {"mnist-worker-1": pod(started=False)})
+    got = incarnations.read(t, job(), ["mnist-worker-1"], "previous")  # type: ignore[arg-type]
+    assert [ln.text for ln in got] == ["lost pod's last"]
 
 
 def test_nothing_kept_is_no_lines(tmp_path: Path) -> None:

@@ -9,9 +9,9 @@ exists: a ReadWriteOnce claim or a hostPath can be read there), printing the cho
 its log is read through the API and the Pod is deleted. Needs what `kubectl run` and
 `kubectl logs` need: create, get and delete Pods, get pods/log.
 
-Which files: ``previous`` is the incarnation before the one `kerasjob logs` shows (the last
-file while the replica's Pod exists, else the last file); ``all`` is every kept one, oldest
-first.
+Which files: ``previous`` is the incarnation before the one `kerasjob logs` shows (the one
+before the last file while the replica's container runs or ran, else the last file);
+``all`` is every kept one, oldest first.
 """
 
 from __future__ import annotations
@@ -155,9 +155,12 @@ def read(
         raise ValueError(f"which must be 'previous' or 'all', not {which!r}")
     ns = job.namespace
     found = {pod: transport.get(pod_path(ns, pod)) for pod in pods}
-    # "previous" skips the newest file of a replica whose Pod exists: its log shows that one.
+    # "previous" skips the newest file of a replica whose container runs or ran: its log
+    # shows that one.
     replicas = {
-        pod[len(job.name) + 1 :]: int(which == "previous" and found[pod] is not None)
+        pod[len(job.name) + 1 :]: int(
+            which == "previous" and _logs.container_started(found[pod] or {})
+        )
         for pod in pods
     }
     seen = next((p for p in found.values() if p is not None), None) or _any_job_pod(transport, job)
