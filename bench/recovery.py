@@ -1,25 +1,26 @@
-"""Recovery from repeated disruptions on the real node, per disruption.
+"""Recovery from repeated disruptions of worker 1 on the real node, per disruption.
 
-    python bench/recovery.py [--disruptions 5] [--kind sigterm|sigkill|evict]
+    python bench/recovery.py [--disruptions 5] [--kinds sigterm,sigkill,evict,delete]
                                       # writes bench/results/recovery.json
-    python bench/recovery.py --quick  # one disruption: checks that it runs
+    python bench/recovery.py --quick  # two disruptions: checks that it runs
 
 Everything as users run it: the local cluster with its real node (kubelet + containerd), the
 images built from this checkout, the operator installed by Helm, a 2-worker MNIST KerasJob
-(examples/mnist.yaml with more steps). Worker 1 is disrupted N times, each time once the chief
-has trained 40 steps past the previous resume: SIGTERM to its container (the trainer saves
-and exits 42, its peer too; both restart), SIGKILL (exit 137; the peer exits 43), or an
-eviction (the Pod is re-created). For each disruption: seconds from the signal to the first
-"resumed at step" line of the restarted workers, and to the chief's first new step, and the
-kubelet's restart count. The question this answers: does the 5th disruption of a run cost
-more than the 1st (the kubelet's CrashLoopBackOff grows 10 s, 20 s, 40 s ... for containers
-restarted in place)?
+(examples/mnist.yaml with more steps). Worker 1 is disrupted N times, cycling through the
+kinds, each time once the chief has trained 40 steps past the previous resume: SIGTERM to its
+container (both trainers save and exit 42), SIGKILL of its container (exit 137; the chief's
+trainer exits 43), its eviction, or its deletion. Worker 1's Pod ends and is re-created;
+worker 0's trainer restarts in place (the container's supervisor), so its Pod UID, IP and
+node must not change, and there is no kubelet back-off to grow from one disruption to the
+next. For each disruption: seconds from the disruption to the chief's "resumed at step" line
+and to its first new step, worker 0's Pod before and after; at the end the job's counted
+restarts (one disruption each).
 
-And where the seconds go, per disruption: signal -> the old generation's last exit (the save
-on SIGTERM; the goodput ledger's `exited_at`) -> the new chief process started (its
-`kerasjob: startup` line: operator, Pod re-creation, kubelet, container) -> Python ->
-TensorFlow imported -> cluster formed -> model built and backup restored -> first step done
-(tracing, first collectives). All wall clocks of this one machine.
+And where the seconds go, per disruption: disruption -> the old generation's last exit (the
+save on SIGTERM; the goodput ledger's `exited_at`) -> the chief's new trainer process started
+(its `kerasjob: startup` line) -> Python -> TensorFlow imported -> cluster formed -> model
+built and backup restored -> first step done (tracing, first collectives). All wall clocks of
+this one machine.
 """
 
 from __future__ import annotations
@@ -70,20 +71,41 @@ def wait(pred: Any, timeout: float, what: str, interval: float = 0.1) -> Any:
     raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}")
 
 
-def restarts(kube: Kube, pod: str) -> tuple[str, int]:
+BANNER = re.compile(contract.LOG_INCARNATION_RE, re.M)
+KINDS = ("sigterm", "sigkill", "evict", "delete")
+
+
+def identity(kube: Kube, pod: str) -> dict[str, Any]:
+    """The Pod's UID, IP and node and its container's restartCount ({} when it is gone)."""
     p = kube.get(pod_path(NS, pod)) or {}
-    cs = (p.get("status") or {}).get("containerStatuses") or [{}]
-    return p.get("metadata", {}).get("uid", ""), cs[0].get("restartCount", 0)
+    status = p.get("status") or {}
+    cs = status.get("containerStatuses") or [{}]
+    if not p:
+        return {}
+    return {
+        "uid": p["metadata"]["uid"],
+        "ip": status.get("podIP", ""),
+        "node": (p.get("spec") or {}).get("nodeName", ""),
+        "restarts": cs[0].get("restartCount", 0),
+    }
+
+
+def incarnation(text: str) -> tuple[int, str]:
+    """The last incarnation's number (0: no banner) and its part of a container's log."""
+    found = list(BANNER.finditer(text))
+    if not found:
+        return 0, text
+    return int(found[-1].group(1)), text[found[-1].start() :]
 
 
 def breakdown(
-    kube: Kube, ckpt: Path, chief: str, signalled_at: float, resumed_at: int
+    ckpt: Path, chief_text: str, signalled_at: float, resumed_at: int
 ) -> dict[str, float]:
     """Seconds per phase of the disruption resumed at `resumed_at` (see the module
     docstring); {} until the ledger holds it and the chief's startup line is read."""
     # This job's: the volume keeps earlier runs' directories (one per job UID).
     ledgers = sorted(ckpt.rglob("ledger.json"), key=lambda p: p.stat().st_mtime)
-    m = STARTUP.search(log(kube, chief))
+    m = STARTUP.search(chief_text)
     if not ledgers or not m:
         return {}
     events = json.loads(ledgers[-1].read_text())["events"]
@@ -109,21 +131,38 @@ def disrupt(kube: Kube, kind: str, pod: str) -> None:
         body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod}}
         kube.request("POST", pod_path(NS, pod, "eviction"), body=body)
         return
+    if kind == "delete":
+        kube.request("DELETE", pod_path(NS, pod))
+        return
     cid = localdeploy.container_id(kube.get(pod_path(NS, pod)) or {})
     if not cid:
         raise RuntimeError(f"{pod} has no running container")
     localdeploy.kill_container(cid, "SIGTERM" if kind == "sigterm" else "SIGKILL")
 
 
+def kinds_of(text: str, n: int) -> list[str]:
+    """`--kinds a,b`: n disruptions cycling through them."""
+    kinds = [k.strip() for k in text.split(",") if k.strip()]
+    unknown = sorted(set(kinds) - set(KINDS))
+    if not kinds or unknown:
+        raise SystemExit(f"--kinds: one or more of {', '.join(KINDS)}, not {text!r}")
+    return [kinds[i % len(kinds)] for i in range(n)]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--disruptions", type=int, default=5)
-    parser.add_argument("--kind", choices=("sigterm", "sigkill", "evict"), default="sigterm")
-    parser.add_argument("--quick", action="store_true", help="one disruption")
+    parser.add_argument(
+        "--kinds",
+        default=",".join(KINDS),
+        help=f"disruptions to cycle through, of {', '.join(KINDS)} (default: all, in order)",
+    )
+    parser.add_argument("--quick", action="store_true", help="two disruptions: checks it runs")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     if args.quick:
-        args.disruptions = 1
+        args.disruptions = 2
+    kinds = kinds_of(args.kinds, args.disruptions)
 
     cluster = LocalCluster(owner="bench", repo=ROOT)
     cluster.acquire()
@@ -131,6 +170,7 @@ def main() -> int:
     helm = str(cluster.bin_dir / "helm")
     pv = None
     results: list[dict[str, Any]] = []
+    counted: dict[str, Any] = {}
     try:
         localdeploy.load_images(localdeploy.build_images())
         kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": NS}})
@@ -148,7 +188,8 @@ def main() -> int:
         job["spec"]["checkpoint"]["volume"] = {"persistentVolumeClaim": {"claimName": "ckpt"}}
         job["spec"]["trainer"]["epochs"] = 2 + args.disruptions
         job["spec"].pop("ttlSecondsAfterFinished", None)
-        kube.request("POST", f"/apis/kerasjob.dev/v1alpha1/namespaces/{NS}/kerasjobs", body=job)
+        job_path = f"/apis/kerasjob.dev/v1alpha1/namespaces/{NS}/kerasjobs"
+        kube.request("POST", job_path, body=job)
         chief, victim = f"{JOB}-worker-0", f"{JOB}-worker-1"
 
         def step() -> int:
@@ -156,56 +197,81 @@ def main() -> int:
             return int(found[-1][0]) if found else 0
 
         resumed_at = wait(lambda: step() >= 60 and step(), 300, "the chief at step 60")
-        for i in range(1, args.disruptions + 1):
+        for i, kind in enumerate(kinds, 1):
             target = resumed_at + 40
             wait(lambda t=target: step() >= t, 300, f"the chief at step {target}")
-            before = {p: restarts(kube, p) for p in (chief, victim)}
+            before = {p: identity(kube, p) for p in (chief, victim)}
+            chief_incarnation = incarnation(log(kube, chief))[0]
             at_step = step()
             t0, signalled_at = time.monotonic(), time.time()
-            disrupt(kube, args.kind, victim)
+            disrupt(kube, kind, victim)
 
-            def restarted(before: dict = before) -> bool:
-                return all(restarts(kube, p) != before[p] for p in (chief, victim))
+            def chief_resumed(
+                uid: str = before[chief]["uid"], n: int = chief_incarnation
+            ) -> tuple[int, str] | None:
+                """The chief's new incarnation (in place, or a new Pod) once it resumed."""
+                now = identity(kube, chief)
+                number, text = incarnation(log(kube, chief))
+                if not now or (now["uid"] == uid and number <= n):
+                    return None
+                m = RESUMED.search(text)
+                return (int(m.group(1)), text) if m else None
 
-            wait(restarted, 600, "both workers restarted", 0.2)
-
-            def resumed() -> int | None:
-                m = RESUMED.search(log(kube, chief))
-                return int(m.group(1)) if m else None
-
-            resumed_at = wait(resumed, 600, "the chief to resume", 0.1)
+            resumed_at, _ = wait(chief_resumed, 600, "the chief to resume", 0.1)
             t_resumed = time.monotonic() - t0
-            wait(lambda r=resumed_at: step() > r, 300, "a new step", 0.1)
+
+            def stepped(r: int = resumed_at) -> str | None:
+                text = chief_resumed()
+                return (
+                    text[1] if text and any(int(x[0]) > r for x in STEP.findall(text[1])) else None
+                )
+
+            wait(stepped, 300, "a new step", 0.1)
             t_step = time.monotonic() - t0
-            counts = {p: restarts(kube, p)[1] for p in (chief, victim)}
+            after = {p: identity(kube, p) for p in (chief, victim)}
             phases = wait(
-                lambda t=signalled_at, r=resumed_at: breakdown(kube, ckpt, chief, t, r),
+                lambda t=signalled_at, r=resumed_at: breakdown(
+                    ckpt, incarnation(log(kube, chief))[1], t, r
+                ),
                 30,
                 "the ledger and the chief's startup line",
                 0.5,
             )
-            if t_step > 20:  # an outlier: show how the restarted workers spent the time
+            if t_step > 15:  # an outlier: show how the restarted workers spent the time
                 for p in (chief, victim):
-                    print(f"--- {p} (slow recovery), start of its log:")
-                    print("\n".join(log(kube, p).splitlines()[:40]))
+                    print(f"--- {p} (slow recovery), its last incarnation:")
+                    print("\n".join(incarnation(log(kube, p))[1].splitlines()[:60]))
+            kept = {k: before[chief][k] == after[chief][k] for k in ("uid", "ip", "node")}
+            # The lost worker's new process: when it started, how long its cluster took.
+            victim_startup = STARTUP.search(incarnation(log(kube, victim))[1])
+            if victim_startup:
+                phases["victim_started"] = round(float(victim_startup.group(1)) - signalled_at, 2)
+                cluster_s = victim_startup.group(4)
+                phases["victim_cluster"] = float(cluster_s) if cluster_s != "-" else float("nan")
             results.append(
                 {
                     "disruption": i,
-                    "kind": args.kind,
+                    "kind": kind,
                     "at_step": at_step,
                     "resumed_at": resumed_at,
                     "resumed_s": round(t_resumed, 2),
                     "first_step_s": round(t_step, 2),
-                    "restart_counts": counts,
+                    "chief_before": before[chief],
+                    "chief_after": after[chief],
+                    "chief_pod_kept": all(kept.values()),
+                    "victim_recreated": before[victim]["uid"] != after[victim].get("uid"),
                     "phases_s": phases,
                 }
             )
             print(
-                f"disruption {i} ({args.kind} at step {at_step}): resumed at {resumed_at} "
-                f"after {t_resumed:.1f}s, first new step after {t_step:.1f}s; "
-                f"restartCount {counts}\n  " + " ".join(f"{k}={v:.2f}s" for k, v in phases.items()),
+                f"disruption {i} ({kind} at step {at_step}): resumed at {resumed_at} "
+                f"after {t_resumed:.1f}s, first new step after {t_step:.1f}s; worker 0 "
+                f"{'kept its Pod' if all(kept.values()) else f'changed: {kept}'}\n  "
+                + " ".join(f"{k}={v:.2f}s" for k, v in phases.items()),
                 flush=True,
             )
+        status = (kube.get(f"{job_path}/{JOB}") or {}).get("status") or {}
+        counted = {"made": len(results), "status_restarts": status.get("restarts")}
     finally:
         try:
             localdeploy.uninstall_operator(
@@ -223,14 +289,19 @@ def main() -> int:
         keys = [k for k in results[0]["phases_s"] if all(k in r["phases_s"] for r in results)]
         summary = {
             "median_first_step_s": statistics.median(r["first_step_s"] for r in results),
+            "max_first_step_s": max(r["first_step_s"] for r in results),
             "last_over_first": round(last / first, 2),
+            "chief_pod_kept_every_time": all(r["chief_pod_kept"] for r in results),
+            "counted": counted,
             "median_phases_s": {
                 k: round(statistics.median(r["phases_s"][k] for r in results), 2) for k in keys
             },
         }
         print(
-            f"median disruption -> first new step {summary['median_first_step_s']:.1f}s; "
-            f"last/first {summary['last_over_first']}; median phases: "
+            f"median disruption -> first new step {summary['median_first_step_s']:.1f}s "
+            f"(max {summary['max_first_step_s']:.1f}s); last/first "
+            f"{summary['last_over_first']}; worker 0 kept its Pod every time: "
+            f"{summary['chief_pod_kept_every_time']}; counted {counted}; median phases: "
             + " ".join(f"{k}={v:.2f}s" for k, v in summary["median_phases_s"].items())
         )
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -78,6 +78,15 @@ class Env(str, enum.Enum):
     METRICS_PORT = "KERASJOB_METRICS_PORT"
     """Port on which the chief serves progress in Prometheus text format at /metrics."""
 
+    IN_PLACE_RESTARTS = "KERASJOB_IN_PLACE_RESTARTS"
+    """Not set by the operator (a template's env may): how many in-place restarts in a row
+    without a training step the container's supervisor makes after a disruption exit (42,
+    43) before it exits with that code itself; default IN_PLACE_RESTARTS_DEFAULT, 0: none."""
+
+    INCARNATION = "KERASJOB_INCARNATION"
+    """Set by the supervisor in the trainer process it starts: this incarnation's number in
+    the Pod's log directory (1, 2, ...; see LOGS_SUBDIR)."""
+
     # The identity of a Keras 3 / JAX process (spec.trainer.backend: jax), instead of
     # TF_CONFIG. Keras reads the KERAS_DISTRIBUTION_* ones in keras.distribution.initialize()
     # and JAX the JAX_* ones in jax.distributed.initialize(); both say the same thing.
@@ -162,6 +171,26 @@ EVAL_FILE = "eval.json"
 GOODPUT_SUBDIR = "goodput"
 """<CHECKPOINT_DIR>/goodput: each worker's last step and exit (last-<role><index>.json) and
 the chief's ledger of disruptions (ledger.json)."""
+LOGS_SUBDIR = "logs"
+"""<CHECKPOINT_DIR>/logs/<pod>/<NNNN>.log: each trainer incarnation's output (its stdout and
+stderr, as the container printed them), numbered in order across the Pod's in-place restarts
+and re-creations (the Pod name stays); at most LOG_KEEP_PER_POD files of at most
+LOG_MAX_BYTES each, the oldest pruned (kerasjob_trainer.supervisor)."""
+LOG_KEEP_PER_POD = 10
+LOG_MAX_BYTES = 16 * 1024 * 1024
+IN_PLACE_RESTARTS_DEFAULT = 3
+
+
+def incarnation_log_name(number: int) -> str:
+    """The file name of incarnation `number`'s log in <CHECKPOINT_DIR>/logs/<pod>/."""
+    return f"{number:04d}.log"
+
+
+def incarnation_number(file_name: str) -> int | None:
+    """The incarnation a log file name stands for; None for another file."""
+    stem, dot, ext = file_name.partition(".")
+    return int(stem) if dot and ext == "log" and stem.isdigit() else None
+
 
 #: Regular expressions for the stdout lines the trainer prints (stable: the demo and the
 #: tests parse them). Examples:
@@ -185,6 +214,9 @@ LOG_STARTUP_RE = (
 )
 """Once per process, at its first step: when it started (Unix seconds) and the seconds of each
 start-up phase (`-`: not reached in this order); see kerasjob_trainer.startup."""
+LOG_INCARNATION_RE = r"^kerasjob: incarnation (\d+) of (\S+) started"
+"""The supervisor's banner before each trainer process of a container: the incarnation's
+number (its log file's, LOGS_SUBDIR) and the Pod; then, after a restart in place, why."""
 LOG_DISRUPTION_RE = (
     r"^kerasjob: disruption (\d+) cause=(\S+) last_step=(\d+) at=([0-9.]+) "
     r"resumed_step=(\d+) first_step_at=([0-9.]+) steps_redone=(\d+) "

@@ -1,7 +1,8 @@
 """Launch trainer processes on 127.0.0.1 and read what they print.
 
 Each process runs `python -m kerasjob_trainer` with the contract's environment variables,
-exactly as the operator's Pods do, with stdout+stderr captured in a file per process.
+exactly as the operator's Pods do (but KERASJOB_IN_PLACE_RESTARTS=0 unless a test sets it),
+with stdout+stderr captured in a file per process.
 """
 
 from __future__ import annotations
@@ -76,8 +77,17 @@ class Trainer:
         self, name: str, log_dir: Path, env: dict[str, str], args: list[str] | None = None
     ) -> None:
         self.name = name
+        self.env = dict(env)  # what a replacement of this process is started with
+        self.args = list(args or [])
         self.log = log_dir / f"{name}.log"
-        full_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
+        # No in-place restarts unless a test asks for them: the tests here play the
+        # operator, which sees each process's exit code (the supervisor still runs).
+        full_env = {
+            **os.environ,
+            Env.IN_PLACE_RESTARTS.value: "0",
+            **env,
+            "PYTHONUNBUFFERED": "1",
+        }
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "kerasjob_trainer", *(args or [])],

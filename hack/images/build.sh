@@ -9,8 +9,9 @@
 #   --export DIR   also `docker save` each image to DIR/<name>.tar (operator.tar,
 #                  trainer-cpu.tar, tfjob-mnist.tar, ...) for `ctr -n k8s.io images import`;
 #                  a tarball is rewritten only when its image changed (DIR/<name>.tar.id)
-#   --stop         stop the private dockerd afterwards (images stay in its data root),
-#                  unless containers run on it (a kind cluster of hack/kind/e2e.sh)
+#   --stop         stop the private dockerd afterwards if this build started it (images stay
+#                  in its data root); one that ran before, or runs containers (a kind
+#                  cluster of hack/kind/e2e.sh), is left running
 #   --quiet        build output to $KERASJOB_RUN/images/*.log instead of the terminal
 #
 # Environment (all optional):
@@ -79,11 +80,14 @@ flock 9
 start=$SECONDS
 
 # --- the daemon and a client that talks to it ---------------------------------------------
-daemon_desc=""
+daemon_desc="" started_here=0
 if [ -n "${DOCKER_HOST:-}" ]; then
   pick_client || die "the docker daemon at DOCKER_HOST=$DOCKER_HOST is not reachable"
 elif ! pick_client; then
   log "no docker daemon reachable ('docker info' failed); using a private dockerd"
+  # --stop stops only a daemon this build started: one that ran before may serve someone
+  # else (another checkout's build, a kind cluster's nodes).
+  KERASJOB_IMAGES_LOCKED=1 hack/images/dockerd.sh status >/dev/null 2>&1 || started_here=1
   out="$(KERASJOB_IMAGES_LOCKED=1 hack/images/dockerd.sh start)" || exit 1
   export DOCKER_HOST="${out#DOCKER_HOST=}"
   pick_client || die "the private dockerd at $DOCKER_HOST does not answer; see $PRIVATE_LOG"
@@ -245,9 +249,11 @@ if [ "$private" = 1 ]; then
   if [ "$stop_after" = 1 ] && [ "$running" -gt 0 ]; then
     # Not under containers someone runs on it (a kind cluster of hack/kind/e2e.sh).
     echo "  private dockerd left running: $running containers run on it; stop it: hack/images/dockerd.sh stop"
-  elif [ "$stop_after" = 1 ]; then
+  elif [ "$stop_after" = 1 ] && [ "$started_here" = 1 ]; then
     KERASJOB_IMAGES_LOCKED=1 hack/images/dockerd.sh stop
     echo "  private dockerd stopped; restart: hack/images/dockerd.sh start"
+  elif [ "$stop_after" = 1 ]; then
+    echo "  private dockerd left running: it ran before this build"
   else
     echo "  use it: export DOCKER_HOST=$DOCKER_HOST; stop it: hack/images/dockerd.sh stop"
   fi

@@ -22,6 +22,7 @@ import pytest
 from training_run import FINAL, JOBS, RESUMED, Run, last_step, mnist_job
 
 import kerasjob_contract as contract
+from kerasjob import cli
 from kerasjob_dev import localdeploy
 from kerasjob_dev.cluster import wait_for
 from kerasjob_dev.synckube import pod_path
@@ -190,6 +191,52 @@ def test_sigkilled_worker_resumes_from_backup(run: Run) -> None:
         localdeploy.kill_container(cid, "SIGKILL")
 
     assert_exact_resume(run_and_disrupt(run, sigkill))
+
+
+def test_sigkilled_worker_is_recreated_alone_and_its_logs_are_kept(
+    run: Run, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Worker 1's container SIGKILLed: only its Pod is re-created; the chief's trainer
+    restarts in place (same Pod UID and IP, a second incarnation in the same container's
+    log), one disruption is counted, and `kerasjob logs --previous` shows the lost Pod's
+    last incarnation from the checkpoint volume."""
+    if not run.dep.cluster.local:
+        pytest.skip("SIGKILLs the worker's container through the node's containerd: local only")
+    chief, victim = f"{run.name}-worker-0", f"{run.name}-worker-1"
+    before: dict[str, Any] = {}
+
+    def sigkill() -> None:
+        before.update(chief=run.kj.get(pod_path(run.ns, chief)) or {})
+        before.update(victim=run.kj.get(pod_path(run.ns, victim)) or {})
+        cid = localdeploy.container_id(before["victim"])
+        assert cid, f"worker 1 has no running container: {before['victim'].get('status')}"
+        localdeploy.kill_container(cid, "SIGKILL")
+
+    result = run_and_disrupt(run, sigkill)
+    assert_exact_resume(result)
+    assert result["status"]["restarts"] == {"disruptions": 1, "failures": 0}
+    after = {p: run.kj.get(pod_path(run.ns, p)) or {} for p in (chief, victim)}
+    uid = {k: p["metadata"]["uid"] for k, p in (("chief", after[chief]), ("victim", after[victim]))}
+    assert uid["chief"] == before["chief"]["metadata"]["uid"], "the chief's Pod was re-created"
+    assert after[chief]["status"]["podIP"] == before["chief"]["status"]["podIP"]
+    assert uid["victim"] != before["victim"]["metadata"]["uid"], "worker 1 was not re-created"
+    chief_log = run.log(chief)
+    banners = re.findall(contract.LOG_INCARNATION_RE, chief_log, re.M)
+    assert [n for n, _ in banners] == ["1", "2"], chief_log[-3000:]
+    assert "restarted in place after exit 43" in chief_log
+
+    kubeconfig = str(run.dep.cluster.kubeconfig)
+    capsys.readouterr()
+    argv = ["--kubeconfig", kubeconfig, "logs", run.name, "-n", run.ns, "--replica", "worker-1"]
+    assert cli.main([*argv, "--previous"]) == 0
+    previous = capsys.readouterr().out
+    # Worker 1's first Pod: its one incarnation, trained past step 100, then SIGKILLed.
+    assert re.search(r"^kerasjob: incarnation 1 of worker-1 started", previous, re.M), previous
+    assert last_step(previous) >= 100, previous[-2000:]
+    assert "kerasjob: final" not in previous
+    assert cli.main([*argv, "--all-incarnations"]) == 0
+    every = capsys.readouterr().out
+    assert [n for n, _ in re.findall(contract.LOG_INCARNATION_RE, every, re.M)] == ["1", "2"]
 
 
 def test_operator_upgraded_mid_training(run: Run) -> None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import socket
 
-from kerasjob_trainer.leader import leader_address, listening, wait_for_leader
+import pytest
+
+from kerasjob_trainer.leader import leader_address, listening, wait_for_leader, wait_for_own_name
 
 
 class Clock:
@@ -60,3 +62,38 @@ def test_refused_is_not_listening_accepted_is() -> None:
         server.listen()
         assert listening("localhost", server.getsockname()[1], 0.5)
         assert wait_for_leader(f"localhost:{server.getsockname()[1]}")[0]
+
+
+def test_a_task_waits_until_its_own_name_resolves_to_its_own_address() -> None:
+    """A re-created Pod's name may still resolve to its predecessor's address (the cluster
+    DNS's cache, a lagging EndpointSlice): the task waits for its own."""
+    answers = iter([set(), {"10.0.0.9"}, {"10.0.0.9"}, {"10.0.0.5"}])
+    now = [0.0]
+    found, waited = wait_for_own_name(
+        "w1.job.ns.svc:2222",
+        mine={"10.0.0.5"},
+        resolver=lambda host: next(answers),
+        clock=lambda: now[0],
+        sleep=lambda s: now.__setitem__(0, now[0] + s),
+        interval=0.5,
+    )
+    assert (found, waited) == (True, 1.5)
+
+
+def test_the_own_name_wait_is_bounded_and_skips_what_it_cannot_judge() -> None:
+    now = [0.0]
+    stale = wait_for_own_name(
+        "w1.job.ns.svc:2222",
+        mine={"10.0.0.5"},
+        resolver=lambda host: {"10.0.0.9"},
+        clock=lambda: now[0],
+        sleep=lambda s: now.__setitem__(0, now[0] + s),
+        deadline=3,
+    )
+    assert stale == (False, 3.0)
+    never = lambda host: pytest.fail("no lookup expected")  # noqa: E731
+    assert wait_for_own_name("10.0.0.9:2222", mine={"10.0.0.5"}, resolver=never) == (True, 0.0)
+    assert wait_for_own_name("[::1]:2222", mine={"10.0.0.5"}, resolver=never) == (True, 0.0)
+    assert wait_for_own_name("w1:2222", mine=set(), resolver=never) == (True, 0.0)
+    # One machine (the tests here): the name resolves to loopback.
+    assert wait_for_own_name("localhost:2222", mine={"10.0.0.5"})[0]

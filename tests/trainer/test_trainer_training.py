@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import signal
 import time
 import urllib.request
@@ -109,6 +110,36 @@ def test_sigkill_survivor_exits_43_and_resume_is_exact(tmp_path: Path) -> None:
         assert 0 <= last_done - resumed[0] <= SAVE_FREQ, (last_done, resumed)
         _, steps = _final(g)
         assert steps == FT_TOTAL and progress(g)["step"] == FT_TOTAL  # optimizer.iterations
+
+
+def test_sigkill_survivor_restarts_in_place_and_only_the_lost_worker_starts_again(
+    tmp_path: Path,
+) -> None:
+    """With in-place restarts on (as in a Pod): worker 1 SIGKILLed, worker 0's container
+    process (the supervisor) lives on and its trainer restarts at once; only worker 1 is
+    started again (as the operator re-creates only its Pod); the run ends exactly."""
+    env = {contract.Env.IN_PLACE_RESTARTS.value: "3"}
+    with group(tmp_path, FT_CONFIG, env=env) as g:
+        survivor, victim = g.start()
+        victim.wait_for_step(KILL_AT, GEN_TIMEOUT)
+        victim.signal(signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while "restarted in place after exit 43" not in survivor.text():
+            assert survivor.proc.poll() is None, survivor.tail()
+            assert time.monotonic() < deadline, survivor.tail()
+            time.sleep(0.1)
+        replacement = Trainer(f"{victim.name}-again", tmp_path, victim.env)
+        g.trainers = [survivor, replacement]
+        assert g.wait_all(GEN_TIMEOUT) == [0, 0], g.logs()
+        banners = re.findall(contract.LOG_INCARNATION_RE, survivor.text(), re.M)
+        assert banners == [("1", "worker-0"), ("2", "worker-0")], survivor.tail()
+        resumed = _resumed(g)
+        assert resumed[0] == resumed[1] and resumed[0] % SAVE_FREQ == 0, resumed
+        _, steps = _final(g)
+        assert steps == FT_TOTAL and progress(g)["step"] == FT_TOTAL
+        logs = sorted((g.ckpt / contract.LOGS_SUBDIR / "worker-0").iterdir())
+        assert [p.name for p in logs] == ["0001.log", "0002.log"]
+        assert "kerasjob: final" in logs[1].read_text()
 
 
 @pytest.mark.timeout(300)

@@ -90,7 +90,10 @@ def test_supervisor_turns_only_the_jax_runtime_abort_into_43() -> None:
     assert supervisor.exit_code(0, lost_peer=False) == 0
 
 
-def test_supervisor_passes_the_childs_code_and_stderr(capfd: pytest.CaptureFixture[str]) -> None:
+def test_supervisor_passes_the_childs_code_and_stderr(
+    capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KERASJOB_IN_PLACE_RESTARTS", "0")
     code = supervisor.supervise(
         [sys.executable, "-c", "import sys; print('to stderr', file=sys.stderr); sys.exit(78)"]
     )

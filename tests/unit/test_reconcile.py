@@ -60,6 +60,35 @@ def test_deleted_pod_is_a_disruption_counted_once_and_recreated() -> None:
     assert p.status["restarts"] == {"disruptions": 1, "failures": 0}
 
 
+def test_a_lost_worker_is_recreated_alone_and_the_survivors_restart_in_place() -> None:
+    j = job()
+    pods = [pod(i) for i in range(3)]
+    s = settle(j, pods, settle(j, pods))
+    # Worker 1's container is SIGKILLed; the survivors' trainers restart inside their Pods
+    # (the container's supervisor), so their Pods stay Running and ready throughout.
+    killed = pod(1, phase="Failed", termination=Termination(137, "Error"))
+    p = run(j, s, [pod(0), killed, pod(2)])
+    last = p.status["lastRestart"]
+    assert last["pod"] == "j-worker-1" and last["exitCode"] == 137
+    assert last["restartedInPlace"] == ["j-worker-0", "j-worker-2"]
+    assert p.status["restarts"] == {"disruptions": 1, "failures": 0}
+    assert deletes(p) == ["j-worker-1"]
+    event = next(e for e in p.events if e.reason == "PodDisrupted")
+    assert event.message.endswith("j-worker-0, j-worker-2 restart in place")
+    # Gone: only worker 1 is re-created; still one disruption.
+    p = run(j, p.status, [pod(0), pod(2)])
+    assert creates(p) == ["j-worker-1"]
+    assert p.status["restarts"] == {"disruptions": 1, "failures": 0}
+    assert p.status["lastRestart"]["restartedInPlace"] == ["j-worker-0", "j-worker-2"]
+
+
+def test_a_restart_with_every_pod_gone_restarts_none_in_place() -> None:
+    j = job()
+    s = settle(j, [pod(i) for i in range(3)])
+    p = run(j, s, [])
+    assert "restartedInPlace" not in p.status["lastRestart"]
+
+
 def test_pod_vanished_while_operator_was_away_counts_one_disruption() -> None:
     j = job()
     s = settle(j, [pod(i) for i in range(3)])

@@ -1,8 +1,10 @@
 """`python -m kerasjob_trainer`: configuration from the environment (contract.Env) or flags.
 
-Everything that can be wrong with the configuration is checked here, before TensorFlow
-starts and before the backup directory is touched; a bad configuration exits 78 with one
-line on stderr.
+The container's process is a supervisor (`kerasjob_trainer.supervisor`): it checks the
+configuration, before TensorFlow starts and before the backup directory is touched (a bad
+one exits 78 with one line on stderr), then runs the trainer (this module again, with
+KERASJOB_INCARNATION set) or the user's command as its child, again in place after a
+disruption.
 """
 
 from __future__ import annotations
@@ -15,19 +17,29 @@ import sys
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
-from kerasjob_contract import ExitCode
+from kerasjob_contract import Env, ExitCode
 from kerasjob_contract.trainer_config import ConfigError
 from kerasjob_trainer.context import backend_of, build_context, check_command
 
 
-def exec_command(command: tuple[str, ...]) -> None:
-    """Replace this process with the user's program (spec.trainer.command): same PID, same
-    environment (TF_CONFIG, KERASJOB_*), its exit code is the Pod's."""
-    check_command(command)
-    program = command[0]
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.execvp(program, list(command))
+def supervise_tf(argv: list[str] | None) -> int:
+    """backend tensorflow, the container's process: check the configuration here (exit 78
+    before TensorFlow starts), then supervise the trainer, or the user's command, as a child
+    that restarts in place after a disruption (`kerasjob_trainer.supervisor`)."""
+    from kerasjob_trainer import supervisor
+
+    if importlib.util.find_spec("tensorflow") is None:
+        raise ConfigError(
+            "backend tensorflow, but this image has no TensorFlow (the Keras "
+            "3 image?): set spec.trainer.backend: jax, or use the tf-keras "
+            "trainer image"
+        )
+    ctx = build_context(argv, check_model=False)  # the child imports the user module
+    if ctx.config.command:
+        check_command(ctx.config.command)
+    args = list(argv if argv is not None else sys.argv[1:])
+    child = list(ctx.config.command) or [sys.executable, "-m", "kerasjob_trainer", *args]
+    return supervisor.supervise(child, checkpoint_dir=ctx.checkpoint_dir)
 
 
 def run_keras3(argv: list[str] | None) -> int:
@@ -42,28 +54,30 @@ def run_keras3(argv: list[str] | None) -> int:
     return supervisor.main(list(argv or []), ctx.config.command)
 
 
-def main(argv: list[str] | None = None) -> int:
+def train_tf(argv: list[str] | None) -> int:
+    """backend tensorflow, the supervised child: the bundled trainer or the evaluator."""
     from kerasjob_trainer import session, train
 
     session.install_early_sigterm_handler()
+    ctx = build_context(argv)
+    if ctx.cluster.is_evaluator:
+        from kerasjob_trainer import evaluator
+
+        return evaluator.run(ctx)
+    return train.run(ctx)
+
+
+def main(argv: list[str] | None = None) -> int:
     try:
         if backend_of(argv) == "jax":
             return run_keras3(argv if argv is not None else sys.argv[1:])
-        if importlib.util.find_spec("tensorflow") is None:
-            raise ConfigError(
-                "backend tensorflow, but this image has no TensorFlow (the Keras "
-                "3 image?): set spec.trainer.backend: jax, or use the tf-keras "
-                "trainer image"
-            )
-        ctx = build_context(argv)
-        if ctx.config.command:
-            exec_command(ctx.config.command)
-        if ctx.cluster.is_evaluator:
-            from kerasjob_trainer import evaluator
-
-            return evaluator.run(ctx)
-        return train.run(ctx)
+        if Env.INCARNATION.value in os.environ:  # started by the supervisor
+            return train_tf(argv)
+        return supervise_tf(argv)
     except ConfigError as e:
+        print(f"kerasjob: invalid configuration: {e}", file=sys.stderr, flush=True)
+        return int(ExitCode.INVALID_CONFIG)
+    except ValueError as e:  # KERASJOB_IN_PLACE_RESTARTS
         print(f"kerasjob: invalid configuration: {e}", file=sys.stderr, flush=True)
         return int(ExitCode.INVALID_CONFIG)
 

@@ -342,6 +342,16 @@ def session_for(ctx: Any) -> Session:
 
     if ctx.config.deterministic:
         make_deterministic()
+    if ctx.cluster.multi_worker:
+        # Its own name at its own address first: a stale one costs gRPC's 30 s (`leader.py`).
+        own = ctx.cluster.training_cluster[ctx.cluster.role][ctx.cluster.index]
+        found, waited = leader.wait_for_own_name(own)
+        if not found or waited >= 1:
+            say(
+                f"{'warning: ' if not found else ''}the cluster DNS "
+                f"{'did not resolve' if not found else 'resolved'} this task's name {own} to "
+                f"its own address {'in' if not found else 'after'} {waited}s"
+            )
     if ctx.cluster.multi_worker and not ctx.cluster.is_chief:
         # The leader's server first: reaching it too early costs gRPC's 30 s (`leader.py`).
         address = leader.leader_address(ctx.cluster.training_cluster)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import Field
 
 from kerasjob.api.base import ConditionStatus, Phase, Timestamp, _StatusModel
@@ -86,6 +88,15 @@ class LastRestart(_StatusModel):
     )
     progress_step: int | None = Field(
         None, ge=0, description="status.progress.step when that run of restarts began."
+    )
+    restarted_in_place: list[Annotated[str, Field(max_length=253)]] | None = Field(
+        None,
+        max_length=1024,
+        description=(
+            "The job's other training Pods, which kept their Pod (UID, node, IP, claims): "
+            "their trainers restarted inside it (the container's supervisor) and are not "
+            "counted again. The Pod in `pod` is the one re-created."
+        ),
     )
 
 

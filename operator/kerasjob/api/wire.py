@@ -53,6 +53,7 @@ class LastRestart(TypedDict, total=False):
     disruption: bool
     repeated: int
     progressStep: int
+    restartedInPlace: list[str]
 
 
 class Goodput(TypedDict, total=False):

@@ -5,6 +5,7 @@
   kerasjob get [NAME ...] [-A] [-o wide|json|yaml|name]    list jobs: phase, restarts, progress
   kerasjob describe NAME                                   spec, status, conditions, Pods, events
   kerasjob logs NAME [-f] [--replica worker-1 | --all]     trainer logs (default: the chief)
+         [--previous | --all-incarnations]              earlier trainer incarnations too
   kerasjob wait NAME [--for Succeeded] [--timeout 600]     block, with a live progress line
   kerasjob suspend|resume|delete NAME ...                  spec.suspend, deletion
   kerasjob status [NAME]                                   phase, restarts, progress (--json)

@@ -84,6 +84,19 @@ def add_job_commands(sub: Any, root: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--tail", type=int, help="last N lines of each Pod")
     p.add_argument("--prefix", action="store_true", help="prefix lines with [pod]")
+    earlier = p.add_mutually_exclusive_group()
+    earlier.add_argument(
+        "-p",
+        "--previous",
+        action="store_true",
+        help="the trainer incarnation before the current one, also of a re-created Pod "
+        "(read from the checkpoint volume by a short-lived Pod)",
+    )
+    earlier.add_argument(
+        "--all-incarnations",
+        action="store_true",
+        help="every kept trainer incarnation, oldest first (from the checkpoint volume)",
+    )
 
     p = command("wait", cli_jobs.wait, "wait for a phase or condition, showing progress")
     p.add_argument("name")

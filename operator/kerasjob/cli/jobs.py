@@ -223,6 +223,8 @@ def describe(args: argparse.Namespace) -> int:
 
 
 def logs(args: argparse.Namespace) -> int:
+    if args.follow and (args.previous or args.all_incarnations):
+        raise SystemExit("kerasjob logs: -f cannot follow earlier incarnations")
     c = client(args)
     multi = args.all
     for line in c.logs(
@@ -231,6 +233,8 @@ def logs(args: argparse.Namespace) -> int:
         all_replicas=args.all,
         follow=args.follow,
         tail_lines=args.tail,
+        previous=args.previous,
+        all_incarnations=args.all_incarnations,
     ):
         print(str(line) if multi or args.prefix else line.text, flush=args.follow)
     return 0

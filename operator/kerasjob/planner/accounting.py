@@ -7,7 +7,7 @@ Steps over `planstate.PlanState`, composed by `reconcile.plan`.
 
 from __future__ import annotations
 
-from kerasjob.api import Reason, wire
+from kerasjob.api import Reason, ReplicaRole, wire
 from kerasjob.planner import restart_loop
 from kerasjob.planner import restart_policy as rp
 from kerasjob.planner import status as st
@@ -90,24 +90,45 @@ def account(s: PlanState, task: Task, outcome: rp.Outcome) -> None:
         s.disruptions += 1
     reason = getattr(outcome, "reason", "")
     code = getattr(outcome, "exit_code", None)
+    in_place = _restarting_in_place(s, task)
     s.status["lastRestart"] = _last_restart(s, task, reason, code, verdict)
+    if in_place:
+        s.status["lastRestart"]["restartedInPlace"] = in_place
     exit_text = f" (exit code {code})" if code is not None else ""
+    others = f"; {', '.join(in_place)} restart in place" if in_place else ""
     if verdict.count_disruption:
         s.event(
             "Normal",
             Reason.POD_DISRUPTED.value,
             f"Pod {task.name}: {reason}{exit_text}; restarting it (disruption "
-            f"{s.disruptions}, not counted against backoffLimit)",
+            f"{s.disruptions}, not counted against backoffLimit){others}",
         )
     elif not verdict.fail:
         s.event(
             "Warning",
             Reason.POD_FAILED.value,
             f"Pod {task.name}: {reason}{exit_text}; restarting it (failure "
-            f"{s.failures} of backoffLimit {s.job.backoff_limit})",
+            f"{s.failures} of backoffLimit {s.job.backoff_limit}){others}",
         )
     if verdict.fail and s.fail_verdict is None:
         s.fail_verdict = verdict
+
+
+def _restarting_in_place(s: PlanState, task: Task) -> list[str]:
+    """The other training Pods that keep running when ``task``'s trainer restarts: their
+    trainers lose the peer and restart inside their own Pods (the container's supervisor),
+    so they keep their UID, node, IP and claims and are not counted again."""
+    if task.role == ReplicaRole.EVALUATOR.value:
+        return []  # the evaluator is not in the training group
+    return [
+        t.name
+        for t in s.job.tasks
+        if t.name != task.name
+        and t.role != ReplicaRole.EVALUATOR.value
+        and (pod := s.owned.get(t.name)) is not None
+        and not pod.finished
+        and not pod.deleting
+    ]
 
 
 def _last_restart(

@@ -30,6 +30,7 @@ from kerasjob.api import ConditionType, KerasJob, Phase, ReplicaRole, plain
 from kerasjob.k8s.credentials import current_namespace
 from kerasjob.k8s.paths import events_path, job_path, pod_path
 from kerasjob.manifests.tf_config import pod_name
+from kerasjob.sdk import incarnations as _incarnations
 from kerasjob.sdk import logs as _logs
 from kerasjob.sdk.errors import (
     InvalidError,
@@ -306,13 +307,24 @@ class KerasJobClient:
         follow: bool = False,
         tail_lines: int | None = None,
         container: str = TRAINER_CONTAINER,
+        previous: bool = False,
+        all_incarnations: bool = False,
     ) -> Iterator[_logs.LogLine]:
         """Log lines of the chief (default), one replica ("worker-1") or all of them,
         interleaved (``str(line)`` is "[pod] text"). ``follow`` streams until the job
-        finishes, across Pod re-creations."""
+        finishes, across Pod re-creations. ``previous``: the trainer incarnation before the
+        current one (of a Pod that was re-created too), ``all_incarnations``: every kept
+        one, oldest first; both read the job's checkpoint volume through a short-lived Pod
+        (`kerasjob.sdk.incarnations`)."""
         ns = self._ns(namespace)
         job = self.get(name, ns)
         pods = self.replica_pods(job, "all" if all_replicas else replica)
+        if previous or all_incarnations:
+            if follow or (previous and all_incarnations):
+                raise ValueError("previous, all_incarnations and follow exclude each other")
+            found = _incarnations.read(self.transport, job, pods, "previous" if previous else "all")
+            yield from found[-tail_lines:] if tail_lines else found
+            return
         if follow:
 
             def finished() -> bool:

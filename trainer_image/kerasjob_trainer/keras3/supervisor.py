@@ -1,52 +1,31 @@
-"""The container's process for backend jax: runs the trainer as its child, and says what its
-end means in the contract's exit codes.
+"""The container's process for backend jax: the shared supervisor
+(`kerasjob_trainer.supervisor`: in-place restarts, signals, incarnation logs), with the JAX
+runtime's way of saying "a peer is gone".
 
-Why a parent: the JAX distributed runtime ends a process with SIGABRT (exit 134) when the
+Why: the JAX distributed runtime ends a process with SIGABRT (exit 134) when the
 coordination service reports a lost task ("Terminating process because the JAX distributed
 service detected fatal errors"): every survivor of a lost coordinator (process 0) aborts
 within ~0.1 s, from a C++ thread that Python cannot intercept. To the operator 134 is a
-failure that uses up backoffLimit; it is a lost peer (43). The supervisor passes SIGTERM and
-SIGINT on to the child, copies the child's stderr through (looking for that message), and
-exits 43 for exactly that abort, 128+N for another signal N, and the child's code otherwise.
-The child's stdout is the container's, untouched.
+failure that uses up backoffLimit; it is a lost peer (43). So exactly that abort means 43
+(and is written into the goodput record the child could not finish), another signal N
+128+N, and the child's code otherwise.
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import os
+import re
 import signal
-import subprocess
 import sys
-import threading
 import time
 from collections.abc import Sequence
-from typing import IO
 
 from kerasjob_contract import Env, ExitCode
 from kerasjob_trainer import goodput
-
-PR_SET_PDEATHSIG = 1
+from kerasjob_trainer import supervisor as shared
 
 #: The JAX distributed client's last words when the coordination service lost a task.
 JAX_FATAL = b"JAX distributed service detected fatal errors"
-
-
-def _tee(source: IO[bytes], seen: threading.Event) -> None:
-    out = sys.stderr.buffer
-    for line in iter(source.readline, b""):
-        if JAX_FATAL in line:
-            seen.set()
-        out.write(line)
-        out.flush()
-
-
-def _die_with_parent() -> None:
-    """In the child: the kernel SIGKILLs it when the supervisor dies (no orphan trainer)."""
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def exit_code(returncode: int, lost_peer: bool) -> int:
@@ -61,35 +40,28 @@ def exit_code(returncode: int, lost_peer: bool) -> int:
 def supervise(
     argv: Sequence[str], *, name: str | None = None, checkpoint_dir: str | None = None
 ) -> int:
-    """Run `argv` to its end; its exit code in the contract's terms (see the module doc)."""
-    child = subprocess.Popen(list(argv), stderr=subprocess.PIPE, preexec_fn=_die_with_parent)
-    assert child.stderr is not None
+    """Run `argv` to its end, in place again after a disruption; its exit code in the
+    contract's terms (see the module doc)."""
 
-    def forward(signum: int, frame: object) -> None:
-        if child.poll() is None:
-            child.send_signal(signum)
+    def translate(returncode: int, seen: frozenset[str]) -> int:
+        code = exit_code(returncode, "jax_fatal" in seen)
+        if code == ExitCode.PEER_LOST and returncode < 0:
+            if name and checkpoint_dir:
+                goodput.record_exit(checkpoint_dir, name, code, time.time())
+            print(
+                f"kerasjob: the JAX distributed runtime aborted the trainer (a peer is gone); "
+                f"exit {int(ExitCode.PEER_LOST)}: resuming from the last backup",
+                file=sys.stderr,
+                flush=True,
+            )
+        return code
 
-    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
-    seen = threading.Event()
-    tee = threading.Thread(target=_tee, args=(child.stderr, seen), daemon=True)
-    tee.start()
-    try:
-        returncode = child.wait()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    tee.join(timeout=5)
-    code = exit_code(returncode, seen.is_set())
-    if code == ExitCode.PEER_LOST and returncode < 0:
-        if name and checkpoint_dir:
-            goodput.record_exit(checkpoint_dir, name, code, time.time())
-        print(
-            f"kerasjob: the JAX distributed runtime aborted the trainer (a peer is gone); "
-            f"exiting {int(ExitCode.PEER_LOST)} to restart from the last backup",
-            file=sys.stderr,
-            flush=True,
-        )
-    return code
+    return shared.supervise(
+        argv,
+        checkpoint_dir=checkpoint_dir,
+        translate=translate,
+        watch={"jax_fatal": re.compile(re.escape(JAX_FATAL))},
+    )
 
 
 def main(argv: Sequence[str], command: Sequence[str] = ()) -> int:
