@@ -145,8 +145,10 @@ class TrainerSpec(_Model):
         gt=0,
         description=(
             "A training step whose collective operations make no progress for this long "
-            "(a peer gone or cut off) fails and the worker exits so the group restarts (a "
-            "disruption); checked by the trainer's watchdog once training runs. When unset "
+            "(a peer gone or cut off) fails: the trainer exits 43 and the group's trainers "
+            "restart in place, inside their Pods, from the last backup (a disruption, in "
+            "status.progress.goodput); checked by the trainer's watchdog once training runs. "
+            "When unset "
             f"the trainer's default ({TRAINER_DEFAULTS.collective_timeout_seconds:g}s)."
         ),
     )
