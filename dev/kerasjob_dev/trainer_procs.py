@@ -109,12 +109,13 @@ class Trainer:
             ) from None
 
     def signal(self, sig: int) -> None:
-        """SIGKILL ends every process of the trainer, as a container's end does (backend jax
-        runs a supervisor and its child); other signals go to the first process only, as the
-        kubelet's SIGTERM goes to PID 1."""
-        if sig == signal.SIGKILL:
+        """SIGKILL ends every process of the trainer, as a container's end does (the first
+        process is the supervisor, the trainer its child); SIGSTOP and SIGCONT freeze and thaw
+        all of them, as a frozen container; other signals go to the first process only, as
+        the kubelet's SIGTERM goes to PID 1."""
+        if sig in (signal.SIGKILL, signal.SIGSTOP, signal.SIGCONT):
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
+                os.killpg(self.proc.pid, sig)
             return
         self.proc.send_signal(sig)
 

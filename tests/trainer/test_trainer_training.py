@@ -179,10 +179,12 @@ def test_dedicated_chief_and_sidecar_evaluator(tmp_path: Path) -> None:
 
 
 def _tree_digest(root: Path) -> dict[str, str]:
+    """Every file under `root` but the incarnations' logs (contract.LOGS_SUBDIR), which the
+    supervisor writes for every run, a failed one too."""
     return {
         str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
         for p in sorted(root.rglob("*"))
-        if p.is_file()
+        if p.is_file() and p.relative_to(root).parts[0] != contract.LOGS_SUBDIR
     }
 
 
@@ -227,6 +229,9 @@ def test_bad_config_fails_fast_and_keeps_backup(tmp_path: Path, case: str) -> No
     errors = [ln for ln in t.lines() if ln.startswith("kerasjob: invalid configuration:")]
     assert len(errors) == 1 and message in errors[0], t.text()
     assert _tree_digest(ckpt) == before
+    # The supervisor keeps the failed incarnation's output (when it got as far as a child).
+    kept = sorted((ckpt / contract.LOGS_SUBDIR).rglob("*.log"))
+    assert not kept or message in kept[-1].read_text(), [p.name for p in kept]
 
 
 @pytest.mark.timeout(240)
