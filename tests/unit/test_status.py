@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
+from kerasjob.planner import conditions
 from kerasjob.planner import status as st
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 
 def test_set_condition_moves_transition_time_only_on_change() -> None:
-    c = st.set_condition([], "Running", True, "PodsReady", "m", now=T0, generation=3)
+    c = conditions.set_condition([], "Running", True, "PodsReady", "m", now=T0, generation=3)
     assert c == [
         {
             "type": "Running",
@@ -22,14 +23,18 @@ def test_set_condition_moves_transition_time_only_on_change() -> None:
         }
     ]
     later = T0 + timedelta(minutes=1)
-    same = st.set_condition(c, "Running", True, "PodsReady", "m2", now=later, generation=3)
+    same = conditions.set_condition(c, "Running", True, "PodsReady", "m2", now=later, generation=3)
     assert same[0]["lastTransitionTime"] == "2026-01-01T00:00:00Z" and same[0]["message"] == "m2"
-    flipped = st.set_condition(c, "Running", False, "Restarting", "m", now=later, generation=3)
+    flipped = conditions.set_condition(
+        c, "Running", False, "Restarting", "m", now=later, generation=3
+    )
     assert flipped[0]["lastTransitionTime"] == "2026-01-01T00:01:00Z"
 
 
 def test_absent_condition_is_not_added_as_false() -> None:
-    assert st.set_condition([], "Restarting", False, "r", "m", now=T0, generation=None) == []
+    assert (
+        conditions.set_condition([], "Restarting", False, "r", "m", now=T0, generation=None) == []
+    )
 
 
 def test_merge_patch() -> None:

@@ -34,8 +34,8 @@ from typing import Any
 
 from kerasjob import API_GROUP, KIND
 from kerasjob.api import labels as lbl
+from kerasjob.planner.conditions import get_condition
 from kerasjob.planner.scheduling import Gang, GangView, PodGroupState
-from kerasjob.planner.status import get_condition
 
 GROUP = "scheduling.k8s.io"
 VERSION = "v1alpha2"

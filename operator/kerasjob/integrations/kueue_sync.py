@@ -34,9 +34,9 @@ from kerasjob.k8s.paths import resource_flavor_path, workload_path, workload_pri
 from kerasjob.k8s.workqueue import Key
 from kerasjob.manifests import children
 from kerasjob.manifests.runtimes import default_images
+from kerasjob.planner.conditions import get_condition
 from kerasjob.planner.planning import Action, CreatePod, CreateProbe, Event, JobView, Plan
 from kerasjob.planner.scheduling import Gate
-from kerasjob.planner.status import get_condition
 from kerasjob_contract.times import utcnow
 
 log = logging.getLogger("kerasjob.integrations.kueue")

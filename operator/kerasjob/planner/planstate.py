@@ -16,9 +16,8 @@ from datetime import datetime
 from typing import Any, cast
 
 from kerasjob.api import ConditionType, wire
+from kerasjob.planner import conditions, scheduling
 from kerasjob.planner import restart_policy as rp
-from kerasjob.planner import scheduling
-from kerasjob.planner import status as st
 from kerasjob.planner.planning import Action, DeletePod, Event, JobView, newest_incarnations
 from kerasjob.planner.podview import PodView
 from kerasjob.planner.rejection import Rejection
@@ -108,10 +107,10 @@ class PlanState:
         *,
         add_false: bool = False,
     ) -> None:
-        """Set condition ``type_`` (`status.set_condition`, typed over plain dicts)."""
+        """Set condition ``type_`` (`conditions.set_condition`, typed over plain dicts)."""
         self.conditions = cast(
             list[wire.Condition],
-            st.set_condition(
+            conditions.set_condition(
                 cast(list[dict[str, Any]], self.conditions),
                 type_.value,
                 status,

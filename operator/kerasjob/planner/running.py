@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from kerasjob.api import ConditionType, Reason, ReplicaRole
-from kerasjob.planner import accounting, elastic, finishing, restart_loop, scheduling
+from kerasjob.planner import accounting, conditions, elastic, finishing, restart_loop, scheduling
 from kerasjob.planner import status as st
 from kerasjob.planner.planning import Action, CreatePod, CreateService, Task
 from kerasjob.planner.planstate import PlanState
@@ -36,8 +36,8 @@ def active(s: PlanState) -> None:
     creates = held_back(s, missing_pods(s, succeeded), succeeded)
     if creates:
         create(s, creates)
-    elif st.get_condition(s.conditions, ConditionType.CREATED) is not None and not (
-        st.condition_true(s.conditions, ConditionType.CREATED)
+    elif conditions.get_condition(s.conditions, ConditionType.CREATED) is not None and not (
+        conditions.condition_true(s.conditions, ConditionType.CREATED)
     ):
         s.cond(ConditionType.CREATED, True, Reason.CREATED.value, "The Pods were created")
     wanted = [t for t in s.job.tasks if t.name not in succeeded]
@@ -161,13 +161,13 @@ def create(s: PlanState, creates: list[Action]) -> None:
     """The headless Service and the Pods first among the actions; condition Created (False
     with the API server's refusal while one is forbidden for now)."""
     s.actions[:0] = [CreateService(), *creates]
-    if st.get_condition(s.conditions, ConditionType.CREATED) is None:
+    if conditions.get_condition(s.conditions, ConditionType.CREATED) is None:
         message = f"Creating {len(s.job.tasks)} Pods and the headless Service"
         s.cond(ConditionType.CREATED, True, Reason.CREATED.value, message)
         s.event("Normal", Reason.CREATED.value, message)
     if s.rejection is not None:  # forbidden for now: say so, retry later
         message = s.rejection.describe()
-        shown = st.get_condition(s.conditions, ConditionType.CREATED) or {}
+        shown = conditions.get_condition(s.conditions, ConditionType.CREATED) or {}
         if shown.get("status") != "False" or shown.get("message") != message:
             s.event("Warning", s.rejection.reason, message)
         s.cond(ConditionType.CREATED, False, s.rejection.reason, message)
@@ -262,7 +262,7 @@ def explain_waiting(s: PlanState, wanted: list[Task]) -> None:
 def waiting_condition(s: PlanState, reason: str, message: str, event_reason: str = "") -> None:
     """Condition Running False saying why the job waits; a Warning when it changed."""
     # What the stored status shows (this plan may already have set another message).
-    shown = st.get_condition(list(s.old.get("conditions") or []), ConditionType.RUNNING)
+    shown = conditions.get_condition(list(s.old.get("conditions") or []), ConditionType.RUNNING)
     if (shown or {}).get("message") != message:
         s.event("Warning", event_reason or reason, message)
     s.cond(ConditionType.RUNNING, False, reason, message, add_false=True)

@@ -1,8 +1,8 @@
-"""The job's status: phase, conditions and Pod counts, computed from what was observed.
+"""The job's status: phase and Pod counts, computed from what was observed.
 
 Pure functions over plain dictionaries in the wire format (camelCase), so the result can be
-diffed against the stored status (`merge_patch`) and written with one merge patch. The
-condition functions are `conditions`' (re-exported here).
+diffed against the stored status (`merge_patch`) and written with one merge patch. Its
+conditions are set and read with `conditions`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kerasjob.api import Phase
-from kerasjob.planner.conditions import condition_true, get_condition, set_condition
 from kerasjob.planner.podview import PodView
 
 # The phase names are the API's (kerasjob.api.Phase); plain strings here, as stored in status.
@@ -34,11 +33,8 @@ __all__ = [
     "SUSPENDED",
     "TERMINAL_PHASES",
     "active_phase",
-    "condition_true",
-    "get_condition",
     "merge_patch",
     "replica_statuses",
-    "set_condition",
 ]
 
 

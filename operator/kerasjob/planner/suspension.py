@@ -5,6 +5,7 @@ its Workload is admitted (again). A step over `planstate.PlanState`, composed by
 from __future__ import annotations
 
 from kerasjob.api import ConditionType, Reason
+from kerasjob.planner import conditions
 from kerasjob.planner import status as st
 from kerasjob.planner.planstate import PlanState
 
@@ -26,7 +27,7 @@ def suspended(
         rec["counted"] = True
     s.status["phase"] = phase
     s.status.pop("startTime", None)
-    old = st.get_condition(s.conditions, ConditionType.SUSPENDED) or {}
+    old = conditions.get_condition(s.conditions, ConditionType.SUSPENDED) or {}
     s.cond(ConditionType.SUSPENDED, True, reason, message)
     s.cond(ConditionType.RUNNING, False, reason, message)
     s.cond(ConditionType.RESTARTING, False, reason, message)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kerasjob.planner.status import condition_true, get_condition
+from kerasjob.planner.conditions import condition_true, get_condition
 
 GROUP = "kueue.x-k8s.io"
 VERSION = "v1beta2"

@@ -23,7 +23,7 @@ from kerasjob.integrations.kueue.names import (
     reclaimable,
 )
 from kerasjob.integrations.kueue.reasons import WorkloadReason as WR
-from kerasjob.planner.status import set_condition
+from kerasjob.planner.conditions import set_condition
 
 
 def _with(
