@@ -38,7 +38,7 @@ def pod_group(
     message: str = "",
 ) -> dict[str, Any]:
     body = gang.build_pod_group(
-        {"metadata": {**BODY["metadata"], "uid": uid}}, gang.Gang(name, min_count)
+        {"metadata": {**BODY["metadata"], "uid": uid}}, scheduling.Gang(name, min_count)
     )
     body["metadata"]["uid"] = f"pg-{name}"
     if scheduled is not None:
@@ -56,7 +56,9 @@ def pod_group(
 
 
 def workload(name: str, uid: str = JOB_UID) -> dict[str, Any]:
-    return gang.build_workload({"metadata": {**BODY["metadata"], "uid": uid}}, gang.Gang(name, 1))
+    return gang.build_workload(
+        {"metadata": {**BODY["metadata"], "uid": uid}}, scheduling.Gang(name, 1)
+    )
 
 
 def gjob(
@@ -70,7 +72,7 @@ def gjob(
 
 def test_the_workload_and_pod_group_use_the_v1alpha2_fields() -> None:
     g = scheduling.gang_for("j", JOB_UID, 4)
-    assert g == gang.Gang(f"j-gang-{JOB_UID[:8]}", 4)
+    assert g == scheduling.Gang(f"j-gang-{JOB_UID[:8]}", 4)
     wl = gang.build_workload(BODY, g)
     assert wl["apiVersion"] == "scheduling.k8s.io/v1alpha2" and wl["kind"] == "Workload"
     assert wl["spec"] == {
@@ -117,7 +119,7 @@ def test_the_view_keeps_only_this_incarnations_objects_and_reads_the_verdict() -
 
 def test_an_active_job_plans_one_gang_of_all_its_pods_and_none_without_the_option() -> None:
     p = rc.plan(gjob(3), {}, [], NOW)
-    assert p.gang == gang.Gang(f"j-gang-{JOB_UID[:8]}", 3)
+    assert p.gang == scheduling.Gang(f"j-gang-{JOB_UID[:8]}", 3)
     assert creates(p) == ["j-worker-0", "j-worker-1", "j-worker-2"]
     # Every role counts: a chief and an evaluator are Pods of the job too.
     tasks = (

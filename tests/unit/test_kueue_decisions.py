@@ -10,7 +10,7 @@ from builders import NOW, creates, job, pod, run
 from kerasjob.api import KerasJob
 from kerasjob.integrations import kueue
 from kerasjob.manifests import children
-from kerasjob.planner import planning
+from kerasjob.planner import planning, scheduling
 from kerasjob.planner import reconcile as rc
 from kerasjob.planner.podview import Termination
 
@@ -216,8 +216,10 @@ def test_pods_ready_follows_the_pods_like_kueues_job_reconciler() -> None:
 # -- the planner -----------------------------------------------------------------------------
 
 
-def queued(reason: str = "Queued", message: str = "queued in LocalQueue q: no quota") -> kueue.Gate:
-    return kueue.Gate(False, reason, message)
+def queued(
+    reason: str = "Queued", message: str = "queued in LocalQueue q: no quota"
+) -> scheduling.Gate:
+    return scheduling.Gate(False, reason, message)
 
 
 def test_queued_job_has_no_pods_and_says_why() -> None:
@@ -236,7 +238,9 @@ def test_queued_job_has_no_pods_and_says_why() -> None:
 
 
 def test_admission_creates_pods_and_eviction_is_neither_failure_nor_disruption() -> None:
-    admitted = kueue.Gate(True, "Admitted", "admitted by Kueue to ClusterQueue cq (LocalQueue q)")
+    admitted = scheduling.Gate(
+        True, "Admitted", "admitted by Kueue to ClusterQueue cq (LocalQueue q)"
+    )
     s = run(job(kueue=queued()), {}, []).status
     p = run(job(kueue=admitted), s, [])
     assert creates(p) == ["j-worker-0", "j-worker-1", "j-worker-2"]

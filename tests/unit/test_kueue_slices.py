@@ -23,7 +23,7 @@ from kerasjob.integrations.kueue.decisions import (
 )
 from kerasjob.integrations.kueue_sync import KueueJob, WorkloadWriter
 from kerasjob.k8s.kube import ApiError
-from kerasjob.planner import planning
+from kerasjob.planner import planning, scheduling
 from kerasjob.planner import reconcile as rc
 
 T = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
@@ -158,8 +158,8 @@ def _short(since: float = 200) -> dict[str, Any]:
     }
 
 
-def _gate(workers: int) -> kueue.Gate:
-    return kueue.Gate(True, "Admitted", "admitted", workers)
+def _gate(workers: int) -> scheduling.Gate:
+    return scheduling.Gate(True, "Admitted", "admitted", workers)
 
 
 def test_a_grow_waits_for_kueue_to_admit_the_bigger_slice() -> None:

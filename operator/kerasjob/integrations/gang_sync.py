@@ -22,6 +22,7 @@ from kerasjob.integrations.integration import JobIntegration, PodUpdate
 from kerasjob.k8s.kube import ApiError, KubeApi
 from kerasjob.k8s.paths import pod_group_path, scheduling_workload_path
 from kerasjob.k8s.workqueue import Key
+from kerasjob.planner import scheduling
 from kerasjob.planner.planning import Action, CreatePod, Event, JobView, Plan
 
 log = logging.getLogger("kerasjob.integrations.gang")
@@ -54,7 +55,7 @@ class GangJob:
     api: KubeApi
     body: Mapping[str, Any]
     namespace: str
-    view: gang.GangView
+    view: scheduling.GangView
 
     async def before_pods(self, plan: Plan, actions: Sequence[Action]) -> PodUpdate | None:
         """The plan's Workload and PodGroup before any of its Pods; each Pod in the gang."""

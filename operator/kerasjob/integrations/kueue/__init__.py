@@ -104,7 +104,6 @@ from kerasjob.integrations.kueue.workloads import (
     same_shape,
     shrunk_pod_sets,
 )
-from kerasjob.planner.scheduling import Gate
 
 __all__ = [
     "ADMITTED",
@@ -125,7 +124,6 @@ __all__ = [
     "VERSION",
     "WORKER",
     "WORKLOADS",
-    "Gate",
     "PodSetUpdate",
     "Slices",
     "WorkloadReason",
