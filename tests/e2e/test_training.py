@@ -10,6 +10,7 @@ machine, so the chief's progress.json is read back here); with KERASJOB_TEST_CLU
 
 from __future__ import annotations
 
+import hashlib
 import re
 import threading
 import time
@@ -139,8 +140,12 @@ def assert_exact_resume(
 
 @pytest.fixture
 def run(request: pytest.FixtureRequest, deployment: Any, tmp_path: Path):
-    name = request.node.name.removeprefix("test_").split("_")[0][:12]
-    r = Run(deployment, f"mnist-{name}", tmp_path)
+    # The test's first word and a digest of its whole name: two tests that start alike
+    # (test_sigkilled_...) once shared a claim name, and the second met the first's claim
+    # still being deleted.
+    test = request.node.name
+    digest = hashlib.sha1(test.encode()).hexdigest()[:5]
+    r = Run(deployment, f"mnist-{test.removeprefix('test_').split('_')[0][:12]}-{digest}", tmp_path)
     try:
         yield r
     finally:
@@ -188,19 +193,6 @@ def test_keras3_jax_eviction_resumes_at_the_saved_step(run: Run) -> None:
     assert (cause, redone) == ("preempted", 0) and last_step == resumed_step, disruption
     assert set(result["resumed_at"]) == {resumed_step}, result["logs"]
     assert "on jax" in result["logs"], result["logs"]
-
-
-def test_sigkilled_worker_resumes_from_backup(run: Run) -> None:
-    if not run.dep.cluster.local:
-        pytest.skip("SIGKILLs the worker's container through the node's containerd: local only")
-
-    def sigkill() -> None:
-        pod = run.kj.get(pod_path(run.ns, f"{run.name}-worker-1"))
-        cid = localdeploy.container_id(pod or {})
-        assert cid, f"worker 1 has no running container: {pod and pod.get('status')}"
-        localdeploy.kill_container(cid, "SIGKILL")
-
-    assert_exact_resume(run_and_disrupt(run, sigkill))
 
 
 def test_sigkilled_worker_is_recreated_alone_and_its_logs_are_kept(
