@@ -8,7 +8,14 @@ For each level, one fresh operator process (`python -m kerasjob run`, as in the 
 1. create: all N jobs created at once (16 client threads) -> every job Running (all 8 Pods
    scheduled and Ready on KWOK nodes);
 2. disrupt: one worker Pod of every job deleted -> every job Running again with exactly one
-   disruption counted;
+   disruption counted; the survivors keep their Pods (their trainers restart in place, inside
+   the container's supervisor, which on KWOK is nothing to do), so one Pod is created per job;
+2b. disrupt, survivors exit: one worker Pod of every job deleted again, and the 7 others end
+   with exit 42 (the status their kubelet writes when trainers run without the supervisor, or
+   with KERASJOB_IN_PLACE_RESTARTS=0: every Pod of the group re-created, the design before
+   in-place restarts) -> every job Running again; 8 Pods created per job. Each exit is
+   counted as a disruption of its own there (8 per job): the counting stays exact only with
+   the supervisor;
 3. finish: every chief (worker 0) exits 0 (the Pod status a kubelet writes) -> every job
    Succeeded, its other Pods cleaned up;
 4. delete: every job deleted -> all their Pods gone (garbage collection).
@@ -19,11 +26,11 @@ per level, writes bench/results/scale.json and a plot, bench/results/scale.svg.
 Fake nodes: KWOK marks Pods Running at once; extra KWOK nodes (1000 Pods each) are added
 for the level and removed afterwards.
 
-Witness: a watch on the level's Pods and on the Nodes counts, per job, the Pods that went
-away during each phase (the disrupt phase deletes one; more means someone else deleted
-replacements) and every Node Ready change (a KWOK node whose lease lapses under load goes
-NotReady, and its Pods are evicted once their not-ready/unreachable toleration runs out).
-Both are in the JSON, and printed when a phase does not converge. Found this way: KWOK's
+Witness: a watch on the level's Pods and on the Nodes counts, per job, the Pods created and
+the Pods that went away during each phase (the disrupt phase deletes one; more means someone
+else deleted replacements) and every Node Ready change (a KWOK node whose lease lapses under
+load goes NotReady, and its Pods are evicted once their not-ready/unreachable toleration runs
+out). Both are in the JSON, and printed when a phase does not converge. Found this way: KWOK's
 own pod-delete stage DELETEd the old Pod by name after a grace-0 delete, when the operator
 had already created its replacement of the same name (5 of 10 jobs in one audit log; an
 earlier 1000-job run's 88 jobs that lost 3-4 Pods fit it); hack/cluster/kwok-stages.yaml now
@@ -112,6 +119,61 @@ def statuses(kube: Any, ns: str) -> dict[str, dict[str, Any]]:
     return {j["metadata"]["name"]: j.get("status") or {} for j in items}
 
 
+def all_running(kube: Any, ns: str, *, disruptions: int) -> bool:
+    """Every job Running, with this many disruptions counted and no failure."""
+    return all(
+        s.get("phase") == "Running"
+        and s.get("restarts") == {"disruptions": disruptions, "failures": 0}
+        for s in statuses(kube, ns).values()
+    )
+
+
+def delete_worker(kube: Any, ns: str, job: str) -> None:
+    """Worker 1 of ``job`` deleted with grace period 0, as a kubelet finishes a deletion."""
+    pod = core(kube).read_namespaced_pod(f"{job}-worker-1", ns)
+    core(kube).delete_namespaced_pod(
+        pod.metadata.name,
+        ns,
+        body=client.V1DeleteOptions(
+            grace_period_seconds=0,
+            preconditions=client.V1Preconditions(uid=pod.metadata.uid),
+        ),
+    )
+
+
+def exited(kube: Any, ns: str, pod: str, code: int) -> None:
+    """The status a kubelet writes when the Pod's one container exits with ``code``
+    (restartPolicy Never): Succeeded on 0, else Failed."""
+    now = now_rfc3339()
+    terminated = {
+        "exitCode": code,
+        "reason": "Completed" if code == 0 else "Error",
+        "startedAt": now,
+        "finishedAt": now,
+    }
+    core(kube).patch_namespaced_pod_status(
+        pod,
+        ns,
+        {
+            "status": {
+                "phase": "Succeeded" if code == 0 else "Failed",
+                "conditions": [{"type": "Ready", "status": "False", "reason": "PodCompleted"}],
+                "containerStatuses": [
+                    {
+                        "name": "trainer",
+                        "image": "kerasjob/trainer:test",
+                        "imageID": "",
+                        "ready": False,
+                        "restartCount": 0,
+                        "started": False,
+                        "state": {"terminated": terminated},
+                    }
+                ],
+            }
+        },
+    )
+
+
 def pod_count(kube: Any, ns: str) -> int:
     # Names only would be cheaper; the Python client has no metadata-only list.
     return len(core(kube).list_namespaced_pod(ns, _preload_content=False).json()["items"])
@@ -138,6 +200,8 @@ class Witness:
         self.kube, self.ns = kube, ns
         self.phase = "create"
         self.gone: dict[str, Counter[str]] = defaultdict(Counter)  # phase -> job -> Pods
+        self.created: dict[str, Counter[str]] = defaultdict(Counter)  # phase -> job -> Pods
+        self.seen: set[str] = set()  # Pod UIDs (a watch started again lists them again)
         self.nodes: list[dict[str, Any]] = []  # Ready changes, with seconds since start
         self.start = time.monotonic()
         self.stopping = threading.Event()
@@ -154,9 +218,13 @@ class Witness:
     def _pods(self) -> None:
         w = watch.Watch()
         for ev in w.stream(core(self.kube).list_namespaced_pod, self.ns, timeout_seconds=3600):
+            meta = ev["object"].metadata
+            job = meta.name.rsplit("-", 2)[0]
             if ev["type"] == "DELETED":
-                job = ev["object"].metadata.name.rsplit("-", 2)[0]
                 self.gone[self.phase][job] += 1
+            elif meta.uid not in self.seen:
+                self.seen.add(meta.uid)
+                self.created[self.phase][job] += 1
             if self.stopping.is_set():
                 return
 
@@ -181,12 +249,19 @@ class Witness:
                 return
 
     def summary(self) -> dict[str, Any]:
-        """Per phase: how many jobs lost how many Pods ({pods gone: jobs}); Node changes."""
+        """Per phase: how many jobs lost and got how many Pods ({pods: jobs}), the Pods
+        created in all; Node changes."""
+
+        def per_job(counts: dict[str, Counter[str]]) -> dict[str, dict[int, int]]:
+            return {
+                phase: dict(sorted(Counter(jobs.values()).items()))
+                for phase, jobs in counts.items()
+            }
+
         return {
-            "pods_gone_per_job": {
-                phase: dict(sorted(Counter(per_job.values()).items()))
-                for phase, per_job in self.gone.items()
-            },
+            "pods_gone_per_job": per_job(self.gone),
+            "pods_created_per_job": per_job(self.created),
+            "pods_created": {phase: sum(jobs.values()) for phase, jobs in self.created.items()},
             "node_ready_changes": self.nodes,
         }
 
@@ -226,60 +301,34 @@ def level(
             timeout,
         )
 
-        # 2. disrupt: one worker per job, deleted as a kubelet finishes a deletion
-        def disrupt(name: str) -> None:
-            pod = core(kube).read_namespaced_pod(f"{name}-worker-1", ns)
-            core(kube).delete_namespaced_pod(
-                pod.metadata.name,
-                ns,
-                body=client.V1DeleteOptions(
-                    grace_period_seconds=0,
-                    preconditions=client.V1Preconditions(uid=pod.metadata.uid),
-                ),
-            )
-
+        # 2. disrupt: one worker per job, deleted as a kubelet finishes a deletion; the
+        # survivors restart in place (on KWOK: nothing happens to their Pods)
         witness.phase = "disrupt"
-        parallel(disrupt, names)
+        parallel(lambda name: delete_worker(kube, ns, name), names)
         phases["disrupt_to_all_running_s"] = wait(
             "all Running again, one disruption",
-            lambda: all(
-                s.get("phase") == "Running"
-                and s.get("restarts") == {"disruptions": 1, "failures": 0}
-                for s in statuses(kube, ns).values()
-            ),
+            lambda: all_running(kube, ns, disruptions=1),
+            timeout,
+        )
+
+        # 2b. again, and the survivors' containers exit 42 (no supervisor): all re-created
+        def disrupt_all(name: str) -> None:
+            delete_worker(kube, ns, name)
+            for i in range(WORKERS):
+                if i != 1:
+                    exited(kube, ns, f"{name}-worker-{i}", 42)
+
+        witness.phase = "disrupt_survivors_exit"
+        parallel(disrupt_all, names)
+        phases["disrupt_survivors_exit_to_all_running_s"] = wait(
+            "all Running again, every Pod re-created",
+            lambda: all_running(kube, ns, disruptions=1 + WORKERS),
             timeout,
         )
 
         # 3. finish: every chief (worker 0) exits 0
-        def finish(name: str) -> None:
-            now = now_rfc3339()
-            terminated = {"exitCode": 0, "reason": "Completed", "startedAt": now, "finishedAt": now}
-            core(kube).patch_namespaced_pod_status(
-                f"{name}-worker-0",
-                ns,
-                {
-                    "status": {
-                        "phase": "Succeeded",
-                        "conditions": [
-                            {"type": "Ready", "status": "False", "reason": "PodCompleted"}
-                        ],
-                        "containerStatuses": [
-                            {
-                                "name": "trainer",
-                                "image": "kerasjob/trainer:test",
-                                "imageID": "",
-                                "ready": False,
-                                "restartCount": 0,
-                                "started": False,
-                                "state": {"terminated": terminated},
-                            }
-                        ],
-                    }
-                },
-            )
-
         witness.phase = "finish"
-        parallel(finish, names)
+        parallel(lambda name: exited(kube, ns, f"{name}-worker-0", 0), names)
         phases["finish_to_all_succeeded_s"] = wait(
             "all Succeeded",
             lambda: all(s.get("phase") == "Succeeded" for s in statuses(kube, ns).values()),
@@ -304,6 +353,12 @@ def level(
         restarts_seen = op.starts
     except TimeoutError:
         print(f"{n} jobs: {json.dumps(witness.summary())}", file=sys.stderr, flush=True)
+        shown = Counter(
+            json.dumps([s.get("phase"), s.get("restarts"), s.get("lastRestart")], sort_keys=True)
+            for s in statuses(kube, ns).values()
+        )
+        for status, jobs in shown.most_common(5):
+            print(f"{n} jobs: {jobs} with status {status}", file=sys.stderr, flush=True)
         if audit_log is not None and audit_log.exists():
             with audit_log.open() as f:
                 for row in audit_summary.summarize(f, ns):
@@ -341,8 +396,11 @@ def plot(levels: list[dict[str, Any]], path: Path) -> None:
         "API requests/job": [lv["api_requests_per_job"] for lv in levels],
         "create->Running (s)": [lv["create_to_all_running_s"] for lv in levels],
         "disrupt->Running (s)": [lv["disrupt_to_all_running_s"] for lv in levels],
+        "disrupt, survivors exit (s)": [
+            lv["disrupt_survivors_exit_to_all_running_s"] for lv in levels
+        ],
     }
-    colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"]
+    colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
     w, h, pad = 640, 360, 50
     xs = [lv["jobs"] for lv in levels]
     import math
@@ -412,7 +470,10 @@ def main() -> int:
             levels.append(res)
             print(
                 f"{n:5d} jobs x {WORKERS}: create->Running {res['create_to_all_running_s']} s, "
-                f"disrupt->Running {res['disrupt_to_all_running_s']} s, finish->Succeeded "
+                f"disrupt->Running {res['disrupt_to_all_running_s']} s "
+                f"({res['pods_created'].get('disrupt', 0)} Pods created), survivors exiting "
+                f"{res['disrupt_survivors_exit_to_all_running_s']} s "
+                f"({res['pods_created'].get('disrupt_survivors_exit', 0)} Pods), finish->Succeeded "
                 f"{res['finish_to_all_succeeded_s']} s, delete->gone "
                 f"{res['delete_to_all_pods_gone_s']} s | operator peak RSS "
                 f"{res['operator_peak_rss_mib']} MiB, CPU "

@@ -241,12 +241,21 @@ def render_operator(r: dict[str, Any]) -> str:
     )
 
 
+def _recovered(level: dict[str, Any], phase: str, key: str) -> str:
+    """A disrupt phase's seconds and the Pods it created ("not run": a run from before it)."""
+    if key not in level:
+        return "not run"
+    created = (level.get("pods_created") or {}).get(phase)
+    return _s(level[key]) + (f" ({created:,} Pods)" if created is not None else "")
+
+
 def render_scale(r: dict[str, Any]) -> str:
     rows = [
         (
             f"{lv['jobs']:,}",
             _s(lv["create_to_all_running_s"]),
-            _s(lv["disrupt_to_all_running_s"]),
+            _recovered(lv, "disrupt", "disrupt_to_all_running_s"),
+            _recovered(lv, "disrupt_survivors_exit", "disrupt_survivors_exit_to_all_running_s"),
             _s(lv["finish_to_all_succeeded_s"]),
             _s(lv["delete_to_all_pods_gone_s"]),
             f"{lv['operator_peak_rss_mib']:.0f} MiB",
@@ -264,7 +273,8 @@ def render_scale(r: dict[str, Any]) -> str:
                 (
                     "jobs x 8 workers",
                     "create → all Running",
-                    "one worker each deleted → all Running",
+                    "one worker each deleted → all Running (Pods created)",
+                    "the same, survivors exit (no supervisor)",
                     "chiefs exit 0 → all Succeeded",
                     "delete → all Pods gone",
                     "operator peak RSS",

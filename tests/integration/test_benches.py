@@ -6,8 +6,8 @@ Each bench runs as a subprocess with ``KERASJOB_TEST_CLUSTER=current`` and this 
 kubeconfig: it uses the cluster as is (starts and stops nothing) and runs its own operator on
 namespaces of its own. bench/compare_tfjob.py's quick mode then measures KerasJobs alone (the
 Kubeflow training-operator is not built here: a cold build from its Go module takes minutes);
-`make bench-tfjob` runs both sides. bench/recovery.py needs the real node and the built images
-(`make bench`), as tests/e2e does: not run here.
+`make bench-tfjob` runs both sides. bench/recovery.py needs the real node and the built images,
+as tests/e2e does: its quick mode runs there (tests/e2e/test_recovery_bench.py).
 """
 
 from __future__ import annotations
@@ -63,6 +63,10 @@ def test_scale_bench_quick(cluster: Cluster, kwok_placement: Any, tmp_path: Path
         "delete_to_all_pods_gone_s",
         "operator_peak_rss_mib",
     } <= set(level)
+    # Survivors restart in place: one Pod created per job; exiting (no supervisor): all 8.
+    assert level["pods_created"]["disrupt"] == 5, level["pods_created"]
+    assert level["pods_created"]["disrupt_survivors_exit"] == 5 * 8, level["pods_created"]
+    assert level["disrupt_survivors_exit_to_all_running_s"] > 0
     assert "\n| 5 | " in benchpage.render_scale(result)  # the docs' table (make bench-docs)
 
 

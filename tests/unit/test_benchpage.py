@@ -27,6 +27,8 @@ LEVEL = {
     "jobs": 1000,
     "create_to_all_running_s": 240.4,
     "disrupt_to_all_running_s": 73.0,
+    "disrupt_survivors_exit_to_all_running_s": 301.0,
+    "pods_created": {"create": 8000, "disrupt": 1000, "disrupt_survivors_exit": 8000},
     "finish_to_all_succeeded_s": 20.25,
     "delete_to_all_pods_gone_s": 593.0,
     "operator_peak_rss_mib": 196.2,
@@ -71,7 +73,10 @@ def test_a_block_is_rewritten_from_its_json_and_others_kept(tmp_path: Path) -> N
     )
     assert "![scale: the table's figures per level](scale.svg)" in text
     assert (docs / "operations" / "scale.svg").read_text() == "<svg/>"
-    row = "| 1,000 | 240.4 s | 73.0 s | 20.2 s | 593.0 s | 196 MiB | 145 ms | 33.0 | 39.1 |"
+    row = (
+        "| 1,000 | 240.4 s | 73.0 s (1,000 Pods) | 301.0 s (8,000 Pods) | 20.2 s | 593.0 s | "
+        "196 MiB | 145 ms | 33.0 | 39.1 |"
+    )
     assert row in text
     # idempotent: a second run writes the same page
     assert benchpage.main(["--results", str(tmp_path / "results"), "--docs", str(docs)]) == 0
@@ -110,3 +115,9 @@ def test_every_block_on_the_site_has_a_renderer() -> None:
         for m in benchpage.BLOCK.finditer(page.read_text())
     ]
     assert blocks and set(blocks) <= set(benchpage.RENDERERS)
+
+
+def test_a_scale_run_from_before_the_survivors_exit_phase_says_not_run() -> None:
+    old = {k: v for k, v in LEVEL.items() if not k.startswith(("pods_", "disrupt_survivors"))}
+    table = benchpage.render_scale({"run": RUN, "levels": [old]})
+    assert "| 1,000 | 240.4 s | 73.0 s | not run | 20.2 s |" in table

@@ -301,6 +301,34 @@ def test_the_same_disruption_without_progress_backs_off() -> None:
     assert delays == [0, 0, 10.0, 20.0, 40.0]
 
 
+def test_a_group_lost_over_several_looks_is_one_round_of_the_loop() -> None:
+    """Worker 1 of 8 deleted, and the 7 others' trainers (no supervisor in their image)
+    exit 42 one look after another: 8 disruptions, but one restart of the group, so no
+    back-off (it counted 8 restarts in a row and held the group back 160 s); the next
+    loss, once the group is back, is the next round."""
+    j = job(workers=8)
+    pods = [pod(i) for i in range(8)]
+    s = settle(j, pods, settle(j, pods))
+    alive = {i: pod(i) for i in range(8)}
+    del alive[1]
+    s = run(j, s, list(alive.values())).status
+    assert s["lastRestart"]["repeated"] == 1
+    for i in (0, 2, 3, 4, 5, 6, 7):
+        alive[i] = pod(i, phase="Failed", ready=False, termination=Termination(42, "Error"))
+        s = run(j, s, list(alive.values()), NOW + timedelta(seconds=i)).status
+        assert s["lastRestart"]["repeated"] == 1, (i, s["lastRestart"])
+    assert s["restarts"] == {"disruptions": 8, "failures": 0}
+    p = run(j, s, [], NOW + timedelta(seconds=8))  # the finished Pods are gone
+    assert creates(p) == [f"j-worker-{i}" for i in range(8)]  # no hold
+    back = [pod(i, uid=f"n{i}", phase="Pending", ready=False) for i in range(8)]
+    s = run(j, p.status, back, NOW + timedelta(seconds=9)).status
+    # The next round (the group is back, never ready, no progress, the same reason as the
+    # round's last): counted as the 2nd in a row.
+    back[3] = pod(3, uid="n3", phase="Failed", ready=False, termination=Termination(42, "Error"))
+    p = run(j, s, back, NOW + timedelta(seconds=10))
+    assert p.status["lastRestart"]["repeated"] == 2
+
+
 def test_progress_between_disruptions_resets_the_loop() -> None:
     j = job(workers=1)
     s = settle(j, [pod(0)])

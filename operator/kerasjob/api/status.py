@@ -81,9 +81,10 @@ class LastRestart(_StatusModel):
         None,
         ge=1,
         description=(
-            "How many restarts in a row had this reason with no training progress in "
-            "between (see status.progress.step); from 3 on, Pods are re-created with a "
-            "growing delay (condition Restarting, reason DisruptionLoop)."
+            "How many restarts of the group in a row had this reason with no training "
+            "progress in between (see status.progress.step); Pods lost while an earlier "
+            "loss is still being restarted are the same restart. From 3 on, Pods are "
+            "re-created with a growing delay (condition Restarting, reason DisruptionLoop)."
         ),
     )
     progress_step: int | None = Field(

@@ -131,6 +131,23 @@ def _restarting_in_place(s: PlanState, task: Task) -> list[str]:
     ]
 
 
+def _group_broken(s: PlanState, task: Task) -> bool:
+    """Another training Pod's loss was counted already and that Pod is not back yet (gone,
+    finished or going): ``task``'s restart is part of the same round."""
+    if task.role == ReplicaRole.EVALUATOR.value:
+        return False
+    for t in s.job.tasks:
+        if t.name == task.name or t.role == ReplicaRole.EVALUATOR.value:
+            continue
+        rec = s.tracked.get(t.name) or {}
+        pod = s.owned.get(t.name)
+        back = pod is not None and pod.uid != rec.get("uid")
+        gone = pod is None or pod.finished or pod.deleting
+        if rec.get("counted") and not rec.get("succeeded") and not back and gone:
+            return True
+    return False
+
+
 def _last_restart(
     s: PlanState, task: Task, reason: str, code: int | None, verdict: rp.Verdict
 ) -> wire.LastRestart:
@@ -150,6 +167,7 @@ def _last_restart(
                 reason,
                 s.status,
                 was_running=s.prev_phase == st.RUNNING,
+                same_round=_group_broken(s, task),
             )
         )
     return last

@@ -10,6 +10,11 @@ So each restart records, in ``status.lastRestart``, how many restarts in a row h
 reason with no training progress (``repeated``; progress is ``status.progress.step``, which
 the operator scrapes from the chief; a job that was Running, every Pod ready, when the
 restart happened made progress too) and the step when that run began (``progressStep``).
+Restarts in a row are rounds of the group: Pods lost while an earlier loss of the group is
+still being restarted (a node drain that takes several workers; a trainer without the
+container's supervisor, whose survivors exit 42/43 after the lost one) are the same round,
+and keep its count (before, one deletion of a worker of an 8-worker job whose trainers ran
+without the supervisor counted 8 restarts in a row and held re-creation back 160 s).
 From `LOOP_THRESHOLD` repeats on the job says so (condition Restarting, reason
 `Reason.DISRUPTION_LOOP.value`) and re-creates Pods only after `delay` seconds, doubling up to
 `MAX_DELAY_SECONDS`. Progress, or another reason, starts the count afresh. Still never a
@@ -40,13 +45,21 @@ def record(
     status: wire.Status,
     *,
     was_running: bool,
+    same_round: bool = False,
 ) -> wire.LastRestart:
     """``repeated`` and ``progressStep`` of a new restart with ``reason``, after
     ``previous`` (the last lastRestart) in a job whose status is ``status``.
     ``was_running``: the job was Running (every Pod ready) when this happened, which counts
-    as progress too (a trainer that exports no step is not held back after preemptions)."""
+    as progress too (a trainer that exports no step is not held back after preemptions).
+    ``same_round``: another Pod of the group was lost and counted and is not yet back: this
+    restart is part of that round, whose count and step it keeps."""
     step = progress_step(status)
     prev = previous or {}
+    if same_round and prev.get("disruption") is not False and "repeated" in prev:
+        return {
+            "repeated": int(prev.get("repeated") or 1),
+            "progressStep": int(prev.get("progressStep", step)),
+        }
     same = not was_running and prev.get("reason") == reason and prev.get("disruption") is not False
     start = prev.get("progressStep")
     if same and isinstance(start, int) and start == step:
