@@ -248,6 +248,54 @@ def test_workers_ending_with_the_chief_are_counted_succeeded() -> None:
     assert not deletes(p)
 
 
+def test_a_trainer_that_exited_is_acted_on_before_the_kubelet_marks_its_pod_failed() -> None:
+    """The kubelet writes the trainer's termination at once but turns the Pod Failed only
+    after tearing its sandbox down (1.1 s on the real node): the exit is counted and the
+    Pod force-deleted from the first, so its replacement is not held back."""
+    j = job()
+    pods = [pod(i) for i in range(3)]
+    s = settle(j, pods, settle(j, pods))
+    exited = pod(1, ready=False, termination=Termination(137, "Error"))  # phase Running
+    p = run(j, s, [pod(0), exited, pod(2)])
+    assert p.status["restarts"] == {"disruptions": 1, "failures": 0}
+    assert p.status["lastRestart"]["restartedInPlace"] == ["j-worker-0", "j-worker-2"]
+    assert [(a.name, a.force) for a in p.actions if isinstance(a, planning.DeletePod)] == [
+        ("j-worker-1", True)
+    ]
+    # Then Failed, still going: not counted again.
+    failed = replace(exited, phase="Failed")
+    assert run(j, p.status, [pod(0), failed, pod(2)]).status["restarts"]["disruptions"] == 1
+
+
+def test_an_evicted_pod_whose_trainer_saved_and_exited_is_not_waited_for() -> None:
+    """Evicted (its grace period running): once its trainer has saved and exited 42, the
+    Pod is deleted with grace period 0 rather than waiting for the kubelet's teardown."""
+    j = job()
+    pods = [pod(i) for i in range(3)]
+    s = settle(j, pods, settle(j, pods))
+    going = pod(1, deletion_timestamp=NOW, disruption_reason="EvictionByEvictionAPI")
+    p = run(j, s, [pod(0), going, pod(2)])
+    assert p.status["restarts"]["disruptions"] == 1 and not deletes(p)  # saving: its grace
+    saved = replace(going, ready=False, termination=Termination(42, "Error"))
+    p = run(j, p.status, [pod(0), saved, pod(2)], NOW + timedelta(seconds=1))
+    assert [(a.name, a.force) for a in p.actions if isinstance(a, planning.DeletePod)] == [
+        ("j-worker-1", True)
+    ]
+    assert p.status["restarts"] == {"disruptions": 1, "failures": 0}
+    assert p.status["lastRestart"]["reason"] == "EvictionByEvictionAPI"
+
+
+def test_a_trainer_that_exited_0_waits_for_its_pod_to_succeed() -> None:
+    """Exit 0 is finishing, not restarting: no Pod is deleted or re-created for it."""
+    j = job()
+    pods = [pod(i) for i in range(3)]
+    s = settle(j, pods, settle(j, pods))
+    done = pod(2, ready=False, termination=Termination(0, "Completed"))
+    p = run(j, s, [pod(0), pod(1), done])
+    assert not deletes(p) and not creates(p)
+    assert p.status["restarts"] == {"disruptions": 0, "failures": 0}
+
+
 def test_a_pod_stopped_by_the_cleanup_is_not_failed() -> None:
     """The evaluator still runs when the chief succeeds; after the grace the operator stops
     it (SIGTERM, exit 143): not a failure of the evaluator."""

@@ -43,6 +43,9 @@ def count_outcomes(s: PlanState) -> None:
         elif pod.deleting:
             account(s, task, rp.classify_lost(pod))
             rec["counted"] = True
+        elif pod.ended:  # its trainer exited non-zero; the kubelet marks it Failed soon
+            account(s, task, rp.classify_finished(pod))
+            rec["counted"] = True
 
 
 def _record(s: PlanState, task: Task, pod: PodView | None) -> wire.TrackedPod | None:
@@ -126,7 +129,7 @@ def _restarting_in_place(s: PlanState, task: Task) -> list[str]:
         if t.name != task.name
         and t.role != ReplicaRole.EVALUATOR.value
         and (pod := s.owned.get(t.name)) is not None
-        and not pod.finished
+        and not pod.ended
         and not pod.deleting
     ]
 
@@ -142,7 +145,7 @@ def _group_broken(s: PlanState, task: Task) -> bool:
         rec = s.tracked.get(t.name) or {}
         pod = s.owned.get(t.name)
         back = pod is not None and pod.uid != rec.get("uid")
-        gone = pod is None or pod.finished or pod.deleting
+        gone = pod is None or pod.ended or pod.deleting
         if rec.get("counted") and not rec.get("succeeded") and not back and gone:
             return True
     return False

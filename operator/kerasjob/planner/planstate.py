@@ -130,6 +130,7 @@ class PlanState:
         self.requeues.append(max(0.0, seconds))
 
     def delete(self, pod: PodView, *, force: bool = False) -> None:
-        """Delete ``pod`` unless it is already going."""
-        if not pod.deleting:
+        """Delete ``pod`` unless it is already going; ``force`` (grace period 0): also one
+        that is going with its grace period."""
+        if force or not pod.deleting:
             self.actions.append(DeletePod(pod.name, pod.uid, force=force))

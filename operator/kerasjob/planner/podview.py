@@ -85,6 +85,14 @@ class PodView:
         return self.phase in ("Succeeded", "Failed")
 
     @property
+    def ended(self) -> bool:
+        """Finished, or its trainer exited non-zero: our Pods' restartPolicy is Never, so
+        nothing runs the trainer again, yet the kubelet marks the Pod Failed only once it
+        has torn the Pod's sandbox down (1.1 s after the exit on the real node, measured
+        2026-11-26): the planner need not wait for that to re-create it."""
+        return self.finished or (self.termination is not None and self.termination.exit_code != 0)
+
+    @property
     def running_ready(self) -> bool:
         return self.phase == "Running" and self.ready and not self.deleting
 

@@ -97,8 +97,7 @@ def regroup_finished(s: PlanState, succeeded: set[str]) -> set[str]:
     restarting = [
         t.name
         for t in training
-        if t.name not in succeeded
-        and ((p := s.owned.get(t.name)) is None or p.finished or p.deleting)
+        if t.name not in succeeded and ((p := s.owned.get(t.name)) is None or p.ended or p.deleting)
     ]
     done = [t.name for t in training if t.name in succeeded]
     if not restarting or not done:
@@ -125,10 +124,12 @@ def missing_pods(s: PlanState, succeeded: set[str]) -> list[Action]:
         pod = s.owned.get(task.name)
         if pod is None:
             creates.append(CreatePod(task, s.size))
-        elif pod.finished:
-            # Counted already; re-created once it is gone. Its process has ended, so
+        elif pod.ended:
+            # Counted already; re-created once it is gone. Its trainer has ended, so
             # nothing is cut short by grace period 0, and the new Pod need not wait for
-            # the kubelet's housekeeping (every 2 s) to confirm the old one's removal.
+            # the kubelet to tear the old one's sandbox down and confirm its removal
+            # (about 1 s on the real node; every 2 s its housekeeping) -- also when the
+            # Pod was being deleted with its grace period (an eviction, a deletion).
             s.delete(pod, force=True)
     return creates
 
@@ -145,7 +146,7 @@ def held_back(s: PlanState, creates: list[Action], succeeded: set[str]) -> list[
         for t in s.job.tasks
         if t.name not in succeeded
         and (p := s.owned.get(t.name)) is not None
-        and (p.finished or p.deleting)
+        and (p.ended or p.deleting)
     ]
     if creates and old:
         s.requeue(REGROUP_RECHECK_SECONDS)
