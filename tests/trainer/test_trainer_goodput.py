@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -152,3 +155,12 @@ def test_startup_line(monkeypatch: pytest.MonkeyPatch) -> None:
     # The real process start comes from /proc: before any mark of this process.
     monkeypatch.undo()
     assert startup.process_started_at() <= min(startup._marks.values())
+
+
+def test_process_start_is_read_to_the_tick() -> None:
+    """A new interpreter's start, from /proc, is within a few ticks of when it was run."""
+    code = "from kerasjob_trainer import startup; print(startup.process_started_at())"
+    before = time.time()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    started = float(out.stdout)
+    assert before - 0.05 <= started <= time.time(), (before, started)

@@ -27,16 +27,21 @@ def mark(milestone: str) -> None:
 
 
 def process_started_at() -> float:
-    """When this process started (Unix seconds), from /proc; the first mark without it."""
+    """When this process started (Unix seconds), from /proc; the first mark without it.
+
+    Its start in clock ticks since boot (/proc/self/stat), set against the seconds since
+    boot now (/proc/uptime, to 10 ms): /proc/stat's ``btime`` has whole seconds only, which
+    put the start up to 1 s early (0.25 s on the real node: a "python" phase of 0.29 s)."""
     try:
         with open("/proc/self/stat", encoding="ascii") as f:
             ticks = int(f.read().rpartition(")")[2].split()[19])  # field 22: starttime
-        with open("/proc/stat", encoding="ascii") as f:
-            boot = next(int(ln.split()[1]) for ln in f if ln.startswith("btime "))
-        started = boot + ticks / os.sysconf("SC_CLK_TCK")
-        # btime has whole seconds: never later than a mark made in this process.
+        with open("/proc/uptime", encoding="ascii") as f:
+            uptime = float(f.read().split()[0])
+        now = time.time()
+        started = now - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
+        # Never later than a mark made in this process (the two clocks' rounding).
         return min(started, min(_marks.values()))
-    except (OSError, ValueError, IndexError, StopIteration):
+    except (OSError, ValueError, IndexError):
         return min(_marks.values())
 
 
