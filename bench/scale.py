@@ -75,9 +75,9 @@ from kerasjob_dev.harness import (
     OperatorProcess,
     core,
     custom,
+    exit_pod,
     install_crds,
     job_manifest,
-    now_rfc3339,
 )
 from kerasjob_dev.procstat import cpu_seconds, peak_rss_mib
 
@@ -138,39 +138,6 @@ def delete_worker(kube: Any, ns: str, job: str) -> None:
             grace_period_seconds=0,
             preconditions=client.V1Preconditions(uid=pod.metadata.uid),
         ),
-    )
-
-
-def exited(kube: Any, ns: str, pod: str, code: int) -> None:
-    """The status a kubelet writes when the Pod's one container exits with ``code``
-    (restartPolicy Never): Succeeded on 0, else Failed."""
-    now = now_rfc3339()
-    terminated = {
-        "exitCode": code,
-        "reason": "Completed" if code == 0 else "Error",
-        "startedAt": now,
-        "finishedAt": now,
-    }
-    core(kube).patch_namespaced_pod_status(
-        pod,
-        ns,
-        {
-            "status": {
-                "phase": "Succeeded" if code == 0 else "Failed",
-                "conditions": [{"type": "Ready", "status": "False", "reason": "PodCompleted"}],
-                "containerStatuses": [
-                    {
-                        "name": "trainer",
-                        "image": "kerasjob/trainer:test",
-                        "imageID": "",
-                        "ready": False,
-                        "restartCount": 0,
-                        "started": False,
-                        "state": {"terminated": terminated},
-                    }
-                ],
-            }
-        },
     )
 
 
@@ -316,7 +283,7 @@ def level(
             delete_worker(kube, ns, name)
             for i in range(WORKERS):
                 if i != 1:
-                    exited(kube, ns, f"{name}-worker-{i}", 42)
+                    exit_pod(kube, ns, f"{name}-worker-{i}", 42)
 
         witness.phase = "disrupt_survivors_exit"
         parallel(disrupt_all, names)
@@ -328,7 +295,7 @@ def level(
 
         # 3. finish: every chief (worker 0) exits 0
         witness.phase = "finish"
-        parallel(lambda name: exited(kube, ns, f"{name}-worker-0", 0), names)
+        parallel(lambda name: exit_pod(kube, ns, f"{name}-worker-0", 0), names)
         phases["finish_to_all_succeeded_s"] = wait(
             "all Succeeded",
             lambda: all(s.get("phase") == "Succeeded" for s in statuses(kube, ns).values()),

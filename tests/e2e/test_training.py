@@ -110,11 +110,19 @@ def run_and_disrupt(
 
 
 def assert_exact_resume(
-    result: dict[str, Any], save_freq: int = 50, total: int = 300, *, pod_lost: bool = True
+    result: dict[str, Any],
+    save_freq: int = 50,
+    total: int = 300,
+    *,
+    pod_lost: bool = True,
+    agreed_stop: bool = False,
 ) -> None:
     """The job ended exactly, after resuming from a backup. ``pod_lost``: a Pod ended, so
     the operator counted a disruption; else every trainer restarted in place, which only
-    the chief's goodput ledger (status.progress.goodput) counts."""
+    the chief's goodput ledger (status.progress.goodput) counts. ``agreed_stop``: the group
+    stopped at a step it agreed on after the SIGTERM (JAX's preemption sync point) and saved
+    there, so the resume is at or after the disruption, however many steps the agreement
+    took (the caller checks that nothing was redone)."""
     assert result["final"], "the chief printed no final line"
     accuracy, steps = result["final"][-1]
     assert int(steps) == total, f"final step count {steps} != {total}"
@@ -123,6 +131,9 @@ def assert_exact_resume(
         f"no worker resumed from the backup\n{result['logs']}\n{result['operator'][-6000:]}"
     )
     for step in result["resumed_at"]:
+        if agreed_stop:
+            assert result["step_at_disruption"] <= step < total, step
+            continue
         # From a BackupAndRestore backup (a multiple of saveFreq) or from the state saved at
         # SIGTERM; never from scratch and never past the disruption.
         assert 0 < step <= result["step_at_disruption"] + save_freq
@@ -180,7 +191,9 @@ def test_keras3_jax_eviction_resumes_at_the_saved_step(run: Run) -> None:
         run.kj.request("POST", pod_path(run.ns, pod, "eviction"), body=body)
 
     result = run_and_disrupt(run, evict, example="keras3-jax.yaml", epochs=6)
-    assert_exact_resume(result, total=600)
+    # The agreement took 81 steps once in `make test` (2026-11-26: disrupted at step 100,
+    # stopped and saved at 181, nothing redone), past the saveFreq bound of a backup.
+    assert_exact_resume(result, total=600, agreed_stop=True)
     # The evicted generation's Pods (and logs) are gone; the new chief's goodput line says
     # where the old one stopped: saved at SIGTERM, so nothing is redone.
     (disruption,) = re.findall(contract.LOG_DISRUPTION_RE, result["logs"], re.M)
