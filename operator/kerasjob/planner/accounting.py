@@ -117,31 +117,29 @@ def account(s: PlanState, task: Task, outcome: rp.Outcome) -> None:
         s.fail_verdict = verdict
 
 
+def _group_peers(s: PlanState, task: Task) -> list[Task]:
+    """The other tasks of ``task``'s training group (none for the evaluator, which is not
+    in it)."""
+    if task.role == ReplicaRole.EVALUATOR.value:
+        return []
+    return [t for t in s.job.tasks if t.name != task.name and t.role != ReplicaRole.EVALUATOR.value]
+
+
 def _restarting_in_place(s: PlanState, task: Task) -> list[str]:
     """The other training Pods that keep running when ``task``'s trainer restarts: their
     trainers lose the peer and restart inside their own Pods (the container's supervisor),
     so they keep their UID, node, IP and claims and are not counted again."""
-    if task.role == ReplicaRole.EVALUATOR.value:
-        return []  # the evaluator is not in the training group
     return [
         t.name
-        for t in s.job.tasks
-        if t.name != task.name
-        and t.role != ReplicaRole.EVALUATOR.value
-        and (pod := s.owned.get(t.name)) is not None
-        and not pod.ended
-        and not pod.deleting
+        for t in _group_peers(s, task)
+        if (pod := s.owned.get(t.name)) is not None and not pod.ended and not pod.deleting
     ]
 
 
 def _group_broken(s: PlanState, task: Task) -> bool:
     """Another training Pod's loss was counted already and that Pod is not back yet (gone,
     finished or going): ``task``'s restart is part of the same round."""
-    if task.role == ReplicaRole.EVALUATOR.value:
-        return False
-    for t in s.job.tasks:
-        if t.name == task.name or t.role == ReplicaRole.EVALUATOR.value:
-            continue
+    for t in _group_peers(s, task):
         rec = s.tracked.get(t.name) or {}
         pod = s.owned.get(t.name)
         back = pod is not None and pod.uid != rec.get("uid")
