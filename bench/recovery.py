@@ -246,8 +246,8 @@ def main() -> int:
             victim_startup = STARTUP.search(incarnation(log(kube, victim))[1])
             if victim_startup:
                 phases["victim_started"] = round(float(victim_startup.group(1)) - signalled_at, 2)
-                cluster_s = victim_startup.group(4)
-                phases["victim_cluster"] = float(cluster_s) if cluster_s != "-" else float("nan")
+                for phase, value in zip(PHASES, victim_startup.groups()[1:6], strict=True):
+                    phases[f"victim_{phase}"] = float(value) if value != "-" else float("nan")
             results.append(
                 {
                     "disruption": i,

@@ -40,6 +40,24 @@ def test_mnist_sample_split_is_fixed_and_disjoint() -> None:
     assert np.array_equal(again[3], y_test)
 
 
+def test_mnist_sample_cache_holds_the_csv_and_a_bad_one_is_not_used(tmp_path) -> None:
+    """The image's cache (`python -m kerasjob_trainer.data`) is the CSV's table exactly; a
+    cache that is not that table (truncated, another shape) falls back to the CSV."""
+    from kerasjob_trainer import data
+
+    parsed = data._parse_mnist_csv()
+    cache = str(tmp_path / "mnist-sample.npy")
+    assert data.write_mnist_sample_cache(cache) == cache
+    assert not (tmp_path / "mnist-sample.npy.partial").exists()
+    loaded = data.mnist_sample_table(cache)
+    assert loaded.dtype == np.uint8 and np.array_equal(loaded, parsed)
+    np.save(cache, parsed[:10])  # another shape
+    assert np.array_equal(data.mnist_sample_table(cache), parsed)
+    (tmp_path / "mnist-sample.npy").write_bytes(b"not numpy")
+    assert np.array_equal(data.mnist_sample_table(cache), parsed)
+    assert np.array_equal(data.mnist_sample_table(str(tmp_path / "absent.npy")), parsed)
+
+
 def test_stream_pipeline_seeded_shuffle_gives_every_worker_the_same_order() -> None:
     import tensorflow as tf
 

@@ -154,6 +154,8 @@ def test_sigterm_saves_current_step_and_resume_redoes_nothing(tmp_path: Path) ->
             found = [int(m.group(1)) for ln in t.lines() if (m := PREEMPTED_LINE.match(ln))]
             assert len(found) == 1, t.tail()
             saved.append(found[0])
+            # Both left through the group's barrier, once both had saved (not a fixed pause).
+            assert not any("without the group's barrier" in ln for ln in t.lines()), t.tail()
         assert saved[0] == saved[1] == max(chief.steps()) == max(worker.steps()), saved
         assert not list((g.ckpt / "backup").glob("workertemp*"))
 

@@ -151,6 +151,26 @@ def backup_and_restore(
     )
 
 
+def leave_together(step: int, timeout_seconds: float) -> str | None:
+    """Wait until every worker of the group has saved at the agreed `step` and called this
+    too: the coordination service's barrier. A worker that left at once could cut a peer
+    short while that peer still pulls its share of the save's last collectives (the metric
+    variables are reduced as they are saved), and the peer would exit 43, unsaved.
+
+    None once all are there (milliseconds after the slowest save); otherwise why not (a
+    peer gone, the timeout, TensorFlow without the barrier), and the caller waits a moment.
+    """
+    try:
+        from tensorflow.python.eager import context
+
+        context.context().wait_at_barrier(
+            f"kerasjob-preempted-{step}", max(int(timeout_seconds * 1000), 1)
+        )
+    except Exception as e:  # every failure means: leave the old way
+        return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    return None
+
+
 def preemption_in_progress(model: Any) -> bool:
     """Whether some worker got SIGTERM and the group is (about to be) saving and exiting 42.
 

@@ -49,6 +49,8 @@ from kerasjob_trainer.progress import progress_callback
 
 #: A successful run that is still tearing TensorFlow down after this long exits anyway.
 SUCCESS_TEARDOWN_SECONDS = 20.0
+#: Without the group's barrier: how long a preempted worker waits after its save before it
+#: exits, so peers still pulling its last collective chunks do not see a lost peer (43).
 PREEMPTED_EXIT_DELAY_SECONDS = 0.3
 
 
@@ -208,10 +210,14 @@ class Session:
         self.metric_state = MetricState(model)
 
         def on_preempted_saved() -> None:
-            # Peers may still be pulling this worker's last collective chunks; a brief pause
-            # keeps them from seeing a lost peer (43).
-            time.sleep(PREEMPTED_EXIT_DELAY_SECONDS)
             step = int(model.optimizer.iterations.numpy())
+            if self.num_workers > 1:
+                # Every worker leaves once all have saved (`preemption.leave_together`);
+                # without the barrier, a brief pause instead.
+                why = preemption.leave_together(step, self.config.collective_timeout_seconds)
+                if why is not None:
+                    say(f"preempted: leaving without the group's barrier ({why})")
+                    time.sleep(PREEMPTED_EXIT_DELAY_SECONDS)
             hard_exit(
                 ExitCode.PREEMPTED_SAVED,
                 f"preempted: state saved at step {step}; exiting {int(ExitCode.PREEMPTED_SAVED)}",
