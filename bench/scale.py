@@ -278,7 +278,8 @@ def level(
             timeout,
         )
 
-        # 2b. again, and the survivors' containers exit 42 (no supervisor): all re-created
+        # 2b. again, and the survivors' containers exit 42 (no supervisor): all re-created,
+        # one disruption (the survivors' exits are the deletion's consequence)
         def disrupt_all(name: str) -> None:
             delete_worker(kube, ns, name)
             for i in range(WORKERS):
@@ -289,7 +290,7 @@ def level(
         parallel(disrupt_all, names)
         phases["disrupt_survivors_exit_to_all_running_s"] = wait(
             "all Running again, every Pod re-created",
-            lambda: all_running(kube, ns, disruptions=1 + WORKERS),
+            lambda: all_running(kube, ns, disruptions=2),
             timeout,
         )
 

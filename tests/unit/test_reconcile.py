@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from builders import NOW, creates, deletes, job, pod, run, settle
 
-from kerasjob.planner import finishing, planning, running
+from kerasjob.planner import accounting, finishing, planning, running
 from kerasjob.planner import reconcile as rc
 from kerasjob.planner.podview import Termination
 
@@ -351,9 +351,10 @@ def test_the_same_disruption_without_progress_backs_off() -> None:
 
 def test_a_group_lost_over_several_looks_is_one_round_of_the_loop() -> None:
     """Worker 1 of 8 deleted, and the 7 others' trainers (no supervisor in their image)
-    exit 42 one look after another: 8 disruptions, but one restart of the group, so no
-    back-off (it counted 8 restarts in a row and held the group back 160 s); the next
-    loss, once the group is back, is the next round."""
+    exit 42 one look after another: their exits are the deletion's consequence, one
+    disruption and one restart of the group, so no back-off (before, it counted 8
+    disruptions, 8 restarts in a row, and held the group back 160 s); the next loss, once
+    the group is back, is the next round."""
     j = job(workers=8)
     pods = [pod(i) for i in range(8)]
     s = settle(j, pods, settle(j, pods))
@@ -363,18 +364,84 @@ def test_a_group_lost_over_several_looks_is_one_round_of_the_loop() -> None:
     assert s["lastRestart"]["repeated"] == 1
     for i in (0, 2, 3, 4, 5, 6, 7):
         alive[i] = pod(i, phase="Failed", ready=False, termination=Termination(42, "Error"))
-        s = run(j, s, list(alive.values()), NOW + timedelta(seconds=i)).status
+        p = run(j, s, list(alive.values()), NOW + timedelta(seconds=i))
+        s = p.status
         assert s["lastRestart"]["repeated"] == 1, (i, s["lastRestart"])
-    assert s["restarts"] == {"disruptions": 8, "failures": 0}
+        assert s["lastRestart"]["pod"] == "j-worker-1"
+        assert any("not counted again" in e.message for e in p.events), p.events
+    assert s["restarts"] == {"disruptions": 1, "failures": 0}
+    assert all(rec["counted"] for rec in s["trackedPods"].values())
     p = run(j, s, [], NOW + timedelta(seconds=8))  # the finished Pods are gone
     assert creates(p) == [f"j-worker-{i}" for i in range(8)]  # no hold
+    assert p.status["restarts"] == {"disruptions": 1, "failures": 0}
     back = [pod(i, uid=f"n{i}", phase="Pending", ready=False) for i in range(8)]
     s = run(j, p.status, back, NOW + timedelta(seconds=9)).status
     # The next round (the group is back, never ready, no progress, the same reason as the
-    # round's last): counted as the 2nd in a row.
-    back[3] = pod(3, uid="n3", phase="Failed", ready=False, termination=Termination(42, "Error"))
+    # round's): counted as the 2nd in a row.
+    del back[3]
     p = run(j, s, back, NOW + timedelta(seconds=10))
     assert p.status["lastRestart"]["repeated"] == 2
+    assert p.status["restarts"] == {"disruptions": 2, "failures": 0}
+
+
+def _two_workers_running() -> tuple[dict, dict]:
+    j = job(workers=2)
+    return j, settle(j, [pod(0), pod(1)], settle(j, [pod(0), pod(1)]))
+
+
+def test_a_survivor_seen_leaving_before_the_lost_worker_stands_in_for_it() -> None:
+    """Worker 1's container is SIGKILLed; worker 0's trainer (no supervisor) exits 43, and
+    the kubelet happens to report worker 0 first: its exit is counted, standing in for the
+    loss not seen yet, which takes the count over when it is seen (one disruption, the
+    lost Pod's reason), even after worker 0 was re-created meanwhile."""
+    j, s = _two_workers_running()
+    left = pod(0, phase="Failed", ready=False, termination=Termination(43, "Error"))
+    p = run(j, s, [left, pod(1)])
+    assert p.status["restarts"] == {"disruptions": 1, "failures": 0}
+    assert p.status["lastRestart"]["pod"] == "j-worker-0"
+    assert p.status["lastRestart"]["standIn"] is True
+    p = run(j, p.status, [pod(0, uid="u0b", phase="Pending", ready=False), pod(1)])
+    killed = pod(1, ready=False, termination=Termination(137, "Error"))
+    p = run(j, p.status, [pod(0, uid="u0b", phase="Pending", ready=False), killed])
+    assert p.status["restarts"] == {"disruptions": 1, "failures": 0}
+    last = p.status["lastRestart"]
+    assert last["pod"] == "j-worker-1" and last["exitCode"] == 137 and "standIn" not in last
+    assert any("counted when Pod j-worker-0's trainer left" in e.message for e in p.events)
+    # Once only: another loss of the round adds one.
+    p = run(j, p.status, [pod(0, uid="u0b", deletion_timestamp=NOW), killed])
+    assert p.status["restarts"] == {"disruptions": 2, "failures": 0}
+
+
+def test_one_sigterm_that_stops_the_whole_group_is_one_disruption() -> None:
+    """SIGTERM to one worker's container (no Pod deleted): the group saves and every
+    trainer exits 42, seen over two looks: one disruption."""
+    j, s = _two_workers_running()
+    saved = [
+        pod(i, phase="Failed", ready=False, termination=Termination(42, "Error")) for i in (0, 1)
+    ]
+    p = run(j, s, [saved[0], pod(1)])
+    assert p.status["restarts"] == {"disruptions": 1, "failures": 0}
+    p = run(j, p.status, saved, NOW + timedelta(seconds=1))
+    assert p.status["restarts"] == {"disruptions": 1, "failures": 0}
+    assert p.status["lastRestart"]["pod"] == "j-worker-0"
+
+
+def test_a_group_exit_long_after_the_last_restart_is_a_restart_of_its_own() -> None:
+    """The round is open ROUND_SECONDS at most: a 43 later (a trainer whose in-place restarts
+    were used up while its group never formed) is counted, so a loop still backs off."""
+    j, s = _two_workers_running()
+    s = run(j, s, [pod(0)]).status  # worker 1 deleted: counted
+    late = NOW + timedelta(seconds=accounting.ROUND_SECONDS + 1)
+    left = pod(0, phase="Failed", ready=False, termination=Termination(43, "Error"))
+    p = run(j, s, [left, pod(1, uid="u1b", phase="Pending", ready=False)], late)
+    assert p.status["restarts"] == {"disruptions": 2, "failures": 0}
+    assert p.status["lastRestart"]["pod"] == "j-worker-0"
+    # The same exit made within the round, seen only that late (a busy operator): the
+    # kubelet's finishedAt counts, not when the operator looked.
+    early = Termination(43, "Error", finished_at=NOW + timedelta(seconds=2))
+    left = pod(0, phase="Failed", ready=False, termination=early)
+    p = run(j, s, [left, pod(1, uid="u1b", phase="Pending", ready=False)], late)
+    assert p.status["restarts"] == {"disruptions": 1, "failures": 0}
 
 
 def test_progress_between_disruptions_resets_the_loop() -> None:
@@ -507,7 +574,8 @@ def test_replacements_wait_until_no_old_incarnation_is_left() -> None:
     evicted = pod(1, deletion_timestamp=NOW)
     exited = pod(0, phase="Failed", ready=False, termination=Termination(42, "Error"))
     p = run(j, s, [exited, evicted])
-    assert p.status["restarts"] == {"disruptions": 2, "failures": 0}
+    # Worker 0's exit 42 is the eviction's consequence: one disruption.
+    assert p.status["restarts"] == {"disruptions": 1, "failures": 0}
     assert deletes(p) == ["j-worker-0"] and not creates(p)
     # Worker 0's old Pod is gone, worker 1's still terminating: still nothing (looked at
     # again soon, though the deletion event normally comes first).
@@ -517,7 +585,7 @@ def test_replacements_wait_until_no_old_incarnation_is_left() -> None:
     # Both gone: both re-created together, each restart counted once.
     p = run(j, p.status, [])
     assert creates(p) == ["j-worker-0", "j-worker-1"]
-    assert p.status["restarts"] == {"disruptions": 2, "failures": 0}
+    assert p.status["restarts"] == {"disruptions": 1, "failures": 0}
 
 
 def test_preemptions_of_a_running_job_are_no_loop() -> None:

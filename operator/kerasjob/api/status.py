@@ -99,6 +99,14 @@ class LastRestart(_StatusModel):
             "counted again. The Pod in `pod` is the one re-created."
         ),
     )
+    stand_in: bool | None = Field(
+        None,
+        description=(
+            "True when `pod`'s trainer left because its group broke (exit 42 or 43) before "
+            "the loss that broke it was seen: that loss, once seen in the same round, takes "
+            "this count over instead of adding one."
+        ),
+    )
 
 
 class Goodput(_StatusModel):

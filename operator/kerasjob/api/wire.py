@@ -54,6 +54,7 @@ class LastRestart(TypedDict, total=False):
     repeated: int
     progressStep: int
     restartedInPlace: list[str]
+    standIn: bool
 
 
 class Goodput(TypedDict, total=False):

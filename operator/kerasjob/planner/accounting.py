@@ -7,6 +7,8 @@ Steps over `planstate.PlanState`, composed by `reconcile.plan`.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from kerasjob.api import Reason, ReplicaRole, wire
 from kerasjob.planner import restart_loop
 from kerasjob.planner import restart_policy as rp
@@ -14,11 +16,14 @@ from kerasjob.planner import status as st
 from kerasjob.planner.planning import Task
 from kerasjob.planner.planstate import PlanState
 from kerasjob.planner.podview import PodView
-from kerasjob_contract.times import format_time
+from kerasjob_contract.times import format_time, parse_time
 
 
 def count_outcomes(s: PlanState) -> None:
-    """Count what happened to every wanted Pod since the last look."""
+    """Count what happened to every wanted Pod since the last look: losses first, then the
+    trainers that left with their group (`_count_group_exits`), so that a loss and its
+    consequences seen in one look are one restart."""
+    group_exits: list[tuple[Task, wire.TrackedPod, rp.Outcome, datetime]] = []
     for task in s.job.tasks:
         pod = s.owned.get(task.name)
         rec = _record(s, task, pod)
@@ -32,20 +37,75 @@ def count_outcomes(s: PlanState) -> None:
         _count_in_place_restarts(s, task, pod, rec)
         if rec.get("counted"):
             continue
-        if pod.finished:
+        if pod.deleting and not pod.finished:
+            account(s, task, rp.classify_lost(pod))
+        elif pod.finished or pod.ended:  # ended: trainer exited non-zero, Failed soon
             outcome = rp.classify_finished(pod)
             if isinstance(outcome, rp.Success):
                 rec["succeeded"] = True
                 s.event("Normal", Reason.TASK_SUCCEEDED.value, f"Pod {task.name} completed")
+            elif rp.is_group_exit(outcome) and not pod.deleting and _group_peers(s, task):
+                ended_at = pod.termination.finished_at if pod.termination else None
+                group_exits.append((task, rec, outcome, ended_at or s.now))
+                continue
             else:
                 account(s, task, outcome)
-            rec["counted"] = True
-        elif pod.deleting:
-            account(s, task, rp.classify_lost(pod))
-            rec["counted"] = True
-        elif pod.ended:  # its trainer exited non-zero; the kubelet marks it Failed soon
-            account(s, task, rp.classify_finished(pod))
-            rec["counted"] = True
+        else:
+            continue
+        rec["counted"] = True
+    _count_group_exits(s, group_exits)
+
+
+def _count_group_exits(
+    s: PlanState, exits: list[tuple[Task, wire.TrackedPod, rp.Outcome, datetime]]
+) -> None:
+    """Trainers that left because their group broke (exit 42/43 of a Pod nobody deleted:
+    a trainer without the container's supervisor, or with in-place restarts off or used
+    up). While the round of a counted loss is open (`_round_open`) such an exit is that
+    loss's consequence and is not counted again (one deleted worker of 8 is one
+    disruption, not 8). Otherwise it is the round's first trace and counted, standing in
+    (``lastRestart.standIn``) for the loss not seen yet, which then takes the count over."""
+    for task, rec, outcome, ended_at in exits:
+        rec["counted"] = True
+        last = s.status.get("lastRestart") or {}
+        if _round_open(s, ended_at):
+            code = getattr(outcome, "exit_code", None)
+            s.event(
+                "Normal",
+                Reason.POD_DISRUPTED.value,
+                f"Pod {task.name}: {getattr(outcome, 'reason', '')} (exit code {code}), "
+                f"its group's restart after Pod {last.get('pod')}'s "
+                f"{last.get('reason')}; restarting it (not counted again)",
+            )
+            continue
+        account(s, task, outcome)
+        if s.status.get("lastRestart", {}).get("pod") == task.name:
+            s.status["lastRestart"]["standIn"] = True
+
+
+#: How long after a counted loss the group's exits (42/43) are that loss's round: the
+#: survivors leave within a collective or two (about 0.1-2 s measured; a peer that hangs
+#: instead of leaving is caught by the collective timeout, 60 s by default).
+ROUND_SECONDS = 60.0
+
+
+def _round_open(s: PlanState, at: datetime | None = None) -> bool:
+    """A restart was counted in this look, or the last one (`s.old`) was counted less than
+    ROUND_SECONDS before `at` (when the exit happened, as its kubelet recorded it; default:
+    now) and the job has not been running since: the group is still broken by it.
+    (Job-level, from the status: it holds across Pod re-creations and operator restarts,
+    and an operator that sees the exit late does not count it.)"""
+    before = s.old.get("restarts") or {}
+    if s.disruptions + s.failures > int(before.get("disruptions", 0)) + int(
+        before.get("failures", 0)
+    ):
+        return True
+    when = parse_time((s.old.get("lastRestart") or {}).get("time"))
+    return (
+        s.prev_phase != st.RUNNING
+        and when is not None
+        and ((at or s.now) - when).total_seconds() <= ROUND_SECONDS
+    )
 
 
 def _record(s: PlanState, task: Task, pod: PodView | None) -> wire.TrackedPod | None:
@@ -87,9 +147,10 @@ def account(s: PlanState, task: Task, outcome: rp.Outcome) -> None:
     )
     if not (verdict.count_failure or verdict.count_disruption):
         return
+    takes_over = _takes_over_stand_in(s, verdict)
     if verdict.count_failure:
         s.failures += 1
-    else:
+    elif not takes_over:
         s.disruptions += 1
     reason = getattr(outcome, "reason", "")
     code = getattr(outcome, "exit_code", None)
@@ -100,11 +161,17 @@ def account(s: PlanState, task: Task, outcome: rp.Outcome) -> None:
     exit_text = f" (exit code {code})" if code is not None else ""
     others = f"; {', '.join(in_place)} restart in place" if in_place else ""
     if verdict.count_disruption:
+        counted = (
+            f"disruption {s.disruptions}, counted when Pod {takes_over}'s trainer left "
+            "with the group"
+            if takes_over
+            else f"disruption {s.disruptions}"
+        )
         s.event(
             "Normal",
             Reason.POD_DISRUPTED.value,
-            f"Pod {task.name}: {reason}{exit_text}; restarting it (disruption "
-            f"{s.disruptions}, not counted against backoffLimit){others}",
+            f"Pod {task.name}: {reason}{exit_text}; restarting it ({counted}, not counted "
+            f"against backoffLimit){others}",
         )
     elif not verdict.fail:
         s.event(
@@ -115,6 +182,15 @@ def account(s: PlanState, task: Task, outcome: rp.Outcome) -> None:
         )
     if verdict.fail and s.fail_verdict is None:
         s.fail_verdict = verdict
+
+
+def _takes_over_stand_in(s: PlanState, verdict: rp.Verdict) -> str | None:
+    """The Pod whose group exit stands in for this disruption (counted before it was seen,
+    in the round still open): this disruption takes its count over. Once only."""
+    last = s.status.get("lastRestart") or {}  # replaced by the first restart counted now
+    if not (verdict.count_disruption and last.get("standIn") and _round_open(s)):
+        return None
+    return str(last.get("pod", ""))
 
 
 def _group_peers(s: PlanState, task: Task) -> list[Task]:

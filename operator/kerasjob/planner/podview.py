@@ -34,6 +34,8 @@ class Termination:
     signal: int | None = None
     message: str = ""
     """What the process left in its termination message (the chief: its last progress)."""
+    finished_at: datetime | None = None
+    """When it ended, as the kubelet recorded it (whole seconds)."""
 
 
 @dataclass(frozen=True)
@@ -119,6 +121,7 @@ def _termination(state: Mapping[str, Any] | None) -> Termination | None:
         reason=str(terminated.get("reason") or ""),
         signal=int(signal) if signal is not None else None,
         message=str(terminated.get("message") or "")[:TERMINATION_MESSAGE_BYTES],
+        finished_at=parse_time(terminated.get("finishedAt")),
     )
 
 

@@ -89,6 +89,19 @@ def classify_exit(term: Termination) -> Outcome:
     return Failure(term.reason or "Error", code)
 
 
+#: The trainer's own disruption exits: it left because its group broke (43, a peer was
+#: lost) or the group agreed to stop (42, a peer got SIGTERM). Without a supervisor to restart
+#: it in place, every survivor's Pod ends with one of these after a single loss.
+GROUP_EXIT_REASONS: frozenset[str] = frozenset({"Preempted", "PeerLost", "TrainerDisruption"})
+
+
+def is_group_exit(outcome: Outcome) -> bool:
+    """Whether `outcome` is a trainer leaving with its group (42/43 of a Pod that was not
+    itself deleted, evicted or failed by its node): a consequence of another Pod's loss
+    when one is counted in the same round (`accounting`), else the round's only trace."""
+    return isinstance(outcome, Disruption) and outcome.reason in GROUP_EXIT_REASONS
+
+
 def classify_in_place_restart(pod: PodView) -> Outcome:
     """Why the kubelet restarted the trainer container in place (restartCount went up)."""
     if pod.last_termination is None:
