@@ -54,8 +54,14 @@ STARTUP = re.compile(contract.LOG_STARTUP_RE, re.M)
 PHASES = ("python", "tensorflow", "cluster", "restore", "first_step")
 
 
+#: The lines of a container's log read at each look: more than one incarnation prints before
+#: its first step, and far fewer than the whole log of 50 incarnations, which this bench
+#: otherwise read 10 times a second, a load on the node growing with every disruption.
+TAIL_LINES = 400
+
+
 def log(kube: Kube, pod: str) -> str:
-    return kube.pod_log(NS, pod)
+    return kube.pod_log(NS, pod, tail_lines=TAIL_LINES)
 
 
 def wait(pred: Any, timeout: float, what: str, interval: float = 0.1) -> Any:

@@ -23,9 +23,16 @@ class Kube(Transport):
     def __init__(self, kubeconfig: str | None = None) -> None:
         super().__init__(kubeconfig, None, user_agent="kerasjob-dev")
 
-    def pod_log(self, namespace: str, pod: str, container: str = TRAINER_CONTAINER) -> str:
-        """The container's log now; "" before it has one (`kerasjob.sdk.logs.pod_log_text`)."""
-        return pod_log_text(self, namespace, pod, container)
+    def pod_log(
+        self,
+        namespace: str,
+        pod: str,
+        container: str = TRAINER_CONTAINER,
+        tail_lines: int | None = None,
+    ) -> str:
+        """The container's log now (its last `tail_lines` lines); "" before it has one
+        (`kerasjob.sdk.logs.pod_log_text`)."""
+        return pod_log_text(self, namespace, pod, container, tail_lines)
 
 
 _PATHS = {

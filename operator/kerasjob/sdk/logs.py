@@ -68,15 +68,23 @@ def read_pod_log(
 
 
 def pod_log_text(
-    transport: Transport, namespace: str, pod: str, container: str = TRAINER_CONTAINER
+    transport: Transport,
+    namespace: str,
+    pod: str,
+    container: str = TRAINER_CONTAINER,
+    tail_lines: int | None = None,
 ) -> str:
-    """The current container's log as `kubectl logs` shows it; "" when there is none yet, or
+    """The current container's log as `kubectl logs` shows it (its last `tail_lines` lines:
+    a poller's reads stay small as a long-lived log grows); "" when there is none yet, or
     the API server or kubelet cannot be reached (for pollers: the demo, tests, benches)."""
+    query = {"container": container}
+    if tail_lines is not None:
+        query["tailLines"] = str(tail_lines)
     try:
         return "".join(
             f"{line}\n"
             for line in transport.lines(
-                pod_path(namespace, pod, "log"), query={"container": container}, read_timeout=10
+                pod_path(namespace, pod, "log"), query=query, read_timeout=10
             )
         )
     except KerasJobError:
