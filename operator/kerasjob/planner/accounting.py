@@ -23,7 +23,7 @@ def count_outcomes(s: PlanState) -> None:
     """Count what happened to every wanted Pod since the last look: losses first, then the
     trainers that left with their group (`_count_group_exits`), so that a loss and its
     consequences seen in one look are one restart."""
-    group_exits: list[tuple[Task, wire.TrackedPod, rp.Outcome, datetime]] = []
+    group_exits: list[tuple[Task, wire.TrackedPod, rp.Disruption, datetime]] = []
     for task in s.job.tasks:
         pod = s.owned.get(task.name)
         rec = _record(s, task, pod)
@@ -57,7 +57,7 @@ def count_outcomes(s: PlanState) -> None:
 
 
 def _count_group_exits(
-    s: PlanState, exits: list[tuple[Task, wire.TrackedPod, rp.Outcome, datetime]]
+    s: PlanState, exits: list[tuple[Task, wire.TrackedPod, rp.Disruption, datetime]]
 ) -> None:
     """Trainers that left because their group broke (exit 42/43 of a Pod nobody deleted:
     a trainer without the container's supervisor, or with in-place restarts off or used
@@ -69,18 +69,16 @@ def _count_group_exits(
         rec["counted"] = True
         last = s.status.get("lastRestart") or {}
         if _round_open(s, ended_at):
-            code = getattr(outcome, "exit_code", None)
             s.event(
                 "Normal",
                 Reason.POD_DISRUPTED.value,
-                f"Pod {task.name}: {getattr(outcome, 'reason', '')} (exit code {code}), "
+                f"Pod {task.name}: {outcome.reason} (exit code {outcome.exit_code}), "
                 f"its group's restart after Pod {last.get('pod')}'s "
                 f"{last.get('reason')}; restarting it (not counted again)",
             )
             continue
-        account(s, task, outcome)
-        if s.status.get("lastRestart", {}).get("pod") == task.name:
-            s.status["lastRestart"]["standIn"] = True
+        account(s, task, outcome)  # a disruption: always counted, lastRestart its own
+        s.status["lastRestart"]["standIn"] = True
 
 
 #: How long after a counted loss the group's exits (42/43) are that loss's round: the

@@ -21,6 +21,7 @@ here and only here (as TFJob keeps them in ``train_util.go``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from kerasjob.api import Reason
 from kerasjob.planner.podview import PodView, Termination
@@ -43,6 +44,10 @@ DISRUPTION_POD_REASONS: frozenset[str] = frozenset(
         "UnexpectedAdmissionError",
     }
 )
+
+
+#: The reasons of the trainer's own disruption exits (`classify_exit`).
+PREEMPTED, PEER_LOST, TRAINER_DISRUPTION = "Preempted", "PeerLost", "TrainerDisruption"
 
 
 @dataclass(frozen=True)
@@ -79,11 +84,11 @@ def classify_exit(term: Termination) -> Outcome:
     if code in PERMANENT_EXIT_CODES:
         return Permanent(Reason.INVALID_CONFIG.value, code)
     if code == ExitCode.PREEMPTED_SAVED:
-        return Disruption("Preempted", code)
+        return Disruption(PREEMPTED, code)
     if code == ExitCode.PEER_LOST:
-        return Disruption("PeerLost", code)
+        return Disruption(PEER_LOST, code)
     if code in DISRUPTION_EXIT_CODES:  # pragma: no cover - future contract codes
-        return Disruption("TrainerDisruption", code)
+        return Disruption(TRAINER_DISRUPTION, code)
     if code in SIGNAL_EXIT_CODES and term.reason != "OOMKilled":
         return Disruption("Killed" if code == 137 else "Terminated", code)
     return Failure(term.reason or "Error", code)
@@ -92,10 +97,10 @@ def classify_exit(term: Termination) -> Outcome:
 #: The trainer's own disruption exits: it left because its group broke (43, a peer was
 #: lost) or the group agreed to stop (42, a peer got SIGTERM). Without a supervisor to restart
 #: it in place, every survivor's Pod ends with one of these after a single loss.
-GROUP_EXIT_REASONS: frozenset[str] = frozenset({"Preempted", "PeerLost", "TrainerDisruption"})
+GROUP_EXIT_REASONS: frozenset[str] = frozenset({PREEMPTED, PEER_LOST, TRAINER_DISRUPTION})
 
 
-def is_group_exit(outcome: Outcome) -> bool:
+def is_group_exit(outcome: Outcome) -> TypeGuard[Disruption]:
     """Whether `outcome` is a trainer leaving with its group (42/43 of a Pod that was not
     itself deleted, evicted or failed by its node): a consequence of another Pod's loss
     when one is counted in the same round (`accounting`), else the round's only trace."""
