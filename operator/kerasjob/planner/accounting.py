@@ -212,7 +212,9 @@ def _restarting_in_place(s: PlanState, task: Task) -> list[str]:
 
 def _group_broken(s: PlanState, task: Task) -> bool:
     """Another training Pod's loss was counted already and that Pod is not back yet (gone,
-    finished or going): ``task``'s restart is part of the same round."""
+    finished or going): ``task``'s restart is part of the same round (for the loop count).
+    Not `_round_open`, whose window restarts with every counted restart: a Pod evicted
+    again and again before the job runs would stay in one round, and never back off."""
     for t in _group_peers(s, task):
         rec = s.tracked.get(t.name) or {}
         pod = s.owned.get(t.name)
