@@ -31,13 +31,14 @@ import socket
 import time
 from collections.abc import Callable
 
-from kerasjob_trainer.faults import listening
+from kerasjob_trainer.faults import listening, say
 
 __all__ = [
     "leader_address",
     "listening",
     "own_addresses",
     "resolve",
+    "before_the_group_forms",
     "wait_for_leader",
     "wait_for_own_name",
 ]
@@ -114,3 +115,27 @@ def wait_for_own_name(
             return False, round(clock() - start, 2)
         sleep(interval)
     return True, round(clock() - start, 2)
+
+
+def before_the_group_forms(own: str | None, leader: str | None) -> None:
+    """The two waits every runtime makes before it forms its group (TensorFlow's
+    coordination service, JAX's distributed runtime: both gRPC with the same 30 s
+    re-resolution back-off): its own name at its own address (`own`: this task's host:port
+    when it serves one, else None) and, for a task that is not the leader, the leader
+    accepting connections (`leader`: its host:port, else None). Each bounded; a line when
+    one took a second or more, a warning when it gave up."""
+    if own is not None:
+        found, waited = wait_for_own_name(own)
+        if not found or waited >= 1:
+            say(
+                f"{'warning: ' if not found else ''}the cluster DNS "
+                f"{'did not resolve' if not found else 'resolved'} this task's name {own} to "
+                f"its own address {'in' if not found else 'after'} {waited}s"
+            )
+    if leader is not None:
+        up, waited = wait_for_leader(leader)
+        if not up:
+            say(
+                f"warning: the leader {leader} did not accept a connection in {waited}s; "
+                "forming the cluster anyway"
+            )

@@ -349,24 +349,13 @@ def session_for(ctx: Any) -> Session:
     if ctx.config.deterministic:
         make_deterministic()
     if ctx.cluster.multi_worker:
-        # Its own name at its own address first: a stale one costs gRPC's 30 s (`leader.py`).
-        own = ctx.cluster.training_cluster[ctx.cluster.role][ctx.cluster.index]
-        found, waited = leader.wait_for_own_name(own)
-        if not found or waited >= 1:
-            say(
-                f"{'warning: ' if not found else ''}the cluster DNS "
-                f"{'did not resolve' if not found else 'resolved'} this task's name {own} to "
-                f"its own address {'in' if not found else 'after'} {waited}s"
-            )
-    if ctx.cluster.multi_worker and not ctx.cluster.is_chief:
-        # The leader's server first: reaching it too early costs gRPC's 30 s (`leader.py`).
-        address = leader.leader_address(ctx.cluster.training_cluster)
-        up, waited = leader.wait_for_leader(address)
-        if not up:
-            say(
-                f"warning: the leader {address} did not accept a connection in {waited}s; "
-                "forming the cluster anyway"
-            )
+        # Its own name at its own address, then the leader's server (`leader.py`): either
+        # too early costs gRPC's 30 s re-resolution back-off.
+        cluster = ctx.cluster
+        leader.before_the_group_forms(
+            own=cluster.training_cluster[cluster.role][cluster.index],
+            leader=None if cluster.is_chief else leader.leader_address(cluster.training_cluster),
+        )
     try:
         strategy = build_strategy(ctx.cluster)
     except Exception as e:  # e.g. a peer that died while the group was forming
