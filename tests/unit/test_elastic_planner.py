@@ -24,7 +24,8 @@ from kerasjob.api import labels
 from kerasjob.manifests import children, validation
 from kerasjob.planner import planning
 from kerasjob.planner import reconcile as rc
-from kerasjob.planner.podview import Termination
+from kerasjob.planner.elastic import GIVE_WAY_SECONDS, PROBE_SETTLE_SECONDS
+from kerasjob.planner.podview import PodView, Termination
 from kerasjob_contract import trainer_config
 
 
@@ -276,33 +277,168 @@ def test_validation_of_an_elastic_job() -> None:
     )
 
 
-def test_while_another_job_waits_for_a_place_probes_give_theirs_back() -> None:
-    from dataclasses import replace
+#: A worker of the growing job: bound, asking for cpu and a slot on the kwok pool.
+SLOT = "example.com/slot"
+SHAPED: dict[str, Any] = dict(
+    node_name="n1", requests=frozenset({"cpu", SLOT}), node_selector=(("type", "kwok"),)
+)
 
-    from kerasjob.planner.elastic import waiting_jobs
 
-    j = replace(ejob(), others_waiting=True)
+def _waiter(message: str, *, since: float = 30.0, **kw: Any) -> PodView:
+    """A Pod of job other/big that the scheduler could not place ``since`` seconds ago."""
+    base: dict[str, Any] = dict(
+        name="big-worker-0",
+        namespace="other",
+        job_name="big",
+        owner_uid="big-uid",
+        phase="Pending",
+        ready=False,
+        unschedulable_since=NOW - timedelta(seconds=since),
+        waiting="Unschedulable: " + message,
+    )
+    base.update(kw)
+    return pod(0, "big0", **base)
+
+
+def _short(waiters: tuple[PodView, ...], now: Any = NOW) -> planning.Plan:
+    """A job at 2 of 3 workers, running, its probe 0 bound, 1 pending; ``waiters`` wait."""
+    j = replace(ejob(), others_waiting=waiters)
     s = {"elastic": {"workers": 2, "resizes": 1}}
-    p = rc.plan(j, s, [pod(0), pod(1), probe(0, node="n1"), probe(1)], NOW)
+    running = [replace(pod(i), **SHAPED) for i in (0, 1)]
+    return rc.plan(j, s, [*running, probe(0, node="n1"), probe(1)], now)
+
+
+SAME_PLACE = (
+    f"0/4 nodes are available: 4 Insufficient {SLOT}. preemption: 0/4 nodes are "
+    "available: 4 No preemption victims found for incoming pod."
+)
+
+
+def test_a_job_that_needs_the_same_place_holds_growth_back_then_growth_proceeds() -> None:
+    waiter = _waiter(SAME_PLACE, node_selector=(("type", "kwok"),))
+    p = _short((waiter,))
     assert sorted(deletes(p)) == ["j-probe-0", "j-probe-1"] and not probes(p)
     assert p.status["elastic"]["workers"] == 2  # no grow
-    assert p.status["elastic"]["growth"].startswith("Not probing: another job waits")
+    assert p.status["elastic"]["growth"] == (
+        "Not probing: other/big waits for a place that growth would take "
+        f"({SLOT} on nodes type=kwok) since 2026-01-01T11:59:30Z; probing from "
+        "2026-01-01T12:04:30Z at the latest"
+    )
+    # It is looked at again: the settling look (5 s), or the bound, whichever first.
+    assert p.requeue_after == PROBE_SETTLE_SECONDS
+    # The bound passed and the Pod still waits: growth no longer gives way.
+    later = NOW + timedelta(seconds=GIVE_WAY_SECONDS - 30)
+    g = _short((waiter,), later)
+    assert g.status["elastic"]["workers"] == 3 and "growth" not in g.status["elastic"]
+    assert g.status["elastic"]["history"][-1]["reason"] == "CapacityReturned"
+    # Just before the bound it still gives way.
+    assert (
+        "Not probing" in _short((waiter,), later - timedelta(seconds=1)).status["elastic"]["growth"]
+    )
+
+
+def test_an_impossible_job_elsewhere_does_not_hold_growth_back() -> None:
+    for why in (
+        # Its checkpoint claim does not exist.
+        '0/4 nodes are available: persistentvolumeclaim "ckpt" not found. preemption: '
+        "0/4 nodes are available: 4 Preemption is not helpful for scheduling.",
+        # A node selector no node has.
+        "0/4 nodes are available: 4 node(s) didn't match Pod's node affinity/selector. "
+        "preemption: 0/4 nodes are available: 4 Preemption is not helpful for scheduling.",
+        # More of the slot than any node has: no eviction would make it fit.
+        f"0/4 nodes are available: 4 Insufficient {SLOT}. preemption: 0/4 nodes are "
+        "available: 4 Preemption is not helpful for scheduling.",
+        # More devices than the class has, and the growing job asks for none.
+        "0/4 nodes are available: 4 cannot allocate all claims. preemption: 0/4 nodes are "
+        "available: 4 No preemption victims found for incoming pod.",
+    ):
+        p = _short((_waiter(why),))
+        assert (
+            "growth" not in p.status["elastic"]
+            or "Not probing" not in (p.status["elastic"]["growth"])
+        ), why
+        assert p.status["elastic"]["history"][-1]["reason"] == "CapacityReturned", why
+
+
+def test_a_job_in_another_namespace_needing_other_resources_does_not_hold_growth_back() -> None:
+    gpu = (
+        "0/4 nodes are available: 4 Insufficient nvidia.com/gpu. preemption: 0/4 nodes "
+        "are available: 4 No preemption victims found for incoming pod."
+    )
+    assert _short((_waiter(gpu),)).status["elastic"]["history"][-1]["reason"] == (
+        "CapacityReturned"
+    )
+    # Another node pool (a label both select with different values): not the same place.
+    pool = _waiter(SAME_PLACE, node_selector=(("type", "gpu"),))
+    assert _short((pool,)).status["elastic"]["history"][-1]["reason"] == "CapacityReturned"
+    # A lower priority than the growing job's workers: it would not get the place anyway.
+    low = _waiter(SAME_PLACE, priority=-5)
+    assert _short((low,)).status["elastic"]["history"][-1]["reason"] == "CapacityReturned"
+    # The same, at the same priority and any node: it holds growth back.
+    assert "Not probing" in _short((_waiter(SAME_PLACE),)).status["elastic"]["growth"]
+
+
+def test_the_scheduler_verdict_is_read_as_data() -> None:
+    from kerasjob.planner.contention import DEVICES, shortage
+
+    s = shortage(
+        "Unschedulable: 0/5 nodes are available: 2 Insufficient cpu, 1 Insufficient "
+        "memory, 1 Too many pods, 1 node(s) had untolerated taint {a: b}. preemption: "
+        "0/5 nodes are available: 1 Preemption is not helpful for scheduling, 4 No "
+        "preemption victims found for incoming pod."
+    )
+    assert s.resources == {"cpu", "memory", "pods"} and not s.hopeless
+    assert shortage("Unschedulable: 0/1 nodes are available: 1 cannot allocate all claims.") == (
+        replace(s, resources=frozenset({DEVICES}), hopeless=False)
+    )
+    assert shortage("Unschedulable: no nodes available to schedule pods").resources == set()
+
+
+def test_which_jobs_wait_and_a_job_that_waited_a_moment_ago_still_counts() -> None:
+    from kerasjob.planner.elastic import WaitingJobs, waiting_jobs
+
     # Which jobs wait: a Pod (not a probe, not going) that no node fits.
+    a1 = stuck(1, timedelta(0))
     index = {
-        ("ns", "a"): [pod(0), stuck(1, timedelta(0))],
+        ("ns", "a"): [pod(0), a1],
         ("ns", "b"): [pod(0), probe(0)],
         ("ns", "c"): [replace(stuck(0, timedelta(0)), deletion_timestamp=NOW)],
         ("ns", "d"): [replace(probe(0), unschedulable_since=NOW)],
     }
-    assert waiting_jobs(index) == {("ns", "a")}
-
-
-def test_a_job_that_waited_a_moment_ago_still_counts_as_waiting() -> None:
-    from kerasjob.planner.elastic import PROBE_SETTLE_SECONDS, WaitingJobs
-
+    assert waiting_jobs(index) == {("ns", "a"): (a1,)}
     tracker = WaitingJobs()
-    waiting = {("ns", "a"): [stuck(0, timedelta(0))]}
-    assert tracker.get(waiting, 100.0) == {("ns", "a")}
+    waiting = {("ns", "a"): [a1]}
+    assert tracker.others(waiting, 100.0, ("ns", "x")) == (a1,)
+    assert tracker.others(waiting, 100.0, ("ns", "a")) == ()  # its own Pods are not others'
     # Between the two Pods of its restart, a moment later: still waiting.
-    assert tracker.get({("ns", "a"): []}, 101.0) == {("ns", "a")}
-    assert tracker.get({("ns", "a"): []}, 100.0 + PROBE_SETTLE_SECONDS + 1) == frozenset()
+    assert tracker.get({("ns", "a"): []}, 101.0) == {("ns", "a"): (a1,)}
+    assert tracker.get({("ns", "a"): []}, 100.0 + PROBE_SETTLE_SECONDS + 1) == {}
+
+
+def test_a_pods_view_keeps_where_it_can_go_and_what_it_takes() -> None:
+    from kerasjob.planner.podview import pod_view
+
+    view = pod_view(
+        {
+            "metadata": {
+                "name": "j-worker-0",
+                "labels": {labels.JOB_NAME: "j", labels.REPLICA_TYPE: "worker"},
+            },
+            "spec": {
+                "priority": 100,
+                "nodeSelector": {"type": "kwok", "a": "b"},
+                "resourceClaims": [{"name": "gpu"}],
+                "containers": [
+                    {"resources": {"requests": {"cpu": "1", "memory": "0"}}},
+                    {"resources": {"limits": {SLOT: "1"}}},
+                ],
+            },
+        }
+    )
+    assert view is not None
+    assert (view.priority, view.requests, view.node_selector, view.claims) == (
+        100,
+        {"cpu", SLOT},
+        (("a", "b"), ("type", "kwok")),
+        True,
+    )

@@ -185,7 +185,7 @@ class Controller:
                 self._api_probe = asyncio.create_task(self._probe_api(), name="kerasjob-api-probe")
             return None
         errors = self._errors[key] = self._errors.get(key, 0) + 1
-        delay = min(0.25 * 2**errors, 30.0)
+        delay = min(0.25 * 2.0**errors, 30.0)
         api_error = isinstance(error, ApiError)
         log.log(
             logging.WARNING if not api_error or errors > 2 else logging.INFO,
@@ -237,8 +237,8 @@ class Controller:
         job = parsed.view(body)
         loop_now = asyncio.get_running_loop().time()
         if job.elastic is not None:  # only elastic jobs look at the others' Pods
-            waiting = self.waiting.get(self.pods, loop_now)
-            job = dataclasses.replace(job, others_waiting=bool(waiting - {key}))
+            others = self.waiting.others(self.pods, loop_now, key)
+            job = dataclasses.replace(job, others_waiting=others)
         parts: list[JobIntegration] = []
         for integration in self.integrations:
             job, part = integration.view(key, body, parsed.model, job)

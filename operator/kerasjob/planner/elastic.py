@@ -39,6 +39,7 @@ from datetime import timedelta
 from typing import Any
 
 from kerasjob.api import Reason, wire
+from kerasjob.planner import contention
 from kerasjob.planner.planning import CreateProbe, DeletePod, ElasticPolicy, Task
 from kerasjob.planner.planstate import PlanState
 from kerasjob.planner.podview import PodView
@@ -59,42 +60,59 @@ SHRINK_GRACE_SECONDS = 1
 #: worker needs is pre-empted within moments, and must not make its job grow.
 PROBE_SETTLE_SECONDS = 5.0
 WORKER = "worker"
+#: The longest another job's waiting Pod holds an elastic job's growth back. The scheduler
+#: retries a Pod it could not place at the latest after 5 minutes
+#: (podMaxInUnschedulablePodsDuration), so by then the waiting Pod has been tried with the
+#: probes' places taken; a probe has the lowest priority, and that Pod pre-empts it when it
+#: fits there: its claim is kept. A Pod that still waits waits for something growth does
+#: not take.
+GIVE_WAY_SECONDS = 300.0
 
 
-def waiting_jobs(pods: Mapping[Any, Iterable[PodView]]) -> frozenset[Any]:
-    """The keys of jobs with a Pod (not a probe) that no node fits now: while there are
-    any, no elastic job grows and probes give their places back (capacity goes first to
-    jobs waiting for their Pods; the scheduler's own pre-emption of a bound probe by a
-    pending Pod may wait minutes, as a Pod that failed to schedule is retried only on
-    cluster events that can help it)."""
-    return frozenset(
-        key
-        for key, views in pods.items()
-        if any(
-            p.unschedulable_since is not None and p.role != PROBE_ROLE and not p.deleting
+def waiting_jobs(pods: Mapping[Any, Iterable[PodView]]) -> dict[Any, tuple[PodView, ...]]:
+    """Per job, its Pods (not probes, not going) that no node fits now. Whether one holds
+    an elastic job's growth back is `contention.competes`' to say: while one could use the
+    place a probe would take, probes give theirs back (the scheduler's own pre-emption of a
+    bound probe by a pending Pod may wait minutes, as a Pod that failed to schedule is
+    retried only on cluster events that can help it, or after 5 minutes)."""
+    waiting: dict[Any, tuple[PodView, ...]] = {}
+    for key, views in pods.items():
+        stuck = tuple(
+            p
             for p in views
+            if p.unschedulable_since is not None and p.role != PROBE_ROLE and not p.deleting
         )
-    )
+        if stuck:
+            waiting[key] = stuck
+    return waiting
 
 
 class WaitingJobs:
-    """The jobs that had a Pod no node fits within the last PROBE_SETTLE_SECONDS (the
-    controller's, for elastic jobs): a job between the two Pods of a restart is not waiting
-    at that moment, so one look would let a probe take its place. The Pod index is scanned
-    at most every 0.5 s."""
+    """The jobs that had a Pod no node fits within the last PROBE_SETTLE_SECONDS, with the
+    last such Pods seen (the controller's, for elastic jobs): a job between the two Pods of
+    a restart is not waiting at that moment, so one look would let a probe take its place.
+    The Pod index is scanned at most every 0.5 s."""
 
     def __init__(self) -> None:
         self.scanned = float("-inf")
-        self.seen: dict[Any, float] = {}
+        self.seen: dict[Any, tuple[float, tuple[PodView, ...]]] = {}
 
-    def get(self, pods: Mapping[Any, Iterable[PodView]], now: float) -> frozenset[Any]:
+    def get(
+        self, pods: Mapping[Any, Iterable[PodView]], now: float
+    ) -> Mapping[Any, tuple[PodView, ...]]:
         if now - self.scanned > 0.5:
             self.scanned = now
-            for key in waiting_jobs(pods):
-                self.seen[key] = now
+            for key, stuck in waiting_jobs(pods).items():
+                self.seen[key] = (now, stuck)
             horizon = now - PROBE_SETTLE_SECONDS
-            self.seen = {k: t for k, t in self.seen.items() if t >= horizon}
-        return frozenset(self.seen)
+            self.seen = {k: v for k, v in self.seen.items() if v[0] >= horizon}
+        return {k: stuck for k, (_, stuck) in self.seen.items()}
+
+    def others(
+        self, pods: Mapping[Any, Iterable[PodView]], now: float, key: Any
+    ) -> tuple[PodView, ...]:
+        """The waiting Pods of every job but ``key``."""
+        return tuple(p for k, stuck in self.get(pods, now).items() if k != key for p in stuck)
 
 
 def probe_name(job_name: str, index: int) -> str:
@@ -269,8 +287,9 @@ def _grow(s: PlanState, policy: ElasticPolicy, running: bool) -> tuple[bool, str
     job is not running)."""
     assert s.size is not None
     probes = {p.index: p for p in s.owned.values() if p.role == PROBE_ROLE}
-    # Short, running, and no other job waiting for a place: probe (see `waiting_jobs`).
-    wanted = running and not s.job.others_waiting
+    # Short, running, and no other job waiting for the place a probe would take: probe.
+    giving_way = _giving_way(s) if running and s.size < policy.preferred else ""
+    wanted = running and not giving_way
     missing = policy.preferred - s.size if wanted else 0
     if running and s.size < policy.preferred and not wanted:
         s.requeue(PROBE_SETTLE_SECONDS)  # look again: other jobs' Pods wake no one
@@ -281,11 +300,7 @@ def _grow(s: PlanState, policy: ElasticPolicy, running: bool) -> tuple[bool, str
         if (index >= missing or pod.finished) and not pod.deleting:
             s.actions.append(DeletePod(pod.name, pod.uid, force=True))
     if missing <= 0:
-        if running and s.size < policy.preferred:
-            return False, (
-                "Not probing: another job waits for a place, and capacity goes to it first"
-            )
-        return False, ""
+        return False, giving_way
     for index in range(missing):
         if index not in probes:
             s.actions.append(CreateProbe(probe_name(s.job.name, index), index))
@@ -293,6 +308,29 @@ def _grow(s: PlanState, policy: ElasticPolicy, running: bool) -> tuple[bool, str
     if not settled:
         return False, growth
     return _grow_by(s, policy, settled)
+
+
+def _giving_way(s: PlanState) -> str:
+    """Why probing waits ('' when it need not): another job's Pod that could use the place
+    growth would take (`contention.competes`), waiting for less than GIVE_WAY_SECONDS."""
+    worker = next(
+        (p for p in s.owned.values() if p.role == WORKER and not p.deleting and p.node_name),
+        None,
+    )
+    bound = timedelta(seconds=GIVE_WAY_SECONDS)
+    waiters = sorted(s.job.others_waiting, key=lambda p: (p.namespace, p.job_name, p.name))
+    for waiter in waiters:
+        since = waiter.unschedulable_since
+        lacks = contention.competes(waiter, worker)
+        if lacks is None or since is None or s.now >= since + bound:
+            continue
+        s.requeue((since + bound - s.now).total_seconds())
+        return (
+            f"Not probing: {waiter.namespace}/{waiter.job_name} waits for a place that "
+            f"growth would take ({lacks}) since {format_time(since)}; probing from "
+            f"{format_time(since + bound)} at the latest"
+        )
+    return ""
 
 
 def _settled_probes(

@@ -55,8 +55,9 @@ class JobView:
     """For a job of a Kueue LocalQueue: whether its Workload is admitted (`kueue.gate`)."""
     elastic: ElasticPolicy | None = None
     """spec.elastic; ``tasks`` then lists the preferred size's workers (`elastic`)."""
-    others_waiting: bool = False
-    """Another job has a Pod no node fits now (`elastic.waiting_jobs`): do not grow."""
+    others_waiting: tuple[PodView, ...] = ()
+    """Other jobs' Pods no node fits now (`elastic.waiting_jobs`): an elastic job does not
+    grow while one could use the place growth would take (`contention.competes`)."""
     total_steps: int | None = None
     """epochs x stepsPerEpoch of spec.trainer (status.progress.totalSteps), when known."""
     managed_by: str | None = None

@@ -77,6 +77,14 @@ class PodView:
     waiting: str = ""
     """Why it cannot start, "<Reason>: <message>": not schedulable (a missing claim, no node
     fits), or its trainer's image or config cannot be had; else ''."""
+    priority: int = 0
+    """spec.priority (its PriorityClass's value, set at admission)."""
+    requests: frozenset[str] = frozenset()
+    """The resources it asks for (requests or limits of any container, or the Pod's own)."""
+    node_selector: tuple[tuple[str, str], ...] = ()
+    """spec.nodeSelector, sorted."""
+    claims: bool = False
+    """Whether it asks for devices through resource claims (DRA)."""
 
     @property
     def deleting(self) -> bool:
@@ -233,4 +241,28 @@ def pod_view(pod: Mapping[str, Any]) -> PodView | None:
         ),
         unschedulable_since=_unschedulable_since(conditions),
         waiting=_waiting(conditions, trainer)[:1024],
+        **_placement(pod.get("spec") or {}),
     )
+
+
+def _requests(spec: Mapping[str, Any]) -> frozenset[str]:
+    """The resource names any container (or the Pod itself) asks a non-zero amount of."""
+    names: set[str] = set()
+    containers = [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]
+    for resources in [spec.get("resources"), *(c.get("resources") for c in containers)]:
+        for kind in ("requests", "limits"):
+            for name, amount in ((resources or {}).get(kind) or {}).items():
+                if str(amount).strip() not in ("0", "0m", ""):
+                    names.add(str(name))
+    return frozenset(names)
+
+
+def _placement(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """What of a Pod's spec says where it can go and what it takes there."""
+    selector = spec.get("nodeSelector") or {}
+    return {
+        "priority": _int(spec.get("priority")),
+        "requests": _requests(spec),
+        "node_selector": tuple(sorted((str(k), str(v)) for k, v in selector.items())),
+        "claims": bool(spec.get("resourceClaims")),
+    }
