@@ -40,7 +40,9 @@ def add_job_commands(sub: Any, root: argparse.ArgumentParser) -> None:
     common = _common()
 
     def command(name: str, func: Any, help_text: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, parents=[common], help=help_text, description=help_text)
+        p: argparse.ArgumentParser = sub.add_parser(
+            name, parents=[common], help=help_text, description=help_text
+        )
         p.set_defaults(func=func)
         return p
 

@@ -100,7 +100,7 @@ def convert_tfjob(
     return manifest, warnings
 
 
-def _roles(replicas: Mapping[str, dict], warnings: list[str]) -> dict[str, Any]:
+def _roles(replicas: Mapping[str, dict[str, Any]], warnings: list[str]) -> dict[str, Any]:
     """spec.workers, chief, evaluator, their templates and the port, from the replica specs."""
     worker, chief, evaluator = (replicas.get(r) for r in ("worker", "chief", "evaluator"))
     ps = replicas.get("ps")
@@ -154,8 +154,8 @@ def _checkpoint(
     return {"checkpoint": {"volume": {"persistentVolumeClaim": {"claimName": checkpoint_claim}}}}
 
 
-def _replica_specs(specs: Mapping[str, Any], warnings: list[str]) -> dict[str, dict]:
-    out: dict[str, dict] = {}
+def _replica_specs(specs: Mapping[str, Any], warnings: list[str]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
     for key, rs in specs.items():
         role = key.lower()
         if role not in _ROLE_KEYS:
@@ -196,7 +196,7 @@ def _template(tpl: Any, where: str, warnings: list[str]) -> tuple[dict[str, Any]
     return tpl, port
 
 
-def _restart_policy(replicas: Mapping[str, dict], warnings: list[str]) -> dict[str, Any]:
+def _restart_policy(replicas: Mapping[str, dict[str, Any]], warnings: list[str]) -> dict[str, Any]:
     policies = {
         role: policy
         for role, rs in replicas.items()

@@ -39,4 +39,4 @@ async def process_namespace_event(
 
 def install() -> None:
     """Patch the observer (it looks the processor up in its module at each start)."""
-    observation.process_discovered_namespace_event = process_namespace_event  # type: ignore[assignment]
+    observation.process_discovered_namespace_event = process_namespace_event

@@ -64,7 +64,10 @@ def render(template: str, **context: Any) -> dict[str, Any]:
 
 def render_text(template: str, **context: Any) -> dict[str, Any]:
     """templates/<template> rendered to text and parsed, every time (no shape reused)."""
-    return yaml.load(environment().get_template(template).render(**context), Loader=_LOADER)
+    out: dict[str, Any] = yaml.load(
+        environment().get_template(template).render(**context), Loader=_LOADER
+    )
+    return out
 
 
 # --- the parsed shape ----------------------------------------------------------------------

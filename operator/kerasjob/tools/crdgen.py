@@ -169,10 +169,13 @@ def openapi_schema() -> dict[str, Any]:
     }
 
 
-def model_schema(model: type[KerasJob] | type[KerasJobSpec] | type[KerasJobStatus]) -> dict:
+def model_schema(
+    model: type[KerasJob] | type[KerasJobSpec] | type[KerasJobStatus],
+) -> dict[str, Any]:
     """One model's JSON schema, converted to a structural OpenAPI v3.0 schema."""
     raw = model.model_json_schema(by_alias=True, mode="validation")
-    return convert(raw, raw.get("$defs", {}))
+    out: dict[str, Any] = convert(raw, raw.get("$defs", {}))
+    return out
 
 
 def convert(node: Any, defs: dict[str, Any]) -> Any:
