@@ -146,6 +146,12 @@ class FakeCluster:
         self.log.append(f"deleted by name {name} {pod['metadata']['uid']}")
         return True
 
+    def delete_child(self, resource: str, name: str) -> None:
+        """`kubectl delete service|networkpolicy NAME` (a clean-up, a GitOps prune)."""
+        store = {"services": self.services, "networkpolicies": self.network_policies}[resource]
+        del store[name]
+        self.rv += 1
+
     def status(self, job: str = "job") -> dict[str, Any]:
         return self.jobs[job].get("status") or {}
 
@@ -341,3 +347,18 @@ def sync_pods(
             job = body["metadata"]["labels"][labels.JOB_NAME]
             out.setdefault((NS, job), []).append(view)
     index.replace(out)
+
+
+def sync_children(
+    index: FakeIndex, store: Mapping[str, Mapping[str, Any]], on_change: Callable[[Key], None]
+) -> None:
+    """Deliver a Service or NetworkPolicy watch: the index becomes ``store`` (by the job
+    label), and ``on_change`` hears the key of each job whose child came or went."""
+    out: dict[Key, list[Any]] = {}
+    for name, body in store.items():
+        job = body["metadata"]["labels"][labels.JOB_NAME]
+        out.setdefault((NS, job), []).append(name)
+    changed = set(out) ^ set(index)
+    index.replace(out)
+    for key in sorted(changed):
+        on_change(key)

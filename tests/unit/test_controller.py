@@ -26,6 +26,7 @@ from controller_fakes import (
     FakeApi,
     FakeCluster,
     FakeIndex,
+    sync_children,
     sync_jobs,
     sync_pods,
 )
@@ -54,8 +55,16 @@ class Operator:
     def start(self) -> None:
         """(Re)start: fresh caches, and the indices listed anew, as kopf does at start-up."""
         self.jobs, self.pods = FakeIndex(), FakeIndex()
+        self.services, self.policies = FakeIndex(), FakeIndex()
         self.api = FakeApi(self.cluster)
-        self.controller = Controller(CONFIG, self.api, self.jobs, self.pods)  # type: ignore[arg-type]
+        children = {"Service": self.services, "NetworkPolicy": self.policies}
+        self.controller = Controller(
+            CONFIG,
+            self.api,  # type: ignore[arg-type]
+            self.jobs,
+            self.pods,
+            children=children,
+        )
         self.sync()
 
     def sync_jobs(self) -> None:
@@ -69,6 +78,11 @@ class Operator:
     def sync(self) -> None:
         self.sync_jobs()
         self.sync_pods()
+        for kind, index, store in (
+            ("Service", self.services, self.cluster.services),
+            ("NetworkPolicy", self.policies, self.cluster.network_policies),
+        ):
+            sync_children(index, store, lambda key, k=kind: self.controller.child_changed(key, k))
 
     async def reconcile(self) -> float | None:
         return await self.controller.reconcile(KEY)
@@ -568,6 +582,39 @@ def test_the_network_policy_is_created_with_the_service_before_any_pod() -> None
         creates = [c for c in op.api.calls if c.startswith("create ") and c != "create events"]
         assert creates.index("create networkpolicies") < creates.index("create pods")
         assert op.api.loose_creates == []
+
+    run(scenario())
+
+
+def test_a_deleted_service_and_network_policy_are_made_again_with_a_warning() -> None:
+    async def scenario() -> None:
+        cluster = FakeCluster()
+        cluster.add_job(workers=2)
+        op = Operator(cluster, "a")
+        await settle(cluster, [op])
+        assert running(cluster)
+        await op.controller.events.drain()
+        assert not [e for e in cluster.events if e["reason"] == "ChildRecreated"]
+        made = op.api.calls.count("create services"), op.api.calls.count("create pods")
+        cluster.delete_child("networkpolicies", "job")
+        cluster.delete_child("services", "job")
+        await settle(cluster, [op])
+        assert set(cluster.network_policies) == {"job"} and set(cluster.services) == {"job"}
+        # Made once more each; no Pod touched, nothing counted.
+        assert op.api.calls.count("create services") == made[0] + 1
+        assert op.api.calls.count("create pods") == made[1]
+        assert running(cluster) and cluster.restarts() == {"disruptions": 0, "failures": 0}
+        await op.controller.events.drain()
+        recreated = sorted(
+            (e["type"], e["message"]) for e in cluster.events if e["reason"] == "ChildRecreated"
+        )
+        assert recreated == [
+            ("Warning", "NetworkPolicy ns/job was missing; re-created"),
+            ("Warning", "Service ns/job was missing; re-created"),
+        ]
+        # The index catching up later is no news: nothing more is made or said.
+        await settle(cluster, [op])
+        assert op.api.calls.count("create services") == made[0] + 1
 
     run(scenario())
 

@@ -171,6 +171,9 @@ class Reason(str, enum.Enum):
     GANG_REPLACED = "GangReplaced"
     """An elastic job's new size got a new PodGroup; the old one was deleted."""
     REGROUPING = "Regrouping"
+    CHILD_RECREATED = "ChildRecreated"
+    """A child the job owns (its Service, its NetworkPolicy) went missing while the job ran
+    (deleted by hand, a namespace clean-up, a GitOps prune): it was made again."""
     # Kueue: the job's Workload (Events).
     WORKLOAD_CREATED = "WorkloadCreated"
     """The job's Kueue Workload was created in its LocalQueue."""

@@ -37,7 +37,7 @@ from kerasjob.k8s import bounded
 
 
 async def _gang_api_problem(config: OperatorConfig) -> str | None:
-    from kerasjob.integrations.gang_sync import check_api
+    from kerasjob.integrations.gang.sync import check_api
     from kerasjob.k8s.kube import KubeApi
 
     try:
@@ -102,6 +102,8 @@ def _run(args: argparse.Namespace) -> int:
         config = dataclasses.replace(
             config, node_lost_toleration_seconds=seconds if seconds >= 0 else None
         )
+    if config.network_policy:
+        kerasjob.control.handlers.register_network_policies()
     if config.kueue:
         kerasjob.control.handlers.register_kueue()
     if config.gang_scheduling:

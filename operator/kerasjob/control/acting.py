@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from kerasjob.config import OperatorConfig
-from kerasjob.control.observed import SERVICE, Expectations, Observed
+from kerasjob.control.observed import NETWORK_POLICY, SERVICE, Expectations, Observed
 from kerasjob.integrations.integration import PodUpdate, pod_updates
 from kerasjob.k8s.kube import ApiError, KubeApi, gather_limited
 from kerasjob.k8s.paths import (
@@ -37,8 +37,6 @@ from kerasjob.planner.rejection import Rejection
 
 log = logging.getLogger("kerasjob.control.controller")
 
-#: The name under which the job's NetworkPolicy is expected (Pods use their own names).
-NETWORK_POLICY = "\0networkpolicy"
 _SHARED_KINDS = {SERVICE: "Service", NETWORK_POLICY: "NetworkPolicy"}
 
 

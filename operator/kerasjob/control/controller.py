@@ -32,6 +32,7 @@ from kerasjob.control import acting, scraping
 from kerasjob.control.events import EventRecorder, build_event
 from kerasjob.control.jobview import ParsedJob
 from kerasjob.control.observed import (
+    SHARED_CHILDREN,
     Expectations,
     Observed,
     WriteCache,
@@ -85,11 +86,15 @@ class Controller:
         jobs: Mapping[Key, Iterable[Mapping[str, Any]]],
         pods: Mapping[Key, Iterable[PodView]],
         integrations: Sequence[Integration] = (),
+        children: Mapping[str, Mapping[Key, Iterable[Any]]] | None = None,
     ) -> None:
         self.config = config
         self.api = api
         self.jobs = jobs
         self.pods = pods
+        #: The job's other children the operator watches, by kind ("Service",
+        #: "NetworkPolicy"): an index of each, keyed like ``pods`` (`observed.SHARED_CHILDREN`).
+        self.children = dict(children or {})
         #: The scheduler integrations the operator runs with (Kueue, gang scheduling).
         self.integrations = tuple(integrations)
         self.queue = WorkQueue()
@@ -117,6 +122,11 @@ class Controller:
         which kopf runs only once its indices are fully populated: hence `ready`."""
         self.ready.set()
         self.queue.add(key)
+
+    def child_changed(self, key: Key, kind: str) -> None:
+        """A watch event for job ``key``'s Service or NetworkPolicy (`SHARED_CHILDREN`)."""
+        self.expectations.seen(key, SHARED_CHILDREN[kind])
+        self.notify(key)
 
     def pod_changed(self, key: Key, pod_name: str, uid: str | None = None) -> None:
         """A watch event for a child Pod of job ``key`` (incarnation ``uid``)."""
@@ -245,14 +255,29 @@ class Controller:
             if part is not None:
                 parts.append(part)
         pods = list(self.pods.get(key, ()))
+        expected = self.expectations.pending(key, pods, loop_now)
+        missing = self._missing_children(key, expected)
+        if missing:
+            job = dataclasses.replace(job, missing_children=missing)
         return Observed(
             body=body,
             parsed=parsed,
             job=job,
             status=dict(body.get("status") or {}),
             pods=pods,
-            expected=self.expectations.pending(key, pods, loop_now),
+            expected=expected,
             integrations=tuple(parts),
+        )
+
+    def _missing_children(self, key: Key, expected: Mapping[str, float]) -> tuple[str, ...]:
+        """The watched kinds of child the job has none of, nor was just made (read from
+        the indices: no request)."""
+        wanted = [k for k in self.children if k != "NetworkPolicy" or self.config.network_policy]
+        return tuple(
+            kind
+            for kind in wanted
+            if not any(True for _ in self.children[kind].get(key, ()))
+            and SHARED_CHILDREN[kind] not in expected
         )
 
     def _parse(self, body: Mapping[str, Any]) -> ParsedJob:

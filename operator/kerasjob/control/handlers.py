@@ -2,6 +2,9 @@
 
 - ``kerasjob_bodies``: every KerasJob, keyed by (namespace, name).
 - ``kerasjob_pods``: a `PodView` of every child Pod, keyed by its job's (namespace, name).
+- ``kerasjob_services`` and (with the NetworkPolicy on) ``kerasjob_network_policies``: the
+  name of each job's Service and NetworkPolicy, so that a missing one is seen without a
+  request (`Controller.child_changed`, `running.recreate_children`).
 - Any event of a KerasJob or of a child Pod puts the job's key into the controller's queue.
 
 Only event and index handlers are used, so kopf adds no finalizer and no annotation to
@@ -25,9 +28,9 @@ from kerasjob.api import plain
 from kerasjob.config import OperatorConfig
 from kerasjob.control import metrics
 from kerasjob.control.controller import Controller
-from kerasjob.integrations.gang_sync import GangSync
+from kerasjob.integrations.gang.sync import GangSync
 from kerasjob.integrations.integration import Integration
-from kerasjob.integrations.kueue_sync import KueueSync
+from kerasjob.integrations.kueue.sync import KueueSync
 from kerasjob.k8s import bounded, credentials
 from kerasjob.k8s.kube import KubeApi
 from kerasjob.manifests.runtimes import default_images
@@ -39,6 +42,8 @@ _JOB_FIELDS = ("apiVersion", "kind", "metadata", "spec", "status")
 WORKLOADS_INDEX = "kerasjob_workloads"
 POD_GROUPS_INDEX = "kerasjob_pod_groups"
 GANG_WORKLOADS_INDEX = "kerasjob_gang_workloads"
+SERVICES_INDEX = "kerasjob_services"
+POLICIES_INDEX = "kerasjob_network_policies"
 
 
 class NoDiffBase(kopf.DiffBaseStorage):
@@ -70,6 +75,32 @@ async def kerasjob_pods(namespace: str | None, body: kopf.Body, **_: Any) -> Any
     if view is None:
         return None
     return {(namespace, view.job_name): view}
+
+
+@kopf.index("services", labels={lbl.JOB_NAME: kopf.PRESENT}, id=SERVICES_INDEX)
+async def kerasjob_services(namespace: str | None, name: str, labels: Any, **_: Any) -> Any:
+    return {(namespace, labels[lbl.JOB_NAME]): name}
+
+
+@kopf.on.event("services", labels={lbl.JOB_NAME: kopf.PRESENT})
+async def service_event(namespace: str | None, labels: Any, memo: Any, **_: Any) -> None:
+    memo.controller.child_changed((namespace or "", labels[lbl.JOB_NAME]), "Service")
+
+
+def register_network_policies() -> None:
+    """With the per-job NetworkPolicy (the default): index them, and wake the job on each
+    change, so that one deleted is made again (`running.recreate_children`)."""
+    labels = {lbl.JOB_NAME: kopf.PRESENT}
+
+    @kopf.index("networking.k8s.io", "v1", "networkpolicies", labels=labels, id=POLICIES_INDEX)
+    async def kerasjob_network_policies(
+        namespace: str | None, name: str, labels: Any, **_: Any
+    ) -> Any:
+        return {(namespace, labels[lbl.JOB_NAME]): name}
+
+    @kopf.on.event("networking.k8s.io", "v1", "networkpolicies", labels=labels)
+    async def network_policy_event(namespace: str | None, labels: Any, memo: Any, **_: Any) -> None:
+        memo.controller.child_changed((namespace or "", labels[lbl.JOB_NAME]), "NetworkPolicy")
 
 
 @kopf.on.event(API_GROUP, API_VERSION, PLURAL)
@@ -182,7 +213,10 @@ async def startup(settings: kopf.OperatorSettings, memo: Any, **kwargs: Any) -> 
     if config.gang_scheduling:
         pod_groups, workloads = kwargs[POD_GROUPS_INDEX], kwargs[GANG_WORKLOADS_INDEX]
         integrations.append(GangSync(api, pod_groups, workloads))
-    controller = Controller(config, api, bodies, children_pods, integrations)
+    children = {"Service": kwargs[SERVICES_INDEX]}
+    if POLICIES_INDEX in kwargs:  # `register_network_policies`
+        children["NetworkPolicy"] = kwargs[POLICIES_INDEX]
+    controller = Controller(config, api, bodies, children_pods, integrations, children)
     memo.controller = controller
     memo.controller_task = asyncio.create_task(controller.run(), name="kerasjob-controller")
     if config.metrics_port is not None:

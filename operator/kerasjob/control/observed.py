@@ -44,6 +44,11 @@ from kerasjob.planner.status import TERMINAL_PHASES
 EXPECTATION_SECONDS = 30.0
 #: The name under which the job's Service is expected (Pods use their own names).
 SERVICE = "\0service"
+#: The name under which the job's NetworkPolicy is expected.
+NETWORK_POLICY = "\0networkpolicy"
+#: The job's children other than Pods, by kind: the names they are expected under. Both are
+#: named after the job and made by one action (`CreateService`).
+SHARED_CHILDREN = {"Service": SERVICE, "NetworkPolicy": NETWORK_POLICY}
 
 
 def resource_version(body: Mapping[str, Any] | None) -> int:

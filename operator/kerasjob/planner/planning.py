@@ -64,6 +64,10 @@ class JobView:
     """spec.managedBy when it names another controller: the job is not ours to run."""
     gang: GangView | None = None
     """With native gang scheduling: the job's PodGroups and Workloads (`gang.view`)."""
+    missing_children: tuple[str, ...] = ()
+    """Kinds of the job's children other than Pods ("Service", "NetworkPolicy") that the
+    operator watches and that do not exist (nor were just made): `CreateService` makes
+    them again while the job runs."""
 
     @property
     def roles(self) -> list[str]:

@@ -21,6 +21,7 @@ from kerasjob_contract.times import format_time, parse_time
 #: While old Pods of a job are still going, look again this often (their deletion events
 #: normally wake the controller first).
 REGROUP_RECHECK_SECONDS = 2.0
+CREATED = ConditionType.CREATED
 
 
 def active(s: PlanState) -> None:
@@ -40,6 +41,7 @@ def active(s: PlanState) -> None:
         conditions.condition_true(s.conditions, ConditionType.CREATED)
     ):
         s.cond(ConditionType.CREATED, True, Reason.CREATED.value, "The Pods were created")
+    recreate_children(s)
     wanted = [t for t in s.job.tasks if t.name not in succeeded]
     all_ready = readiness(s, wanted)
     if s.job.gang is not None and not succeeded:
@@ -172,6 +174,23 @@ def create(s: PlanState, creates: list[Action]) -> None:
         if shown.get("status") != "False" or shown.get("message") != message:
             s.event("Warning", s.rejection.reason, message)
         s.cond(ConditionType.CREATED, False, s.rejection.reason, message)
+
+
+def recreate_children(s: PlanState) -> None:
+    """The job's Service or NetworkPolicy gone while it runs (deleted by hand, a namespace
+    clean-up, a GitOps prune): made again, with a Warning event naming each. Not before the
+    job's children were first made (condition Created in the stored status)."""
+    missing = s.job.missing_children
+    if not missing or conditions.get_condition(s.old.get("conditions") or [], CREATED) is None:
+        return
+    if not any(isinstance(a, CreateService) for a in s.actions):
+        s.actions.insert(0, CreateService())
+    for kind in missing:
+        s.event(
+            "Warning",
+            Reason.CHILD_RECREATED.value,
+            f"{kind} {s.job.namespace}/{s.job.name} was missing; re-created",
+        )
 
 
 def readiness(s: PlanState, wanted: list[Task]) -> bool:
