@@ -14,7 +14,7 @@ from builders import JOB_UID, NOW, POLICY, UNSCHEDULABLE, creates, job, pod, stu
 
 from kerasjob.api import labels
 from kerasjob.integrations import gang
-from kerasjob.integrations.gang_sync import GangSync, check_api
+from kerasjob.integrations.gang.sync import GangSync, check_api
 from kerasjob.k8s.kube import ApiError
 from kerasjob.planner import planning, scheduling
 from kerasjob.planner import reconcile as rc

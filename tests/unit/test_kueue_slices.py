@@ -21,7 +21,7 @@ from kerasjob.integrations.kueue.decisions import (
     ResizeWorkload,
     decide,
 )
-from kerasjob.integrations.kueue_sync import KueueJob, WorkloadWriter
+from kerasjob.integrations.kueue.sync import KueueJob, WorkloadWriter
 from kerasjob.k8s.kube import ApiError
 from kerasjob.planner import planning, scheduling
 from kerasjob.planner import reconcile as rc
@@ -215,7 +215,7 @@ def test_while_kueue_admits_a_slice_the_job_runs_on_its_predecessor() -> None:
     assert kueue.gate_of("q", done, T).workers == 3
 
 
-# -- the Workload writes (`kueue_sync`), against a recording fake of the API ----------------
+# -- the Workload writes (`kueue.sync`), against a recording fake of the API ----------------
 
 
 class _Api:

@@ -20,7 +20,7 @@ one job to the reconciler, and optional interfaces (``JobWithManagedBy``,
   dispatches).
 
 Each integration decides with pure functions (`kueue.decisions`, `gang`) and does its I/O
-in one place (`kueue_sync`, `gang_sync`).
+in one place (`kueue.sync`, `gang.sync`): one package per integration.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ def priority_class_path(name: str | None = None) -> str:
     return f"{path}/{quote(name)}" if name else path
 
 
-# Kueue's objects (the operator's Kueue integration: `kueue`, `kueue_sync`).
+# Kueue's objects (the operator's Kueue integration: `kueue`, `kueue.sync`).
 KUEUE_API = "/apis/kueue.x-k8s.io/v1beta2"
 
 
@@ -69,7 +69,7 @@ def workload_priority_class_path(name: str) -> str:
     return f"{KUEUE_API}/workloadpriorityclasses/{quote(name)}"
 
 
-# Native gang scheduling (`gang`, `gang_sync`): Kubernetes' own Workload and PodGroup.
+# Native gang scheduling (`gang`, `gang.sync`): Kubernetes' own Workload and PodGroup.
 SCHEDULING_API = "/apis/scheduling.k8s.io/v1alpha2"
 
 

@@ -1,10 +1,11 @@
 """Kueue integration, the pure part: what a KerasJob's Workload is, what its state means for
-the job, and which writes to it are due (`decisions`). The I/O is `kueue_sync`'s.
+the job, and which writes to it are due (`decisions`). The I/O is `kueue.sync`'s.
 
 Modules: `names` (constants, names, reads of a Workload), `workloads` (its body, its
 shape), `admission` (the gate), `flavors` (what an admission adds to the Pods), `statuses`
 (the Workload status writes), `slicing` (an elastic job's slices), `decisions` (which
-writes are due, as actions); this package re-exports their public names.
+writes are due, as actions); this package re-exports their public names. `sync` (the
+I/O: the `Integration`) is imported by name, never from here.
 
 A KerasJob labelled ``kueue.x-k8s.io/queue-name`` is a Kueue workload of an *external
 framework* (Kueue's ``integrations.externalFrameworks: [KerasJob.v1alpha1.kerasjob.dev]``):

@@ -1,6 +1,6 @@
 """What the operator writes to a job's Kueue Workloads, decided purely: `decide` returns the
 `WorkloadAction`s due, in order, each with the Event to post once it went through; the I/O
-(`kueue_sync`) carries them out.
+(`kueue.sync`) carries them out.
 
 Per reconcile, after the job's status is written: create its Workload if there is none,
 give the quota back after an eviction once the job's Pods are gone, keep PodsReady, mark

@@ -1,6 +1,6 @@
 """Native gang scheduling, the pure part: a KerasJob's scheduling Workload and PodGroup
 (``scheduling.k8s.io/v1alpha2``, Kubernetes 1.36, alpha) and what their state means for the
-job. The controller does the I/O (`gang_sync`).
+job. The controller does the I/O (`gang.sync`).
 
 With ``kerasjob run --gang-scheduling`` every job's Pods are one gang: the kube-scheduler's
 GangScheduling plugin binds none of them until all ``minCount`` can be placed at once, so two

@@ -1,5 +1,5 @@
 """Native gang scheduling, the I/O part: `GangSync` is the controller's `Integration` for it,
-`GangJob` its part of one snapshot of a job (the decisions are in `gang`).
+`GangJob` its part of one snapshot of a job (the decisions are in `gang`, this package).
 
 `view` puts the job's indexed PodGroups and Workloads into its `JobView`; `before_pods`
 creates the plan's Workload and PodGroup before its Pods (409: already there;
