@@ -1,4 +1,6 @@
-"""children: the Service and Pods a KerasJob wants, and validate_job."""
+"""`children`: the Service, Pods and NetworkPolicy a KerasJob wants (identity, labels,
+ownership, image precedence, the template merged over the defaults, tolerations).
+Validation: `test_validation`; what differs per backend: `test_runtimes`."""
 
 from __future__ import annotations
 
@@ -6,46 +8,25 @@ import copy
 import json
 from typing import Any
 
-import pydantic
 import pytest
 
 from kerasjob.api import (
-    JAX_NO_CHIEF,
-    JAX_NO_EVALUATOR,
     KerasJob,
     ReplicaRole,
     RestartPolicy,
     labels,
 )
-from kerasjob.manifests import children, validation
-from kerasjob_contract import DEFAULT_METRICS_PORT, JAX_IDENTITY_ENV, Env
+from kerasjob.manifests import children
+from kerasjob_contract import DEFAULT_METRICS_PORT, Env
 from kerasjob_contract import trainer_config as trainer_config_parser
-
-IMAGE = "kerasjob/trainer:test"
-TMP = {"name": "kerasjob-tmp", "emptyDir": {}}
-PVC = {"persistentVolumeClaim": {"claimName": "ckpt"}}
-
-
-def job(spec: dict[str, Any] | None = None, name: str = "mnist", **meta: Any) -> dict[str, Any]:
-    spec = {"workers": 2, "checkpoint": {"volume": PVC}} if spec is None else spec
-    return {
-        "apiVersion": "kerasjob.dev/v1alpha1",
-        "kind": "KerasJob",
-        "metadata": {"name": name, "namespace": "ml", "uid": "uid-1", "generation": 1, **meta},
-        "spec": spec,
-    }
-
-
-def env_of(pod: dict[str, Any], container: str = "trainer") -> dict[str, str]:
-    c = next(c for c in pod["spec"]["containers"] if c["name"] == container)
-    return {e["name"]: e.get("value") for e in c.get("env", [])}
-
-
-def trainer(pod: dict[str, Any]) -> dict[str, Any]:
-    return next(c for c in pod["spec"]["containers"] if c["name"] == "trainer")
-
-
-# --- Service -----------------------------------------------------------------------------
+from kerasjob_dev.testing.manifests import (
+    IMAGE,
+    PVC,
+    TMP,
+    env_of,
+    job,
+    trainer,
+)
 
 
 def test_service_is_headless_and_selects_the_job() -> None:
@@ -70,9 +51,6 @@ def test_label_selectors() -> None:
 def test_service_port_follows_spec() -> None:
     svc = children.build_service(job({"workers": 1, "port": 3000}))
     assert svc["spec"]["ports"][0]["port"] == 3000
-
-
-# --- Pods: identity, labels, ownership ----------------------------------------------------
 
 
 def test_pod_identity_and_dns() -> None:
@@ -279,9 +257,6 @@ def test_checkpoint_mount_path_and_dir_follow_spec() -> None:
     assert env_of(pod)[Env.CHECKPOINT_DIR.value] == "/ckpt/ml/mnist/uid-1"
 
 
-# --- image precedence ---------------------------------------------------------------------
-
-
 def test_image_precedence() -> None:
     assert trainer(children.build_pod(job(), "worker", 0, default_image=IMAGE))["image"] == IMAGE
     j = job()
@@ -289,73 +264,6 @@ def test_image_precedence() -> None:
     assert trainer(children.build_pod(j, "worker", 0, default_image=IMAGE))["image"] == "spec:image"
     j["spec"]["template"] = {"spec": {"containers": [{"name": "trainer", "image": "tpl:image"}]}}
     assert trainer(children.build_pod(j, "worker", 0, default_image=IMAGE))["image"] == "tpl:image"
-
-
-#: The operator's default images per backend, as `runtimes.default_images(config)` gives them.
-IMAGES = {"tensorflow": "kerasjob/trainer:test-cpu", "jax": "kerasjob/trainer:test-jax-cpu"}
-
-
-def test_default_image_follows_the_backend() -> None:
-    """A job that names no image runs its own backend's default: jax has no TensorFlow."""
-    tf_job = job()
-    assert (
-        trainer(children.build_pod(tf_job, "worker", 0, default_image=IMAGES))["image"]
-        == "kerasjob/trainer:test-cpu"
-    )
-    tf_job["spec"]["trainer"] = {"backend": "tensorflow"}
-    assert (
-        trainer(children.build_pod(tf_job, "worker", 0, default_image=IMAGES))["image"]
-        == "kerasjob/trainer:test-cpu"
-    )
-    assert {
-        trainer(p)["image"] for p in children.desired_pods(jax_job(), default_image=IMAGES)
-    } == {"kerasjob/trainer:test-jax-cpu"}
-    probe = children.build_probe_pod(
-        jax_job({"elastic": {"minWorkers": 1}}), 3, default_image=IMAGES
-    )
-    assert trainer(probe)["image"] == "kerasjob/trainer:test-jax-cpu"
-    # One image for every backend (a str) is still taken as it is.
-    assert (
-        trainer(children.build_pod(jax_job(), "worker", 0, default_image=IMAGE))["image"] == IMAGE
-    )
-
-
-def test_spec_image_wins_over_the_backends_default() -> None:
-    j = jax_job({"image": "spec:image"})
-    assert (
-        trainer(children.build_pod(j, "worker", 1, default_image=IMAGES))["image"] == "spec:image"
-    )
-    j = jax_job({"template": {"spec": {"containers": [{"name": "trainer", "image": "tpl"}]}}})
-    assert trainer(children.build_pod(j, "worker", 1, default_image=IMAGES))["image"] == "tpl"
-
-
-def test_default_images_of_the_operator_config(monkeypatch: pytest.MonkeyPatch) -> None:
-    from kerasjob.config import DEFAULT_JAX_TRAINER_IMAGE, DEFAULT_TRAINER_IMAGE, OperatorConfig
-    from kerasjob.manifests.runtimes import default_images
-
-    monkeypatch.delenv("KERASJOB_DEFAULT_IMAGE", raising=False)
-    monkeypatch.delenv("KERASJOB_DEFAULT_JAX_IMAGE", raising=False)
-    assert default_images(OperatorConfig()) == {
-        "tensorflow": DEFAULT_TRAINER_IMAGE,
-        "jax": DEFAULT_JAX_TRAINER_IMAGE,
-    }
-    assert DEFAULT_TRAINER_IMAGE == "kerasjob/trainer:0.1.0-cpu"
-    assert DEFAULT_JAX_TRAINER_IMAGE == "kerasjob/trainer:0.1.0-jax-cpu"
-    monkeypatch.setenv("KERASJOB_DEFAULT_IMAGE", "reg/trainer:dev-cpu")
-    monkeypatch.setenv("KERASJOB_DEFAULT_JAX_IMAGE", "reg/trainer:dev-jax-cpu")
-    images = default_images(OperatorConfig())
-    assert images == {"tensorflow": "reg/trainer:dev-cpu", "jax": "reg/trainer:dev-jax-cpu"}
-    assert (
-        trainer(children.build_pod(jax_job(), "worker", 0, default_image=images))["image"]
-        == "reg/trainer:dev-jax-cpu"
-    )
-    assert (
-        trainer(children.build_pod(job(), "worker", 0, default_image=images))["image"]
-        == "reg/trainer:dev-cpu"
-    )
-
-
-# --- template merge -----------------------------------------------------------------------
 
 
 def test_template_merges_over_defaults() -> None:
@@ -487,9 +395,6 @@ def test_build_does_not_modify_the_job() -> None:
     assert j == before
 
 
-# --- desired_pods -------------------------------------------------------------------------
-
-
 def test_desired_pods_all_roles() -> None:
     spec = {"workers": 3, "chief": {}, "evaluator": {"replicas": 1}, "checkpoint": {"volume": PVC}}
     pods = children.desired_pods(
@@ -516,144 +421,6 @@ def test_zero_replica_roles_have_no_pods() -> None:
     assert [
         p["metadata"]["name"] for p in children.desired_pods(job(spec), default_image=IMAGE)
     ] == ["mnist-worker-0"]
-
-
-# --- validate_job -------------------------------------------------------------------------
-
-
-def test_valid_jobs_have_no_problems() -> None:
-    assert validation.validate_job(job()) == []
-    assert validation.validate_job(job({"workers": 1})) == []
-    spec = {
-        "workers": 4,
-        "chief": {},
-        "evaluator": {},
-        "checkpoint": {"volume": PVC},
-        "template": {"spec": {"containers": [{"image": "x"}, {"name": "s"}]}},
-    }
-    assert validation.validate_job(job(spec)) == []
-
-
-@pytest.mark.parametrize(
-    ("spec", "name", "message"),
-    [
-        ({"workers": 0}, "mnist", "spec.workers: Input should be greater than or equal to 1"),
-        ({"workers": 1, "bogus": 1}, "mnist", "spec.bogus: Extra inputs are not permitted"),
-        ({"workers": 1}, "Mnist", "must be a DNS-1035 label"),
-        ({"workers": 1}, "1mnist", "must be a DNS-1035 label"),
-        ({"workers": 1}, "a" * 55, "is too long: Pod name/hostname"),
-        ({"workers": 1, "port": DEFAULT_METRICS_PORT}, "mnist", "collides with the metrics port"),
-        (
-            {"workers": 1, "trainer": {"dataset": {"source": "path"}}},
-            "mnist",
-            "dataset.path is required",
-        ),
-        ({"workers": 1, "checkpoint": {"mountPath": "rel"}}, "mnist", "must be an absolute path"),
-        (
-            {"workers": 1, "checkpoint": {"volume": {**PVC, "emptyDir": {}}}},
-            "mnist",
-            "exactly one volume source",
-        ),
-        ({"workers": 2}, "mnist", "needs a shared spec.checkpoint.volume"),
-        (
-            {"workers": 2, "checkpoint": {"volume": {"emptyDir": {}}}},
-            "mnist",
-            "needs a shared spec.checkpoint.volume",
-        ),
-        ({"workers": 1, "evaluator": {}}, "mnist", "needs a shared spec.checkpoint.volume"),
-        (
-            {"workers": 1, "template": {"spec": {"restartPolicy": "Always"}}},
-            "mnist",
-            "spec.template.spec.restartPolicy is set by the operator",
-        ),
-        (
-            {"workers": 1, "template": {"spec": {"containers": [{"name": "t"}, {"image": "x"}]}}},
-            "mnist",
-            "spec.template.spec.containers[1] needs a name",
-        ),
-        (
-            {
-                "workers": 1,
-                "template": {
-                    "spec": {
-                        "containers": [
-                            {"name": "trainer", "env": [{"name": "TF_CONFIG", "value": "{}"}]}
-                        ]
-                    }
-                },
-            },
-            "mnist",
-            "sets TF_CONFIG, which the operator sets",
-        ),
-        (
-            {"workers": 1, "template": {"spec": {"volumes": [{"name": "kerasjob-checkpoint"}]}}},
-            "mnist",
-            "may not define 'kerasjob-checkpoint'",
-        ),
-        (
-            {
-                "workers": 1,
-                "template": {
-                    "spec": {
-                        "containers": [
-                            {
-                                "name": "trainer",
-                                "volumeMounts": [
-                                    {"name": "x", "mountPath": "/kerasjob/checkpoint"}
-                                ],
-                            }
-                        ]
-                    }
-                },
-            },
-            "mnist",
-            "mounts something at the checkpoint mountPath",
-        ),
-        ({"workers": 1, "template": {"kind": "Pod"}}, "mnist", "may only have metadata and spec"),
-        (
-            {"workers": 1, "template": {"spec": {"containers": {"name": "x"}}}},
-            "mnist",
-            "spec.template.spec.containers must be a list of objects",
-        ),
-        (
-            {"workers": 1, "chief": {"template": {"spec": {"hostname": "x"}}}},
-            "mnist",
-            "spec.chief.template.spec.hostname is set by the operator",
-        ),
-    ],
-)
-def test_validation_messages(spec: dict[str, Any], name: str, message: str) -> None:
-    problems = validation.validate_job(job(spec, name=name))
-    assert any(message in p for p in problems), problems
-
-
-def test_name_length_limit_counts_the_longest_pod() -> None:
-    # 10 workers: the longest is <name>-worker-9, 9 characters longer than <name>
-    assert (
-        validation.validate_job(job({"workers": 11, "checkpoint": {"volume": PVC}}, name="a" * 54))
-        != []
-    )
-    assert (
-        validation.validate_job(job({"workers": 10, "checkpoint": {"volume": PVC}}, name="a" * 54))
-        == []
-    )
-    assert children.is_dns_label("a" * 63) and not children.is_dns_label("a" * 64)
-
-
-def test_trainer_command_reaches_the_trainer_and_is_validated() -> None:
-    """spec.trainer.command: passed in KERASJOB_TRAINER_CONFIG, parsed by the trainer."""
-    command = ["python", "/opt/kerasjob-user/train.py", "--epochs=2"]
-    env = env_of(
-        children.build_pod(
-            job({"workers": 1, "trainer": {"command": command}}), "worker", 0, default_image=IMAGE
-        )
-    )
-    cfg = trainer_config_parser.parse_config(env[Env.TRAINER_CONFIG.value])
-    assert cfg.command == tuple(command)
-    with pytest.raises(pydantic.ValidationError):
-        KerasJob.from_body(job({"workers": 1, "trainer": {"command": []}}))
-    with pytest.raises(pydantic.ValidationError):
-        KerasJob.from_body(job({"workers": 1, "trainer": {"command": ["python", ""]}}))
 
 
 def test_network_policy_admits_only_the_jobs_pods_to_the_tf_port() -> None:
@@ -714,203 +481,3 @@ def test_node_lost_tolerations() -> None:
     }
     plain = children.build_pod(job(spec), "worker", 0, default_image=IMAGE)
     assert plain["spec"]["tolerations"] == [gpu]
-
-
-# --- spec.trainer.backend ---------------------------------------------------------------------
-
-
-JAX_COORDINATOR = "mnist-worker-0.mnist.ml.svc:2222"
-
-
-def jax_job(spec: dict[str, Any] | None = None) -> dict[str, Any]:
-    return job(
-        {"workers": 3, "checkpoint": {"volume": PVC}, "trainer": {"backend": "jax"}, **(spec or {})}
-    )
-
-
-@pytest.mark.parametrize("index", [0, 1, 2])
-def test_jax_env_of_a_three_worker_job(index: int) -> None:
-    pod = children.build_pod(jax_job(), "worker", index, default_image=IMAGE, restart_attempt=1)
-    assert [(e["name"], e["value"]) for e in trainer(pod)["env"]] == [
-        ("KERAS_BACKEND", "jax"),
-        ("KERAS_DISTRIBUTION_JOB_ADDRESSES", JAX_COORDINATOR),
-        ("KERAS_DISTRIBUTION_NUM_PROCESSES", "3"),
-        ("KERAS_DISTRIBUTION_PROCESS_ID", str(index)),
-        ("JAX_COORDINATOR_ADDRESS", JAX_COORDINATOR),
-        ("JAX_NUM_PROCESSES", "3"),
-        ("JAX_PROCESS_ID", str(index)),
-        ("KERASJOB_NAME", "mnist"),
-        ("KERASJOB_NAMESPACE", "ml"),
-        ("KERASJOB_ROLE", "worker"),
-        ("KERASJOB_INDEX", str(index)),
-        ("KERASJOB_CHECKPOINT_DIR", "/kerasjob/checkpoint/ml/mnist/uid-1"),
-        ("KERASJOB_RESTART_ATTEMPT", "1"),
-        ("KERASJOB_TRAINER_CONFIG", trainer(pod)["env"][13]["value"]),
-        ("KERASJOB_METRICS_PORT", str(DEFAULT_METRICS_PORT)),
-    ]
-    env = env_of(pod)
-    assert Env.TF_CONFIG.value not in env and "TF_USE_LEGACY_KERAS" not in env
-    cfg = trainer_config_parser.parse_config(env[Env.TRAINER_CONFIG.value])
-    assert cfg.backend == "jax"
-    # worker 0 is process 0, the chief; the Pod still publishes the job's port
-    assert pod["metadata"]["labels"].get(labels.CHIEF) == ("true" if index == 0 else None)
-    assert any(p["containerPort"] == 2222 for p in trainer(pod)["ports"])
-
-
-def test_jax_env_of_an_elastic_job_at_reduced_size() -> None:
-    spec = {
-        "workers": 4,
-        "elastic": {"minWorkers": 2},
-        "trainer": {"backend": "jax", "batchSizePerReplica": 12},
-    }
-    pod = children.build_pod(jax_job(spec), "worker", 1, default_image=IMAGE, workers=2)
-    env = env_of(pod)
-    assert env["KERAS_DISTRIBUTION_NUM_PROCESSES"] == env["JAX_NUM_PROCESSES"] == "2"
-    assert env["KERAS_DISTRIBUTION_PROCESS_ID"] == env["JAX_PROCESS_ID"] == "1"
-    assert env["JAX_COORDINATOR_ADDRESS"] == JAX_COORDINATOR
-    assert Env.TF_CONFIG.value not in env
-    cfg = trainer_config_parser.parse_config(env[Env.TRAINER_CONFIG.value])
-    assert cfg.backend == "jax" and cfg.elastic is not None
-    assert cfg.elastic.preferred_workers == 4
-    # at its preferred size: 4 processes
-    full = env_of(children.build_pod(jax_job(spec), "worker", 3, default_image=IMAGE))
-    assert full["JAX_NUM_PROCESSES"] == "4" and full["JAX_PROCESS_ID"] == "3"
-
-
-def test_tensorflow_env_is_unchanged() -> None:
-    """The default backend and an explicit 'tensorflow' give today's env, in today's order."""
-    for spec in (
-        {"workers": 2, "checkpoint": {"volume": PVC}},
-        {"workers": 2, "checkpoint": {"volume": PVC}, "trainer": {"backend": "tensorflow"}},
-    ):
-        pod = children.build_pod(job(spec), "worker", 1, default_image=IMAGE)
-        assert [e["name"] for e in trainer(pod)["env"]] == [
-            "TF_CONFIG",
-            "KERASJOB_NAME",
-            "KERASJOB_NAMESPACE",
-            "KERASJOB_ROLE",
-            "KERASJOB_INDEX",
-            "KERASJOB_CHECKPOINT_DIR",
-            "KERASJOB_RESTART_ATTEMPT",
-            "KERASJOB_TRAINER_CONFIG",
-            "KERASJOB_METRICS_PORT",
-            "TF_USE_LEGACY_KERAS",
-        ]
-        env = env_of(pod)
-        assert json.loads(env["TF_CONFIG"])["task"] == {"type": "worker", "index": 1}
-        assert not {e.value for e in JAX_IDENTITY_ENV} & set(env)
-
-
-def test_env_is_the_same_on_every_render() -> None:
-    for body in (job(), jax_job()):
-        assert children.build_pod(body, "worker", 1, default_image=IMAGE) == children.build_pod(
-            copy.deepcopy(body), "worker", 1, default_image=IMAGE
-        )
-
-
-def test_jax_identity_is_owned() -> None:
-    assert {e.value for e in JAX_IDENTITY_ENV} | {"TF_CONFIG"} <= children.OWNED_ENV
-    # A template cannot set them, whatever the job's backend ...
-    for backend in ("jax", "tensorflow"):
-        spec = {
-            "workers": 1,
-            "trainer": {"backend": backend},
-            "template": {
-                "spec": {
-                    "containers": [
-                        {"name": "trainer", "env": [{"name": "JAX_PROCESS_ID", "value": "7"}]}
-                    ]
-                }
-            },
-        }
-        problems = validation.validate_job(job(spec))
-        assert any("sets JAX_PROCESS_ID, which the operator sets" in p for p in problems)
-    # ... and the Pod of an unvalidated one keeps the operator's values, not another
-    # backend's identity.
-    spec = {
-        "workers": 1,
-        "trainer": {"backend": "jax"},
-        "template": {
-            "spec": {
-                "containers": [
-                    {
-                        "name": "trainer",
-                        "env": [
-                            {"name": "JAX_PROCESS_ID", "value": "7"},
-                            {"name": "TF_CONFIG", "value": "{}"},
-                            {"name": "MINE", "value": "1"},
-                        ],
-                    }
-                ]
-            }
-        },
-    }
-    env = env_of(children.build_pod(job(spec), "worker", 0, default_image=IMAGE))
-    assert env["JAX_PROCESS_ID"] == "0" and env["MINE"] == "1" and "TF_CONFIG" not in env
-
-
-def test_network_policy_ports_per_backend() -> None:
-    peer = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops"}}}
-    own = {"podSelector": {"matchLabels": {"kerasjob.dev/job-name": "mnist"}}}
-    metrics = {"from": [peer], "ports": [{"protocol": "TCP", "port": 9464}]}
-    tf = children.build_network_policy(
-        job({**jax_job()["spec"], "port": 2345, "trainer": {"backend": "tensorflow"}}),
-        metrics_from=[peer],
-    )
-    assert tf["spec"]["ingress"] == [
-        {"from": [own], "ports": [{"protocol": "TCP", "port": 2345}]},
-        metrics,
-    ]
-    # jax: the job's own Pods on every TCP port (coordinator + gloo's ephemeral ports)
-    jax = children.build_network_policy(jax_job({"port": 2345}), metrics_from=[peer])
-    assert jax["spec"]["ingress"] == [{"from": [own], "ports": [{"protocol": "TCP"}]}, metrics]
-    assert children.build_network_policy(jax_job())["spec"]["ingress"] == [
-        {"from": [own], "ports": [{"protocol": "TCP"}]}
-    ]
-
-
-@pytest.mark.parametrize(
-    ("extra", "message"),
-    [
-        ({"chief": {}}, JAX_NO_CHIEF),
-        ({"chief": {"replicas": 1}}, JAX_NO_CHIEF),
-        ({"evaluator": {}}, JAX_NO_EVALUATOR),
-    ],
-)
-def test_jax_rejects_chief_and_evaluator(extra: dict[str, Any], message: str) -> None:
-    problems = validation.validate_job(jax_job(extra))
-    assert message in problems, problems
-    assert message.startswith("backend jax: ")
-
-
-def test_jax_messages_say_why() -> None:
-    assert JAX_NO_CHIEF == (
-        "backend jax: process 0 (worker 0) is the chief; spec.chief is for backend tensorflow"
-    )
-    assert "spec.evaluator is for backend tensorflow" in JAX_NO_EVALUATOR
-
-
-def test_valid_jax_jobs_have_no_problems() -> None:
-    assert validation.validate_job(jax_job()) == []
-    assert (
-        validation.validate_job(jax_job({"chief": {"replicas": 0}, "evaluator": {"replicas": 0}}))
-        == []
-    )
-    assert (
-        validation.validate_job(
-            job(
-                {
-                    "workers": 1,
-                    "trainer": {"backend": "jax", "command": ["python", "/opt/train.py"]},
-                }
-            )
-        )
-        == []
-    )
-    # the same roles are fine for tensorflow
-    assert (
-        validation.validate_job(
-            job({"workers": 2, "chief": {}, "evaluator": {}, "checkpoint": {"volume": PVC}})
-        )
-        == []
-    )

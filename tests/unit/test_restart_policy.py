@@ -118,3 +118,29 @@ def test_exit_code_policy() -> None:
 def test_success_counts_nothing() -> None:
     v = decide("OnFailure", rp.Success())
     assert v == rp.Verdict(fail=False)
+
+
+def test_a_pod_pinned_to_a_node_that_does_not_exist_fails_the_job_naming_it() -> None:
+    from dataclasses import replace
+
+    from builders import NOW, job, pod, run
+
+    from kerasjob.planner.restart_policy import DELETION_BY_POD_GC
+
+    j = job(2)
+    pinned = dict(phase="Pending", ready=False, node_name="no-such-node")
+    s = run(j, {}, [pod(0, **pinned), pod(1, **pinned)]).status
+    # The Pod GC marks it Failed (DisruptionTarget DeletionByPodGC) and deletes it.
+    gone = pod(0, **{**pinned, "phase": "Failed", "disruption_reason": DELETION_BY_POD_GC})
+    p = run(j, s, [gone, pod(1, **pinned)], NOW)
+    assert p.status["phase"] == "Failed"
+    failed = next(c for c in p.status["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "NodeNotFound"
+    assert failed["message"] == (
+        "Pod j-worker-0 names node 'no-such-node' (spec.nodeName), which does not exist: "
+        "the Pod garbage collector deleted it; retrying cannot help"
+    )
+    # A node the scheduler placed it on, gone since: a disruption, as before.
+    placed = replace(gone, scheduled_since=NOW)
+    p = run(j, s, [placed, pod(1, **pinned)], NOW)
+    assert p.status["phase"] != "Failed" and p.status["restarts"]["disruptions"] == 1

@@ -25,6 +25,8 @@ from kerasjob import KIND
 from kerasjob.api.base import (
     API_VERSION_FULL,
     DEFAULT_MOUNT_PATH,
+    LABEL_VALUE_MAX,
+    LABEL_VALUE_PATTERN,
     MODEL_PATTERN,
     VOLUME_SOURCES,
     CleanPodPolicy,
@@ -133,6 +135,8 @@ __all__ = [
     "JAX_NO_CHIEF",
     "JAX_NO_EVALUATOR",
     "KIND",
+    "LABEL_VALUE_MAX",
+    "LABEL_VALUE_PATTERN",
     "MODEL_PATTERN",
     "MOUNT_PATH_NOT_NORMAL",
     "MOUNT_PATH_SYSTEM",

@@ -171,6 +171,9 @@ class Reason(str, enum.Enum):
     GANG_REPLACED = "GangReplaced"
     """An elastic job's new size got a new PodGroup; the old one was deleted."""
     REGROUPING = "Regrouping"
+    NODE_NOT_FOUND = "NodeNotFound"
+    """A Pod's spec.nodeName (from the job's template) names a node that does not exist:
+    the Pod garbage collector deletes every such Pod, so the job fails."""
     CHILD_RECREATED = "ChildRecreated"
     """A child the job owns (its Service, its NetworkPolicy) went missing while the job ran
     (deleted by hand, a namespace clean-up, a GitOps prune): it was made again."""
@@ -221,5 +224,43 @@ class ConditionStatus(str, enum.Enum):
     UNKNOWN = "Unknown"
 
 
-#: A PodTemplateSpec field: kept as given (the API server validates the Pods made from it).
-_TEMPLATE_SCHEMA: JsonDict = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+#: A label value as Kubernetes checks it (apimachinery's IsValidLabelValue): at most 63
+#: characters, alphanumeric at both ends, '-', '_' and '.' between.
+LABEL_VALUE_MAX = 63
+LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+_LABEL_VALUE: JsonDict = {
+    "type": "string",
+    "description": "A label value: at most 63 characters, alphanumeric at both ends.",
+    "maxLength": LABEL_VALUE_MAX,
+    "pattern": LABEL_VALUE_PATTERN,
+}
+#: A PodTemplateSpec field: kept as given (the API server validates the Pods made from it),
+#: but for its label values, which the API server checks at apply (a 2 MB value is refused
+#: naming the label, not by etcd's request size later, naming nothing). Label keys and the
+#: annotations' total size are the operator's (`validation`).
+_TEMPLATE_SCHEMA: JsonDict = {
+    "type": "object",
+    "x-kubernetes-preserve-unknown-fields": True,
+    "properties": {
+        "metadata": {
+            "type": "object",
+            "description": "The Pods' labels and annotations (and other ObjectMeta fields).",
+            "x-kubernetes-preserve-unknown-fields": True,
+            "properties": {
+                "labels": {
+                    "type": "object",
+                    "description": "Labels added to the Pods; values as Kubernetes allows.",
+                    "additionalProperties": _LABEL_VALUE,
+                },
+                "annotations": {
+                    "type": "object",
+                    "description": "Annotations added to the Pods (256 KiB in all at most).",
+                    "additionalProperties": {
+                        "type": "string",
+                        "description": "An annotation value.",
+                    },
+                },
+            },
+        }
+    },
+}

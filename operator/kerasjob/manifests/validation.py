@@ -14,6 +14,8 @@ import pydantic
 from kerasjob.api import (
     JAX_NO_CHIEF,
     JAX_NO_EVALUATOR,
+    LABEL_VALUE_MAX,
+    LABEL_VALUE_PATTERN,
     Backend,
     DatasetSource,
     KerasJob,
@@ -32,6 +34,14 @@ from kerasjob.manifests.tf_config import pod_name
 from kerasjob_contract import DEFAULT_METRICS_PORT
 
 _DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+# Label and annotation keys and label values, as Kubernetes checks them (apimachinery's
+# IsQualifiedName, IsValidLabelValue; ValidateAnnotations' total size).
+_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_DNS_1123_SUBDOMAIN = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+)
+_LABEL_VALUE = re.compile(LABEL_VALUE_PATTERN)
+ANNOTATIONS_MAX_BYTES = 256 * 1024
 
 
 def validation_problems(error: pydantic.ValidationError) -> list[str]:
@@ -168,6 +178,7 @@ def _template_problems(where: str, tpl: Any, mount_path: str) -> list[str]:
     unknown = sorted(set(tpl) - {"metadata", "spec"})
     if unknown:
         problems.append(f"{where} may only have metadata and spec, not {', '.join(unknown)}")
+    problems.extend(_metadata_problems(where, tpl.get("metadata")))
     pod_spec = tpl.get("spec") or {}
     if not isinstance(pod_spec, Mapping):
         return [*problems, f"{where}.spec must be an object"]
@@ -205,3 +216,59 @@ def _template_problems(where: str, tpl: Any, mount_path: str) -> list[str]:
                 "spec.checkpoint.volume"
             )
     return problems
+
+
+def _metadata_problems(where: str, meta: Any) -> list[str]:
+    """The template's labels and annotations, as the API server would check the Pod's."""
+    if meta is None:
+        return []
+    if not isinstance(meta, Mapping):
+        return [f"{where}.metadata must be an object"]
+    problems: list[str] = []
+    for field in ("labels", "annotations"):
+        items = meta.get(field)
+        if items is not None and not isinstance(items, Mapping):
+            problems.append(f"{where}.metadata.{field} must be an object")
+            continue
+        for key, value in (items or {}).items():
+            at = f"{where}.metadata.{field}[{_shown(key)}]"
+            problems.extend(f"{at}: {p}" for p in _key_problems(str(key)))
+            if value is not None and not isinstance(value, str):
+                problems.append(f"{at}: the value must be a string")
+            elif field == "labels" and value is not None:
+                problems.extend(f"{at}: {p}" for p in _label_value_problems(value))
+    annotations = meta.get("annotations")
+    if isinstance(annotations, Mapping):
+        size = sum(len(str(k)) + len(str(v or "")) for k, v in annotations.items())
+        if size > ANNOTATIONS_MAX_BYTES:
+            problems.append(
+                f"{where}.metadata.annotations: {size} bytes in all; at most "
+                f"{ANNOTATIONS_MAX_BYTES} (256 KiB) are allowed"
+            )
+    return problems
+
+
+def _shown(key: Any) -> str:
+    text = str(key)
+    return repr(text if len(text) <= 80 else text[:60] + "...")
+
+
+def _key_problems(key: str) -> list[str]:
+    """A label or annotation key: [prefix/]name (a DNS subdomain, and a qualified name)."""
+    prefix, slash, name = key.rpartition("/")
+    if slash and not (prefix and len(prefix) <= 253 and _DNS_1123_SUBDOMAIN.match(prefix)):
+        return ["the key's prefix must be a DNS subdomain (lowercase, at most 253 characters)"]
+    if not (name and len(name) <= 63 and _QUALIFIED_NAME.match(name)):
+        return [
+            "the key's name must be at most 63 characters, alphanumeric at both ends, "
+            "with '-', '_' and '.' between"
+        ]
+    return []
+
+
+def _label_value_problems(value: str) -> list[str]:
+    if len(value) > LABEL_VALUE_MAX:
+        return [f"a label value must be at most {LABEL_VALUE_MAX} characters (it has {len(value)})"]
+    if not _LABEL_VALUE.match(value):
+        return ["a label value must be alphanumeric at both ends, with '-', '_' and '.' between"]
+    return []

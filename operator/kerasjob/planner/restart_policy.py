@@ -71,6 +71,26 @@ class Failure:
 class Permanent:
     reason: str
     exit_code: int | None = None
+    message: str = ""
+    """Why retrying cannot help (empty: the trainer rejected its configuration)."""
+
+
+#: The DisruptionTarget reason of a Pod the Pod garbage collector deleted (its node is gone).
+DELETION_BY_POD_GC = "DeletionByPodGC"
+
+
+def node_never_existed(pod: PodView) -> Permanent | None:
+    """A Pod bound by its own spec.nodeName (never by the scheduler) that the Pod garbage
+    collector deleted: that node does not exist, and every new Pod would go the same way."""
+    if pod.disruption_reason != DELETION_BY_POD_GC or not pod.node_name:
+        return None
+    if pod.scheduled_since is not None or pod.termination is not None:
+        return None  # placed by the scheduler, or it ran: a node that went away
+    return Permanent(
+        Reason.NODE_NOT_FOUND.value,
+        message=f"Pod {pod.name} names node {pod.node_name!r} (spec.nodeName), which does "
+        "not exist: the Pod garbage collector deleted it; retrying cannot help",
+    )
 
 
 Outcome = Success | Disruption | Failure | Permanent
@@ -119,6 +139,8 @@ def classify_finished(pod: PodView) -> Outcome:
     """What a Pod in phase Succeeded or Failed means."""
     if pod.phase == "Succeeded":
         return Success()
+    if (missing_node := node_never_existed(pod)) is not None:
+        return missing_node
     if pod.disruption_reason:
         code = pod.termination.exit_code if pod.termination else None
         return Disruption(pod.disruption_reason, code)
@@ -132,8 +154,10 @@ def classify_finished(pod: PodView) -> Outcome:
     return Failure(pod.status_reason or "PodFailed")
 
 
-def classify_lost(pod: PodView | None) -> Disruption:
+def classify_lost(pod: PodView | None) -> Disruption | Permanent:
     """A Pod the job still wants was deleted (or vanished) without the operator asking."""
+    if pod is not None and (missing_node := node_never_existed(pod)) is not None:
+        return missing_node
     if pod is not None and pod.disruption_reason:
         return Disruption(pod.disruption_reason)
     if pod is not None and pod.status_reason in DISRUPTION_POD_REASONS:
@@ -180,7 +204,8 @@ def decide(
         return Verdict(
             fail=True,
             reason=outcome.reason,
-            message=f"Pod {pod} exited with {code}: the trainer rejected its configuration; "
+            message=outcome.message
+            or f"Pod {pod} exited with {code}: the trainer rejected its configuration; "
             "retrying cannot help",
             count_failure=True,
         )
