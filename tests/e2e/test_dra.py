@@ -40,11 +40,11 @@ from typing import Any
 
 import pytest
 import yaml
-from test_training import JOBS, Run, last_step, mnist_job
 
 from kerasjob_dev import localdeploy
 from kerasjob_dev.cluster import REPO_ROOT, Cluster, wait_for
 from kerasjob_dev.synckube import ApiError, Kube, pod_path
+from kerasjob_dev.testing.training_run import JOBS, Run, last_step, mnist_job
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e, pytest.mark.slow]
 

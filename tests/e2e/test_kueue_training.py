@@ -68,7 +68,7 @@ LOW_STEPS = 600  # ~15 s of training: room for the preemption to land mid-run
 
 
 def job(name: str, claim: str, queue: str, priority: str, steps: int) -> dict[str, Any]:
-    from training_run import mnist_job
+    from kerasjob_dev.testing.training_run import mnist_job
 
     body = mnist_job(name, claim)
     body["metadata"]["labels"] = {QUEUE_LABEL: queue, PRIORITY_LABEL: priority}

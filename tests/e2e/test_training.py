@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from training_run import FINAL, JOBS, RESUMED, Run, last_step, mnist_job
 
 import kerasjob_contract as contract
 from kerasjob.cli import app as cli
 from kerasjob_dev import localdeploy
 from kerasjob_dev.cluster import wait_for
 from kerasjob_dev.synckube import pod_path
+from kerasjob_dev.testing.training_run import FINAL, JOBS, RESUMED, Run, last_step, mnist_job
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e, pytest.mark.slow]
 

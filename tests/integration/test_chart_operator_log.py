@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from chart_operator import is_refusal
+
+from kerasjob_dev.testing.chart_operator import is_refusal
 
 
 @pytest.mark.parametrize(

@@ -300,7 +300,7 @@ def test_the_charts_rbac_is_all_gang_scheduling_needs(
     """The operator as the chart runs it (gangScheduling.enabled, one jobs namespace), with
     only its ServiceAccount's token: a job runs in its gang, every request it made is granted
     by the chart, and its log shows nothing forbidden."""
-    from chart_operator import (
+    from kerasjob_dev.testing.chart_operator import (
         NEVER_SCHEDULE,
         api_requests,
         forbidden,

@@ -29,7 +29,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chart_operator import (
+from kubernetes import client
+
+from kerasjob_dev import cluster as support
+from kerasjob_dev.cluster import Cluster, wait_for
+from kerasjob_dev.testing.chart_operator import (
     CHART,
     GROUP,
     NEVER_SCHEDULE,
@@ -46,10 +50,6 @@ from chart_operator import (
     probe,
     token_kubeconfig,
 )
-from kubernetes import client
-
-from kerasjob_dev import cluster as support
-from kerasjob_dev.cluster import Cluster, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 

@@ -331,7 +331,7 @@ def test_the_charts_rbac_is_all_the_kueue_integration_needs(
     """The operator as the chart runs it (kueue.enabled, one jobs namespace), with only its
     ServiceAccount's token, through admission, preemption and re-admission: every request it
     made is granted by the chart, and its log shows nothing forbidden."""
-    from chart_operator import (
+    from kerasjob_dev.testing.chart_operator import (
         NEVER_SCHEDULE,
         api_requests,
         forbidden,

@@ -1,5 +1,6 @@
-"""The controller against a fake API server and fake kopf indices (tests/unit/controller_fakes):
-one and two operators, stale indices, conflicts, restarts, in many interleavings.
+"""The controller against a fake API server and fake kopf indices
+(`kerasjob_dev.testing.controller_fakes`): one and two operators, stale indices, conflicts,
+restarts, in many interleavings.
 
 What these establish about the "double count" that the two-operator chaos test saw (issue
 13): in every interleaving of two operators, stale watches and operator restarts, a deleted
@@ -21,7 +22,14 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from controller_fakes import (
+
+from kerasjob.api import Reason
+from kerasjob.config import OperatorConfig
+from kerasjob.control import scraping
+from kerasjob.control.controller import Controller
+from kerasjob.planner.planning import Event
+from kerasjob.planner.podview import pod_view
+from kerasjob_dev.testing.controller_fakes import (
     NS,
     FakeApi,
     FakeCluster,
@@ -30,13 +38,6 @@ from controller_fakes import (
     sync_jobs,
     sync_pods,
 )
-
-from kerasjob.api import Reason
-from kerasjob.config import OperatorConfig
-from kerasjob.control import scraping
-from kerasjob.control.controller import Controller
-from kerasjob.planner.planning import Event
-from kerasjob.planner.podview import pod_view
 
 KEY = (NS, "job")
 CONFIG = OperatorConfig(

@@ -1,7 +1,7 @@
 """One training job of the e2e tests: examples/mnist.yaml (or another example) as a user
 applies it under another name and claim, its checkpoint claim (a hostPath volume of the
 real node, or a ReadWriteMany claim on another cluster) and how to read it back.
-Shared by test_training, test_network_policy_enforced and test_kueue_training (test
+Shared by test_training, test_network_policy_enforced, test_kueue_training and test_dra (test
 modules never import each other)."""
 
 from __future__ import annotations
