@@ -9,7 +9,7 @@ also checked on CPU (`--quick`, in `make test`).
 Per model (the built-in mnist-cnn, and `resnet`: a ResNet-style convnet of ~2.8 M parameters
 on 32x32x3 inputs, synthetic data), in one process on the default device:
 - steps/s: median over windows of WINDOW steps after WARMUP, through the trainer's own
-  session (`kerasjob_trainer.keras3.session.fit`), no backups;
+  session (`kerasjob_trainer.runtimes.keras3.session.fit`), no backups;
 - backup overhead: the same with a backup every SAVE_FREQ steps, in % of step time;
 - save_s / restore_s: one `checkpoint.save` / `checkpoint.restore` of the model's whole state;
 - disruption: the bundled Keras 3 trainer (mnist-cnn) SIGTERMed after its first steps and
@@ -97,10 +97,10 @@ def measure(
     import numpy as np
 
     from kerasjob_contract.trainer_config import TrainerConfig
-    from kerasjob_trainer.keras3 import checkpoint
-    from kerasjob_trainer.keras3.identity import LOCAL
-    from kerasjob_trainer.keras3.models import builtin
-    from kerasjob_trainer.keras3.session import Context, session_for
+    from kerasjob_trainer.runtimes.keras3 import checkpoint
+    from kerasjob_trainer.runtimes.keras3.identity import LOCAL
+    from kerasjob_trainer.runtimes.keras3.models import builtin
+    from kerasjob_trainer.runtimes.keras3.session import Context, session_for
 
     rng = np.random.default_rng(0)
     shape = (28, 28, 1) if name == "mnist-cnn" else (32, 32, 3)
@@ -155,7 +155,7 @@ def disruption(steps: int, quick: bool) -> dict[str, Any]:
     import subprocess
 
     import kerasjob_contract as contract
-    from kerasjob_trainer.goodput import Ledger
+    from kerasjob_trainer.shared.goodput import Ledger
 
     with tempfile.TemporaryDirectory() as tmp:
         config = {

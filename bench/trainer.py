@@ -81,9 +81,9 @@ def measure(mode: str, backup_dir: str | None) -> dict[str, Any]:
     import tf_keras
 
     from kerasjob_contract.trainer_config import DatasetConfig
-    from kerasjob_trainer import cluster as cl
-    from kerasjob_trainer import data, models, preemption
-    from kerasjob_trainer.strategy import build_strategy
+    from kerasjob_trainer.runtimes.tf_keras import cluster as cl
+    from kerasjob_trainer.runtimes.tf_keras import data, models, preemption
+    from kerasjob_trainer.runtimes.tf_keras.strategy import build_strategy
 
     info = cl.parse_tf_config(os.environ.get("TF_CONFIG"))
     strategy = tf.distribute.get_strategy() if mode == "none" else build_strategy(info)
@@ -200,9 +200,9 @@ def measure_pipelines() -> dict[str, Any]:
     import tf_keras
 
     from kerasjob_contract.trainer_config import DatasetConfig
-    from kerasjob_trainer import data, models
-    from kerasjob_trainer.cluster import LOCAL
-    from kerasjob_trainer.strategy import build_strategy
+    from kerasjob_trainer.runtimes.tf_keras import data, models
+    from kerasjob_trainer.runtimes.tf_keras.cluster import LOCAL
+    from kerasjob_trainer.runtimes.tf_keras.strategy import build_strategy
 
     strategy = build_strategy(LOCAL)
     with strategy.scope():

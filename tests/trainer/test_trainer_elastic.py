@@ -139,7 +139,7 @@ CHIEF_CONFIG = {
 
 @pytest.mark.timeout(900)
 def test_a_dedicated_chief_and_an_evaluator_through_a_shrink(tmp_path: Path) -> None:
-    from kerasjob_trainer import pipeline
+    from kerasjob_trainer.runtimes.tf_keras import pipeline
 
     tmp_path.mkdir(exist_ok=True)
     g = Group(

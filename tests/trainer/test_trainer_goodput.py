@@ -1,4 +1,4 @@
-"""Goodput accounting (kerasjob_trainer/goodput.py) with a fake clock, no TensorFlow: three
+"""Goodput accounting (kerasjob_trainer/shared/goodput.py) with a fake clock, no TensorFlow: three
 generations of a 2-worker job on one checkpoint directory, as the trainer drives it."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 import kerasjob_contract as contract
-from kerasjob_trainer import goodput
-from kerasjob_trainer.metrics import Progress, render_prometheus
+from kerasjob_trainer.shared import goodput
+from kerasjob_trainer.shared.metrics import Progress, render_prometheus
 
 
 class Clock:
@@ -139,7 +139,7 @@ def test_goodput_metrics() -> None:
 
 
 def test_startup_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    from kerasjob_trainer import startup
+    from kerasjob_trainer.shared import startup
 
     marks = {"python": 100.5, "tensorflow": 103.0, "cluster": 103.75, "restore": 105.0}
     monkeypatch.setattr(startup, "_marks", dict(marks))
@@ -159,7 +159,7 @@ def test_startup_line(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_process_start_is_read_to_the_tick() -> None:
     """A new interpreter's start, from /proc, is within a few ticks of when it was run."""
-    code = "from kerasjob_trainer import startup; print(startup.process_started_at())"
+    code = "from kerasjob_trainer.shared import startup; print(startup.process_started_at())"
     before = time.time()
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     started = float(out.stdout)

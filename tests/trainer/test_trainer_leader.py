@@ -6,7 +6,12 @@ import socket
 
 import pytest
 
-from kerasjob_trainer.leader import leader_address, listening, wait_for_leader, wait_for_own_name
+from kerasjob_trainer.shared.leader import (
+    leader_address,
+    listening,
+    wait_for_leader,
+    wait_for_own_name,
+)
 
 
 class Clock:

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.tf
 )
 def test_builtin_models_train_on_synthetic_data(name: str, shape: tuple[int, ...]) -> None:
     from kerasjob_contract.trainer_config import DatasetConfig
-    from kerasjob_trainer import data, models
+    from kerasjob_trainer.runtimes.tf_keras import data, models
 
     model = models.build_model(name, {}, 1e-3).model
     assert tuple(model.input_shape[1:]) == shape and model.output_shape[-1] == 10
@@ -30,7 +30,7 @@ def test_builtin_models_train_on_synthetic_data(name: str, shape: tuple[int, ...
 
 
 def test_mnist_sample_split_is_fixed_and_disjoint() -> None:
-    from kerasjob_trainer.data import mnist_sample
+    from kerasjob_trainer.shared.data import mnist_sample
 
     x_train, _, x_test, y_test = mnist_sample()
     assert x_train.shape == (4000, 784) and x_test.shape == (1000, 784)
@@ -41,9 +41,9 @@ def test_mnist_sample_split_is_fixed_and_disjoint() -> None:
 
 
 def test_mnist_sample_cache_holds_the_csv_and_a_bad_one_is_not_used(tmp_path) -> None:
-    """The image's cache (`python -m kerasjob_trainer.data`) is the CSV's table exactly; a
+    """The image's cache (`python -m kerasjob_trainer.shared.data`) is the CSV's table exactly; a
     cache that is not that table (truncated, another shape) falls back to the CSV."""
-    from kerasjob_trainer import data
+    from kerasjob_trainer.shared import data
 
     parsed = data._parse_mnist_csv()
     cache = str(tmp_path / "mnist-sample.npy")
@@ -61,7 +61,7 @@ def test_mnist_sample_cache_holds_the_csv_and_a_bad_one_is_not_used(tmp_path) ->
 def test_stream_pipeline_seeded_shuffle_gives_every_worker_the_same_order() -> None:
     import tensorflow as tf
 
-    from kerasjob_trainer import data
+    from kerasjob_trainer.runtimes.tf_keras import data
 
     ds = tf.data.Dataset.from_tensor_slices((np.arange(64.0)[:, None], np.arange(64)))
     ex = data.Examples(ds, None, 64)

@@ -1,4 +1,4 @@
-"""The save-before-preemption override (kerasjob_trainer/preemption.py): the one module that
+"""The save-before-preemption override (runtimes/tf_keras/preemption.py): the one module that
 touches private TensorFlow/tf_keras API. These tests fail when an upgrade moves it."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ pytestmark = pytest.mark.tf
 
 @pytest.fixture
 def fresh(monkeypatch: pytest.MonkeyPatch):
-    from kerasjob_trainer import preemption
+    from kerasjob_trainer.runtimes.tf_keras import preemption
 
     monkeypatch.setattr(preemption, "_enabled", None)
     return preemption

@@ -306,7 +306,7 @@ def test_user_code_returning_model_and_datasets(tmp_path: Path) -> None:
 def test_npz_and_tfrecord_datasets_from_a_path(tmp_path: Path) -> None:
     import numpy as np
 
-    from kerasjob_trainer.data import mnist_sample
+    from kerasjob_trainer.shared.data import mnist_sample
 
     x_train, y_train, x_test, y_test = mnist_sample()
     npz = tmp_path / "mnist.npz"
@@ -387,7 +387,7 @@ def test_a_long_fast_run_keeps_its_threads_bounded(tmp_path: Path) -> None:
     """Fast steps, many of them: each worker's thread count stays flat. With TensorFlow's
     collective timeout (a thread sleeping out the timeout per collective op) it grew by
     hundreds a second and the workers crashed ("Resource temporarily unavailable") after
-    1,500-3,000 MNIST steps; see kerasjob_trainer.strategy."""
+    1,500-3,000 MNIST steps; see kerasjob_trainer.runtimes.tf_keras.strategy."""
     config = {
         "epochs": 1,
         "stepsPerEpoch": 2000,

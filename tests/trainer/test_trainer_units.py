@@ -11,9 +11,9 @@ import pytest
 
 import kerasjob_contract as contract
 from kerasjob_contract.trainer_config import ConfigError, DatasetConfig, TrainerConfig, parse_config
-from kerasjob_trainer.cluster import LOCAL, parse_tf_config
-from kerasjob_trainer.config import validate_dataset_files
-from kerasjob_trainer.metrics import Progress, ProgressReporter, render_prometheus
+from kerasjob_trainer.runtimes.tf_keras.cluster import LOCAL, parse_tf_config
+from kerasjob_trainer.shared.config import validate_dataset_files
+from kerasjob_trainer.shared.metrics import Progress, ProgressReporter, render_prometheus
 
 
 def test_defaults_and_camel_case() -> None:
@@ -188,7 +188,7 @@ def test_termination_message_is_the_operators_progress(tmp_path: Path) -> None:
     the file (elsewhere it does not exist)."""
     from kerasjob.planner.goodput import parse_goodput
     from kerasjob.planner.progress import parse_metrics
-    from kerasjob_trainer.metrics import termination_message
+    from kerasjob_trainer.shared.metrics import termination_message
 
     reporter = ProgressReporter(None, None)
     goodput = {
@@ -222,7 +222,7 @@ def test_termination_message_is_the_operators_progress(tmp_path: Path) -> None:
 
 PEER_SCRIPT = """
 import socket, sys, time
-from kerasjob_trainer.faults import PeerMonitor
+from kerasjob_trainer.shared.faults import PeerMonitor
 server = socket.socket(); server.bind(("127.0.0.1", 0)); server.listen(16)
 monitor = PeerMonitor([f"127.0.0.1:{server.getsockname()[1]}"], interval=0.05)
 if sys.argv[1] == "quiet":

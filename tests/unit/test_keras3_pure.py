@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import signal
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from kerasjob_contract import ExitCode
 from kerasjob_contract.trainer_config import ConfigError
-from kerasjob_trainer.keras3 import data, supervisor
-from kerasjob_trainer.keras3.identity import LOCAL, parse_identity
-from kerasjob_trainer.keras3.session import classify
+from kerasjob_trainer.core import supervisor
+from kerasjob_trainer.core.context import Context
+from kerasjob_trainer.runtimes.keras3 import data
+from kerasjob_trainer.runtimes.keras3.errors import classify
+from kerasjob_trainer.runtimes.keras3.identity import LOCAL, parse_identity
+from kerasjob_trainer.runtimes.keras3.runtime import RUNTIME, exit_code
 
 ADDR = "j-worker-0.j.ns.svc:2222"
 
@@ -83,27 +87,39 @@ def test_every_global_batch_is_one_permutation_slice_whatever_the_processes() ->
 
 def test_supervisor_turns_only_the_jax_runtime_abort_into_43() -> None:
     abort = -int(signal.SIGABRT)
-    assert supervisor.exit_code(abort, lost_peer=True) == ExitCode.PEER_LOST
-    assert supervisor.exit_code(abort, lost_peer=False) == 134
-    assert supervisor.exit_code(-int(signal.SIGKILL), lost_peer=True) == 137
-    assert supervisor.exit_code(42, lost_peer=True) == 42
-    assert supervisor.exit_code(0, lost_peer=False) == 0
+    assert exit_code(abort, lost_peer=True) == ExitCode.PEER_LOST
+    assert exit_code(abort, lost_peer=False) == 134
+    assert exit_code(-int(signal.SIGKILL), lost_peer=True) == 137
+    assert exit_code(42, lost_peer=True) == 42
+    assert exit_code(0, lost_peer=False) == 0
+
+
+def _supervise(argv: list[str], checkpoint_dir: str) -> int:
+    """The core's supervisor with the Keras 3 runtime's view of exit codes (as `core.main`)."""
+    ctx = Context(None, {}, LOCAL, checkpoint_dir, checkpoint_dir, None)  # type: ignore[arg-type]
+    return supervisor.supervise(
+        argv,
+        translate=lambda code, seen: RUNTIME.exit_code(code, seen, ctx),
+        watch=RUNTIME.watch,
+    )
 
 
 def test_supervisor_passes_the_childs_code_and_stderr(
-    capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("KERASJOB_IN_PLACE_RESTARTS", "0")
-    code = supervisor.supervise(
-        [sys.executable, "-c", "import sys; print('to stderr', file=sys.stderr); sys.exit(78)"]
+    ckpt = str(tmp_path)
+    code = _supervise(
+        [sys.executable, "-c", "import sys; print('to stderr', file=sys.stderr); sys.exit(78)"],
+        ckpt,
     )
     assert code == 78 and "to stderr" in capfd.readouterr().err
     fatal = (
         "import os, sys; sys.stderr.write('F client.h:80] Terminating process because the "
         "JAX distributed service detected fatal errors.\\n'); sys.stderr.flush(); os.abort()"
     )
-    assert supervisor.supervise([sys.executable, "-c", fatal]) == ExitCode.PEER_LOST
-    assert supervisor.supervise([sys.executable, "-c", "import os; os.abort()"]) == 134
+    assert _supervise([sys.executable, "-c", fatal], ckpt) == ExitCode.PEER_LOST
+    assert _supervise([sys.executable, "-c", "import os; os.abort()"], ckpt) == 134
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""The container's supervisor (kerasjob_trainer.supervisor): in-place restarts after 42/43,
+"""The container's supervisor (kerasjob_trainer.core.supervisor): in-place restarts after 42/43,
 their bound, signals, and every incarnation's log. Small Python children, no TensorFlow."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from kerasjob_contract import LOG_INCARNATION_RE, ExitCode
-from kerasjob_trainer import supervisor
+from kerasjob_trainer.core import supervisor
 
 BANNER = re.compile(LOG_INCARNATION_RE, re.M)
 
@@ -129,7 +129,7 @@ def test_sigterm_to_the_container_ends_it_without_another_incarnation(tmp_path: 
         """,
     )
     code = (
-        "import sys; from kerasjob_trainer import supervisor; "
+        "import sys; from kerasjob_trainer.core import supervisor; "
         f"sys.exit(supervisor.supervise({child!r}, checkpoint_dir={str(tmp_path)!r}))"
     )
     proc = subprocess.Popen(

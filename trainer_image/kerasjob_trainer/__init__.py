@@ -4,4 +4,4 @@ Importing this package must stay cheap: the operator imports `kerasjob_trainer.c
 and never installs TensorFlow.
 """
 
-from kerasjob_trainer import startup as _startup  # noqa: F401  (marks when Python got here)
+from kerasjob_trainer.shared import startup as _startup  # noqa: F401  (marks when Python got here)

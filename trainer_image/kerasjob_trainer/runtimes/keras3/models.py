@@ -1,0 +1,48 @@
+"""The built-in models in Keras 3, and user model functions ("package.module:function").
+
+The same names and layers as the tf-keras built-ins (`shared/models.py`). A user
+function for backend jax is called after the distribution is set (DataParallel), with the
+trainer config, and returns a *compiled* Keras 3 model, or (model, (x_train, y_train)), or
+(model, (x_train, y_train), (x_test, y_test)) with NumPy arrays; a module-level
+`dataset(config)` returning (x_train, y_train) or ((x_train, y_train), (x_test, y_test)) is
+used otherwise; else the configured dataset source.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kerasjob_contract.trainer_config import BUILTIN_MODELS, ConfigError
+from kerasjob_trainer.shared.models import builtin_with, call_user_model
+
+Arrays = tuple[Any, Any]
+
+
+def build_model(
+    name: str, config: dict[str, Any], learning_rate: float
+) -> tuple[Any, Arrays | None, Arrays | None]:
+    """(compiled model, train arrays or None, test arrays or None)."""
+    if name in BUILTIN_MODELS:
+        return builtin(name, learning_rate), None, None
+    model, train, test = call_user_model(name, config, _split)
+    if not hasattr(model, "trainable_variables") or type(model).__module__.startswith("tf_keras"):
+        raise ConfigError(f"model {name!r} must return a Keras 3 model for backend jax")
+    for what, arrays in (("train", train), ("test", test)):
+        if arrays is not None and not (isinstance(arrays, tuple) and len(arrays) == 2):
+            raise ConfigError(f"model {name!r}: {what} data must be (x, y) NumPy arrays")
+    return model, train, test
+
+
+def _split(result: Any) -> tuple[Arrays, Arrays | None]:
+    if isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], tuple):
+        return result[0], result[1]
+    if isinstance(result, tuple) and len(result) == 2:
+        return result, None
+    raise ConfigError("a dataset function must return (x, y) or ((x, y), (x_test, y_test))")
+
+
+def builtin(name: str, learning_rate: float) -> Any:
+    """The built-in `name` in Keras 3: the same layers as the tf-keras built-ins."""
+    import keras
+
+    return builtin_with(keras, name, learning_rate)

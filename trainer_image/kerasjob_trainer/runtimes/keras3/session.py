@@ -1,0 +1,256 @@
+"""Your own Keras 3 script as a KerasJob trainer (backend jax): the library API.
+
+The Keras 3 runtime's session (its lifecycle is the core's `Lifecycle`), in a few lines:
+
+    from kerasjob_trainer.keras3 import session
+
+    job = session.start()                 # identity env, jax.distributed, DataParallel
+    model = build_and_compile_my_model()  # a Keras 3 model, built after start()
+    job.fit(model, (x_train, y_train), epochs=3, steps_per_epoch=200,
+            global_batch_size=job.global_batch_size(64))
+    job.finish(model)                     # the chief writes model.keras; exit 0
+
+- **Identity**: KERAS_DISTRIBUTION_* / JAX_* (none: one local process); ``job.is_chief``
+  (process 0), ``job.index``, ``job.num_workers``. The variables are replicated over every
+  device of every process (`keras.distribution.DataParallel`); each process feeds its share
+  of each global batch.
+- **Data**: in-memory (x, y) arrays are fed by global step (`data.py`): a resumed run
+  continues at the exact example, at any number of processes. Or pass a function
+  ``batch(step, process, processes) -> (x, y)`` that returns this process's share.
+- **Backups**: every `saveFreq` steps process 0 writes `checkpoint.STATE_FILE` (every
+  variable, bit for bit); a restarted job resumes at the exact step.
+- **SIGTERM** (eviction, preemption): JAX's preemption sync point makes every process stop
+  after the same step; the chief saves, all exit 42. A lost peer: 43 (an error in a
+  collective, the stall watchdog, or the JAX runtime's abort, turned into 43 by
+  `supervisor`). Any other error in `fit`: 1.
+- **Progress and goodput**: the chief writes progress.json, serves /metrics and logs the
+  stable `kerasjob: step N/M ...` lines, as the tf-keras path does.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Any
+
+from kerasjob_contract import ExitCode
+from kerasjob_trainer.core import lifecycle
+from kerasjob_trainer.core.lifecycle import Lifecycle
+from kerasjob_trainer.runtimes.keras3 import checkpoint, errors
+from kerasjob_trainer.runtimes.keras3 import data as k3data
+from kerasjob_trainer.runtimes.keras3.callback import SIGTERM_SEEN, keras_callback
+from kerasjob_trainer.runtimes.keras3.context import Context, build_context
+from kerasjob_trainer.shared import faults, leader, startup
+from kerasjob_trainer.shared.data import Indexed
+from kerasjob_trainer.shared.faults import hard_exit, say
+
+
+class Session(Lifecycle):
+    """One Keras 3 trainer process of a KerasJob (see the module docstring)."""
+
+    ctx: Context
+    show_traceback = True
+
+    def global_batch_size(self, per_replica: int) -> int:
+        """per_replica x every device of the job; for an elastic job (KeepGlobalBatch), x the
+        devices of the job at its preferred size, split over the processes there are now."""
+        import jax
+
+        devices = jax.device_count()
+        elastic = self.config.elastic
+        if elastic is None:
+            return int(per_replica) * devices
+        preferred = elastic.preferred_workers * jax.local_device_count()
+        return self.keep_global_batch(per_replica, devices, preferred, "device", self.num_workers)
+
+    def restored_step(self) -> int:
+        """The global step a resumed job starts at (0: no backup)."""
+        header = checkpoint.read_header(self.backup_dir)
+        return header.step if header else 0
+
+    # -- training -----------------------------------------------------------------------------
+
+    def fit(
+        self,
+        model: Any,
+        train: Indexed | tuple[Any, Any] | k3data.BatchFn,
+        *,
+        epochs: int,
+        steps_per_epoch: int,
+        global_batch_size: int,
+        callbacks: list[Any] | None = None,
+        **kwargs: Any,
+    ) -> int:
+        """Restore the backup, then model.fit epoch by epoch from the restored step, with
+        backups, save-on-SIGTERM, progress and goodput. Returns the steps done."""
+        source = self._source(train, global_batch_size)
+        try:
+            header = checkpoint.restore(self.backup_dir, model)
+        except ValueError as e:
+            hard_exit(ExitCode.FAILURE, f"cannot resume: {e}")
+        step = header.step if header else 0
+        # A resume in mid-epoch continues the epoch's running averages (not at an epoch start:
+        # Keras resets them there anyway).
+        totals = checkpoint.metric_totals(self.backup_dir) if step % steps_per_epoch else {}
+        startup.mark("restore")
+        total = epochs * steps_per_epoch
+        ours = keras_callback()(
+            self,
+            model,
+            total=total,
+            steps_per_epoch=steps_per_epoch,
+            start=step,
+            global_batch=global_batch_size,
+            totals=totals,
+        )
+        self._say_plan(epochs, steps_per_epoch, global_batch_size)
+        ours.begin()
+        while step < total:
+            epoch = step // steps_per_epoch
+            steps = (epoch + 1) * steps_per_epoch - step
+            x = k3data.step_input(source, step, steps, self.index, self.num_workers)
+            try:
+                model.fit(
+                    x,
+                    epochs=epoch + 1,
+                    initial_epoch=epoch,
+                    steps_per_epoch=steps,
+                    callbacks=[ours, *(callbacks or [])],
+                    verbose=0,
+                    shuffle=False,
+                    **kwargs,
+                )
+            except Exception as e:  # every error must end in a contract exit code, fast
+                self.fail(e)
+            step += steps
+        self.watchdog.pause()
+        self.steps = step
+        return step
+
+    def _say_plan(self, epochs: int, steps_per_epoch: int, global_batch: int) -> None:
+        cfg = self.config
+        say(
+            f"worker:{self.index} of {self.num_workers} process(es), keras {_keras_version()} "
+            f"on jax, {epochs}x{steps_per_epoch} steps, global batch {global_batch}, "
+            f"backup every {cfg.save_freq}{', deterministic' if cfg.deterministic else ''}"
+        )
+
+    def _source(self, train: Any, global_batch: int) -> k3data.StepSource:
+        if callable(train):
+            return k3data.StepSource(train)
+        if isinstance(train, tuple):
+            train = Indexed(*train)
+        k3data.share(global_batch, self.num_workers)
+        return k3data.indexed_source(train, global_batch, self.config.seed, self.audit)
+
+    def evaluate(self, model: Any, test: tuple[Any, Any], global_batch: int) -> dict[str, float]:
+        """Every process evaluates its equal share of the test set (a collective)."""
+        x, y = test
+        n = self.num_workers
+        per = len(y) // n
+        mine = slice(self.index * per, (self.index + 1) * per)
+        try:
+            result = model.evaluate(
+                x[mine], y[mine], batch_size=max(global_batch // n, 1), verbose=0, return_dict=True
+            )
+        except Exception as e:
+            self.fail(e)
+        return {k: float(v) for k, v in result.items()}
+
+    def classify(self, error: BaseException) -> ExitCode:
+        return errors.classify(error, multi_process=True)
+
+    def after_final_save(self) -> None:
+        shutil.rmtree(os.path.join(self.checkpoint_dir, JAX_CACHE_SUBDIR), ignore_errors=True)
+
+    def leave(self) -> None:
+        """Leave JAX's distributed runtime through its shutdown barrier (a process that
+        simply left would make the others' clients abort)."""
+        if self.identity.multi_process:
+            import jax
+
+            try:
+                jax.distributed.shutdown()
+            except Exception as e:  # training is done and saved: a late peer is not a failure
+                say(f"warning: leaving the JAX runtime: {faults.summary(e)}")
+
+
+def start(argv: list[str] | None = None) -> Session:
+    """This process's Session: configuration and identity from the environment (exit 78 when
+    they cannot work), then JAX's distributed runtime and DataParallel. Call it first."""
+    return lifecycle.start(argv, build_context, session_for, SIGTERM_SEEN.set)
+
+
+def session_for(ctx: Context) -> Session:
+    """JAX up (the group formed), the distribution set, the seed set: the Session."""
+    os.environ["KERAS_BACKEND"] = "jax"
+    if ctx.config.deterministic:
+        # XLA on CPU is deterministic; on GPUs, ask for deterministic kernels too.
+        flags = os.environ.get("XLA_FLAGS", "")
+        if "xla_gpu_deterministic_ops" not in flags:
+            os.environ["XLA_FLAGS"] = f"{flags} --xla_gpu_deterministic_ops=true".strip()
+    import jax
+
+    startup.mark("tensorflow")  # the framework's import (the log line keeps one format)
+    _compile_cache(jax, ctx.checkpoint_dir)
+    identity = ctx.identity
+    if identity.multi_process:
+        # Process 0 serves JAX's coordination service under its own name; the others connect
+        # to it. Both through gRPC with TensorFlow's 30 s re-resolution back-off: process 0
+        # first waits for its name to resolve to its own (new) address, the others for the
+        # service to accept connections (`leader.py`). Without it a re-created worker 0 cost
+        # 30 s in 4 of 5 container SIGTERMs on the real node.
+        leader.before_the_group_forms(
+            own=identity.coordinator if identity.is_chief else None,
+            leader=None if identity.is_chief else identity.coordinator,
+        )
+        try:
+            jax.distributed.initialize(
+                coordinator_address=identity.coordinator,
+                num_processes=identity.num_processes,
+                process_id=identity.process_id,
+                heartbeat_timeout_seconds=max(int(ctx.config.collective_timeout_seconds), 10),
+            )
+        except Exception as e:  # e.g. the coordinator went away while the group formed
+            faults.exit_for(e, ExitCode.PEER_LOST)
+    import keras
+
+    if keras.backend.backend() != "jax":
+        hard_exit(
+            ExitCode.INVALID_CONFIG,
+            f"Keras runs the {keras.backend.backend()} backend; "
+            "backend jax needs KERAS_BACKEND=jax before Keras is imported",
+        )
+    keras.distribution.set_distribution(
+        keras.distribution.DataParallel(
+            devices=keras.distribution.list_devices(), auto_shard_dataset=False
+        )
+    )
+    keras.utils.set_random_seed(ctx.config.seed)
+    startup.mark("cluster")
+    return Session(ctx)
+
+
+#: JAX's persistent compilation cache, below the checkpoint directory (the job's shared
+#: volume): a restarted process loads the XLA programs its predecessor compiled (the train
+#: step, the initializers) instead of compiling them again. KERASJOB_JAX_CACHE=0 turns it off.
+JAX_CACHE_SUBDIR = "jax-cache"
+
+
+def _compile_cache(jax: Any, checkpoint_dir: str) -> None:
+    if os.environ.get("KERASJOB_JAX_CACHE", "1") == "0":
+        return
+    path = os.path.join(checkpoint_dir, JAX_CACHE_SUBDIR)
+    try:
+        os.makedirs(path, exist_ok=True)
+        jax.config.update("jax_compilation_cache_dir", path)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    except (OSError, AttributeError, ValueError) as e:  # a cache is an optimisation only
+        say(f"warning: no JAX compilation cache in {path}: {e}")
+
+
+def _keras_version() -> str:
+    import keras
+
+    return str(keras.__version__)
