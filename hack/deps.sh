@@ -13,6 +13,7 @@
 #   jq                 Kueue's install (hack/cluster/kueue.sh), hack/images/runc-bounded.sh
 #   clang-19 (no recommends)   Cilium compiles its datapath at run time (hack/cluster/cilium.sh)
 #   chromium           headless screenshot of the documentation site (tests/unit/test_docs.py)
+#   Debian's shellcheck   make lint's shell half (hack/lint-shell.sh)
 # Checked, not installed: root (containers, network namespaces), Go >= 1.26 (the control plane
 # and its add-ons are built from Go modules), Python >= 3.11 (tomllib, datetime.UTC).
 set -euo pipefail
@@ -35,6 +36,7 @@ command -v openssl >/dev/null || need+=(openssl)
 command -v curl >/dev/null || need+=(curl ca-certificates)
 command -v jq >/dev/null || need+=(jq)
 command -v chromium >/dev/null || need+=(chromium)
+command -v shellcheck >/dev/null || need+=(shellcheck)
 lean=()
 command -v clang-19 >/dev/null || lean+=(clang-19)
 

@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034  # sourced: the scripts that source it use these variables
 # Shared settings for hack/cluster/*.sh. Source it; it defines variables and functions only.
 #
 # Environment overrides (all optional):
@@ -86,6 +87,17 @@ BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl hel
 
 die() { echo "$(basename "$0"): $*" >&2; exit 1; }
 log() { echo "$(basename "$0"): $*" >&2; }
+# reports_version BINARY TEXT: BINARY --version prints TEXT (its first line is printed when
+# not). The output is captured whole before it is matched: `BINARY --version | grep -q TEXT`
+# under pipefail fails when grep exits at its match while the binary still writes (SIGPIPE;
+# etcd's four writes failed 8-11 % of such checks). tests/unit/test_shell_scripts.py.
+reports_version() {
+  local out
+  out="$("$1" --version 2>&1 || true)"
+  [[ "$out" == *"$2"* ]] && return 0
+  echo "${out%%$'\n'*}"
+  return 1
+}
 
 # Version of module $2 required by wrapper module $1 (read from the committed go.mod).
 pinned_version() {
@@ -145,7 +157,7 @@ stop_proc() {
 # 0 when something listens on 127.0.0.1:$1 (TCP).
 port_in_use() {
   if command -v ss >/dev/null 2>&1; then
-    ss -Htln "sport = :$1" 2>/dev/null | grep -q .
+    [ -n "$(ss -Htln "sport = :$1" 2>/dev/null)" ]
   else
     (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
   fi

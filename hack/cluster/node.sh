@@ -60,9 +60,11 @@ check() {
 # --- network: the bridge must exist before the API server binds to its address -------------
 network() {
   check
-  if ip route get "$NODE_IP" 2>/dev/null | grep -q "dev $NODE_BRIDGE"; then :; elif
-    ip -o route show to match "$NODE_IP" 2>/dev/null | grep -v '^default' | grep -q .; then
-    die "$NODE_POD_CIDR overlaps a network of this machine ($(ip -o route show to match "$NODE_IP" | grep -v '^default' | head -1)); pick another with NODE_POD_CIDR/NODE_IP"
+  local overlaps
+  overlaps="$(ip -o route show to match "$NODE_IP" 2>/dev/null | grep -v '^default' || true)"
+  if [[ "$(ip route get "$NODE_IP" 2>/dev/null || true)" == *"dev $NODE_BRIDGE"* ]]; then :; elif
+    [ -n "$overlaps" ]; then
+    die "$NODE_POD_CIDR overlaps a network of this machine (${overlaps%%$'\n'*}); pick another with NODE_POD_CIDR/NODE_IP"
   fi
   mkdir -p "$NODE_DIR"
   local s
@@ -473,7 +475,7 @@ down() {
     if [ -d "$d" ]; then log "warning: could not remove cgroup $d"; fi
   done
   # 5. iptables: kube-proxy's chains, then the kubelet's.
-  if [ -x "$BIN/kube-proxy" ] && iptables -w -t nat -S 2>/dev/null | grep -q 'KUBE-'; then
+  if [ -x "$BIN/kube-proxy" ] && [[ "$(iptables -w -t nat -S 2>/dev/null || true)" == *KUBE-* ]]; then
     "$BIN/kube-proxy" --cleanup --v=0 >/dev/null 2>&1 || true
   fi
   # Whatever KUBE-* chains are left -- the kubelet's own (kube-proxy --cleanup leaves them),
@@ -524,7 +526,7 @@ leftovers() {
       < <(iptables-save 2>/dev/null | grep -F "$RULE_TAG" || true)
     [ ! -e "$NODE_DIR" ] || found+=("directory $NODE_DIR")
   fi
-  ip -o link show master "$NODE_BRIDGE" 2>/dev/null | grep -q . && found+=("veths on $NODE_BRIDGE: $(ip -o link show master "$NODE_BRIDGE" | wc -l)")
+  [ -n "$(ip -o link show master "$NODE_BRIDGE" 2>/dev/null)" ] && found+=("veths on $NODE_BRIDGE: $(ip -o link show master "$NODE_BRIDGE" | wc -l)")
   while read -r m; do [ -n "$m" ] && found+=("cilium: $m"); done < <("$CLUSTER_DIR/cilium.sh" leftovers 2>/dev/null || true)
   [ ${#found[@]} -eq 0 ] && return 0
   printf '%s\n' "${found[@]}"

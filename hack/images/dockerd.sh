@@ -35,7 +35,7 @@ lock() {
 
 # The --exec-root of a running dockerd; the run directory is its parent.
 dockerd_exec_root() {
-  { tr '\0' '\n' <"/proc/$1/cmdline"; } 2>/dev/null | sed -n '/^--exec-root$/{n;p;}' | head -n1
+  { tr '\0' '\n' <"/proc/$1/cmdline"; } 2>/dev/null | sed -n '/^--exec-root$/{n;p;}' | sed -n 1p
 }
 
 # PIDs of containerd processes and container shims that belong to our data root but to no
@@ -52,7 +52,7 @@ stale_processes() {
       containerd)
         [ "${args[1]:-}" = --config ] && cfg="${args[2]:-}" ;;
       containerd-shim*)
-        addr="$(printf '%s\n' "${args[@]}" | sed -n '/^-address$/{n;p;}' | head -n1)"
+        addr="$(printf '%s\n' "${args[@]}" | sed -n '/^-address$/{n;p;}' | sed -n 1p)"
         [ -n "$addr" ] && cfg="$(dirname "$addr")/containerd.toml" ;;
       *) continue ;;
     esac

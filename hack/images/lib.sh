@@ -66,5 +66,5 @@ private_dockerd_pid() {
 
 # The unix socket a running dockerd listens on (its -H unix://... argument).
 dockerd_socket_of() {
-  { tr '\0' '\n' <"/proc/$1/cmdline"; } 2>/dev/null | sed -n 's|^unix://||p' | head -n1
+  { tr '\0' '\n' <"/proc/$1/cmdline"; } 2>/dev/null | sed -n 's|^unix://||p' | sed -n 1p
 }

@@ -66,7 +66,8 @@ fi
 # kind runs `docker`: the client that talks to this daemon, first on PATH, with our kubectl/helm.
 mkdir -p "$RUN_DIR/bin"
 ln -sfn "$(command -v "$DOCKER")" "$RUN_DIR/bin/docker"
-export PATH="$RUN_DIR/bin:$(bin_dir):$PATH"
+PATH="$RUN_DIR/bin:$(bin_dir):$PATH"
+export PATH
 export KUBECONFIG="$RUN_DIR/kubeconfig"   # never touch the user's ~/.kube/config
 # kind puts its nodes on this network (made and removed here, not kind's shared "kind").
 export KIND_EXPERIMENTAL_DOCKER_NETWORK="$CLUSTER"
@@ -74,7 +75,7 @@ export KIND_EXPERIMENTAL_DOCKER_NETWORK="$CLUSTER"
 # --- coexistence: one run per cluster name; the host's firewall policy --------------------
 exec 8>"$KERASJOB_CACHE/kind-e2e-$CLUSTER.lock"
 flock -n 8 || die "another 'make kind-e2e' runs cluster '$CLUSTER' on this machine: wait for it, or set KIND_CLUSTER_NAME"
-if "$KIND" get clusters 2>/dev/null | grep -qx "$CLUSTER"; then
+if grep -qx "$CLUSTER" <<<"$("$KIND" get clusters 2>/dev/null || true)"; then
   die "a kind cluster '$CLUSTER' exists (a run that was killed?): '$KIND delete cluster --name $CLUSTER', or set KIND_CLUSTER_NAME"
 fi
 if "$DOCKER" network inspect "$CLUSTER" >/dev/null 2>&1; then
@@ -86,7 +87,7 @@ fi
 # --- the node image -----------------------------------------------------------------------
 node_image="${KIND_NODE_IMAGE:-auto}"
 if [ "$node_image" = auto ]; then
-  kind_default="$(grep -ho 'kindest/node:v[^"]*' "$(go_module_dir "$KIND_DIR/gomod/kind" sigs.k8s.io/kind)/pkg/apis/config/defaults/image.go" | head -n1)"
+  kind_default="$(grep -ho 'kindest/node:v[^"]*' "$(go_module_dir "$KIND_DIR/gomod/kind" sigs.k8s.io/kind)/pkg/apis/config/defaults/image.go" | sed -n 1p)"
   if [ -n "$kind_default" ] && { "$DOCKER" image inspect "$kind_default" >/dev/null 2>&1 \
       || timeout 300 "$DOCKER" pull -q "$kind_default" >/dev/null 2>&1; }; then
     node_image="$kind_default"
@@ -108,9 +109,9 @@ leftovers() {
   [ -z "$("$DOCKER" ps -aq --filter "label=$KIND_LABEL=$CLUSTER")" ] || left+=("containers")
   ! "$DOCKER" network inspect "$CLUSTER" >/dev/null 2>&1 || left+=("network $CLUSTER")
   [ -z "${1:-}" ] || ! ip link show "$bridge" >/dev/null 2>&1 || left+=("bridge $bridge")
-  ! iptables -w -S 2>/dev/null | grep -q -- "$RULE_TAG" || left+=("iptables rule $RULE_TAG")
-  [ -z "${1:-}" ] || ! iptables-save 2>/dev/null | grep -q -- "$bridge" || left+=("iptables rules on $bridge")
-  ! awk -v d="$SHARED_DIR" 'index($2, d) == 1' /proc/self/mounts | grep -q . || left+=("mounts under $SHARED_DIR")
+  ! grep -q -- "$RULE_TAG" <<<"$(iptables -w -S 2>/dev/null || true)" || left+=("iptables rule $RULE_TAG")
+  [ -z "${1:-}" ] || ! grep -q -- "$bridge" <<<"$(iptables-save 2>/dev/null || true)" || left+=("iptables rules on $bridge")
+  [ -z "$(awk -v d="$SHARED_DIR" 'index($2, d) == 1' /proc/self/mounts)" ] || left+=("mounts under $SHARED_DIR")
   [ ! -e "$SHARED_DIR" ] || left+=("$SHARED_DIR")
   [ "$modules_made" = 0 ] || [ ! -e /lib/modules ] || left+=("/lib/modules (made for kind's bind mount)")
   local new
@@ -166,7 +167,7 @@ NET_ID="$("$DOCKER" network create -d bridge "$CLUSTER")"
 bridge="br-${NET_ID:0:12}"
 # Nodes talk across the bridge; bridged traffic crosses the host's FORWARD chain
 # (br_netfilter), which a Docker with iptables on this host sets to DROP.
-if [ "$(iptables -w -S FORWARD 2>/dev/null | head -n1)" != "-P FORWARD ACCEPT" ]; then
+if [ "$(iptables -w -S FORWARD 2>/dev/null | sed -n 1p)" != "-P FORWARD ACCEPT" ]; then
   forward_rule=(FORWARD -i "$bridge" -o "$bridge" -m comment --comment "$RULE_TAG" -j ACCEPT)
   iptables -w -I "${forward_rule[@]}"
 fi

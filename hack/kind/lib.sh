@@ -1,4 +1,4 @@
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2034  # sourced: the scripts that source it use these variables
 # Shared by hack/kind/*.sh (sourced, not run): the Docker daemon kind and the images use. Bash
 # only when sourced (e2e.sh checks its prerequisites with it before anything else runs);
 # the cluster's pins are hack/cluster/lib.sh, sourced by the scripts that need them.
