@@ -49,22 +49,21 @@ def chief_exit_progress(s: PlanState) -> None:
 
 
 def complete_status(s: PlanState) -> None:
-    """Write the state's parts back into the status: trackedPods (of wanted tasks only),
-    conditions, restarts, replicaStatuses, and phase Pending if none was decided."""
+    """Complete the status: trackedPods of wanted tasks only (none: no key), no empty
+    conditions, replicaStatuses, and phase Pending if none was decided."""
     names = {t.name for t in s.job.tasks}
-    s.tracked = {n: r for n, r in s.tracked.items() if n in names}
-    if s.tracked:
-        s.status["trackedPods"] = s.tracked
+    tracked = {n: r for n, r in s.tracked.items() if n in names}
+    if tracked:
+        s.tracked = tracked
     else:
         s.status.pop("trackedPods", None)
-    if s.conditions:
-        s.status["conditions"] = s.conditions
-    s.status["restarts"] = {"disruptions": s.disruptions, "failures": s.failures}
-    succeeded = [t.role for t in s.job.tasks if s.tracked.get(t.name, {}).get("succeeded")]
+    if not s.conditions:
+        s.status.pop("conditions", None)
+    succeeded = [t.role for t in s.job.tasks if tracked.get(t.name, {}).get("succeeded")]
     owned = [p for p in s.owned.values() if p.name in names]
     stopped = {
         name
-        for name, rec in s.tracked.items()
+        for name, rec in tracked.items()
         if rec.get("stopped") and (p := s.owned.get(name)) is not None and p.uid == rec.get("uid")
     }
     s.status["replicaStatuses"] = cast(

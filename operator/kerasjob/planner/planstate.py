@@ -37,13 +37,9 @@ class PlanState:
     old: wire.Status
     """The stored status, as given (read only)."""
     status: wire.Status
-    """The new status: a deep copy of the old one, changed by the steps."""
-    conditions: list[wire.Condition]
-    tracked: dict[str, wire.TrackedPod]
-    """status.trackedPods (written back into ``status`` by `housekeeping.complete_status`)."""
-    disruptions: int
-    failures: int
-    prev_phase: str | None
+    """The new status: a deep copy of the old one, changed by the steps. It is the only copy
+    of its fields: `conditions`, `tracked`, `disruptions` and `failures` below read and write
+    it in place."""
     owned: dict[str, PodView]
     """The job's Pods by name (the newest incarnation of each)."""
     stale: list[PodView]
@@ -76,6 +72,10 @@ class PlanState:
         old = cast(wire.Status, old_status)
         status = cast(wire.Status, copy.deepcopy(dict(old_status)))
         restarts = status.get("restarts") or {}
+        status["restarts"] = {
+            "disruptions": int(restarts.get("disruptions", 0)),
+            "failures": int(restarts.get("failures", 0)),
+        }
         newest = newest_incarnations(pods)
         return cls(
             job=job,
@@ -89,14 +89,50 @@ class PlanState:
             ),
             old=old,
             status=status,
-            conditions=list(status.get("conditions") or []),
-            tracked={name: rec.copy() for name, rec in (status.get("trackedPods") or {}).items()},
-            disruptions=int(restarts.get("disruptions", 0)),
-            failures=int(restarts.get("failures", 0)),
-            prev_phase=status.get("phase"),
             owned={p.name: p for p in newest if p.owner_uid == job.uid},
             stale=[p for p in newest if p.owner_uid is not None and p.owner_uid != job.uid],
         )
+
+    @property
+    def prev_phase(self) -> str | None:
+        """The stored status's phase."""
+        return self.old.get("phase")
+
+    @property
+    def conditions(self) -> list[wire.Condition]:
+        """status.conditions (an empty list is dropped by `housekeeping.complete_status`)."""
+        return self.status.setdefault("conditions", [])
+
+    @conditions.setter
+    def conditions(self, value: list[wire.Condition]) -> None:
+        self.status["conditions"] = value
+
+    @property
+    def tracked(self) -> dict[str, wire.TrackedPod]:
+        """status.trackedPods (kept for wanted tasks only by `housekeeping.complete_status`)."""
+        return self.status.setdefault("trackedPods", {})
+
+    @tracked.setter
+    def tracked(self, value: dict[str, wire.TrackedPod]) -> None:
+        self.status["trackedPods"] = value
+
+    @property
+    def disruptions(self) -> int:
+        """status.restarts.disruptions."""
+        return self.status["restarts"]["disruptions"]
+
+    @disruptions.setter
+    def disruptions(self, value: int) -> None:
+        self.status["restarts"]["disruptions"] = value
+
+    @property
+    def failures(self) -> int:
+        """status.restarts.failures."""
+        return self.status["restarts"]["failures"]
+
+    @failures.setter
+    def failures(self, value: int) -> None:
+        self.status["restarts"]["failures"] = value
 
     def cond(
         self,
