@@ -11,8 +11,9 @@ namespace that is not in the job:
 - the workers keep training through it (1,000 more steps, no restart);
 - controls, so that the test fails if the enforcer drops everything or nothing: the same
   outsider reaches a bystander Pod (not in any job) listening on the same port, and reaches
-  the worker once the job's NetworkPolicy is deleted (the operator makes it only with the
-  job's Service, so it stays deleted while the probe runs).
+  the worker once a second policy lets everything in (policies add up);
+- the job's NetworkPolicy deleted: the operator makes it again and the TF port is closed to
+  the outsider again.
 
 Local cluster only (on another cluster the CNI decides whether policies are enforced).
 """
@@ -145,6 +146,20 @@ def probe(kj: Kube, ns: str, name: str, targets: list[str]) -> dict[str, str]:
         raise TimeoutError(f"{e}\nstatus: {status}\nlog: {log}") from None
 
 
+def open_policy(name: str, job: str) -> dict[str, Any]:
+    """A NetworkPolicy that lets any ingress to the job's Pods (the control)."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "podSelector": {"matchLabels": {"kerasjob.dev/job-name": job}},
+            "policyTypes": ["Ingress"],
+            "ingress": [{}],
+        },
+    }
+
+
 def test_a_workers_tf_port_takes_connections_from_its_own_job_only(
     cilium: None, deployment: Any, tmp_path: Path
 ) -> None:
@@ -199,13 +214,34 @@ def test_a_workers_tf_port_takes_connections_from_its_own_job_only(
         assert not restarts.get("disruptions") and not restarts.get("failures"), restarts
         step_before = last_step(run.log(chief))
 
-        kj.request("DELETE", policy)
+        # Control: a second policy that lets everything in (policies add up) opens the
+        # workers, else the enforcer, not the job's policy, dropped the connections. (The
+        # job's own policy cannot be deleted for that: the operator makes it again.)
+        policies = f"/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies"
+        kj.request("POST", policies, body=open_policy(f"open-{run.name}", run.name))
         time.sleep(3)  # the agent recomputes the workers' policy
         verdict = probe(kj, ns, "outsider-2", targets)
-        print(f"without it: {verdict}")
+        print(f"with an allow-all policy beside it: {verdict}")
         assert verdict == dict.fromkeys(targets, "ok"), (
-            f"with no policy the workers must be reachable (else the enforcer, not the "
+            f"let in by a policy, the workers must be reachable (else the enforcer, not the "
             f"policy, dropped the connections): {verdict}"
+        )
+        kj.request("DELETE", f"{policies}/open-{run.name}")
+        # The job's policy deleted (a clean-up, a GitOps prune): made again (issue 36), and
+        # the workers closed to outsiders again.
+        old_uid = (kj.get(policy) or {})["metadata"]["uid"]
+        kj.request("DELETE", policy)
+        wait_for(
+            lambda: (made := kj.get(policy)) and made["metadata"]["uid"] != old_uid,
+            timeout=30,
+            interval=0.2,
+            what="the job's NetworkPolicy made again",
+        )
+        time.sleep(3)  # the agent recomputes the workers' policy
+        verdict = probe(kj, ns, "outsider-3", targets)
+        print(f"its NetworkPolicy deleted and made again: {verdict}")
+        assert verdict[targets[0]] != "ok" and verdict[targets[1]] != "ok", (
+            f"a worker's TF port took a connection after its policy came back: {verdict}"
         )
         # And training went on all along.
         assert last_step(run.log(chief)) > step_before
@@ -216,10 +252,11 @@ def test_a_workers_tf_port_takes_connections_from_its_own_job_only(
             "bystander",
             "outsider-1",
             "outsider-2",
+            "outsider-3",
             f"{run.name}-worker-0",
             f"{run.name}-worker-1",
         )
-        for name in mine[:3]:
+        for name in mine[:4]:
             with contextlib.suppress(ApiError):
                 kj.request("DELETE", pod_path(ns, name))
         run.cleanup()
