@@ -97,7 +97,8 @@ crds: venv ## Regenerate crds/ from the pydantic models
 # tests/unit/test_chart.py fails if the two copies differ.
 	cp crds/kerasjob.dev_kerasjobs.yaml charts/kerasjob-operator/crds/
 
-demo: $(if $(filter current,$(CLUSTER)),,deps) venv $(if $(filter current,$(CLUSTER)),,binaries) ## Train MNIST on 2 workers under the real operator, evict one, resume (CLUSTER=current to use KUBECONFIG)
+# The demo builds the binaries itself, with the images in the background (each phase timed).
+demo: $(if $(filter current,$(CLUSTER)),,deps) venv ## Train MNIST on 2 workers under the real operator, evict one, resume (CLUSTER=current to use KUBECONFIG)
 	$(BIN)/python -m kerasjob_dev.demo $(if $(filter current,$(CLUSTER)),--cluster current,)
 
 bench: venv binaries ## Benchmarks: print figures, write JSON to bench/results/

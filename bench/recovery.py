@@ -1,8 +1,13 @@
-"""Recovery from repeated disruptions of worker 1 on the real node, per disruption.
+"""Recovery from repeated disruptions of one worker on the real node, per disruption.
 
     python bench/recovery.py [--disruptions 5] [--kinds sigterm,sigkill,evict,delete]
-                                      # writes bench/results/recovery.json
+                             [--backend tensorflow|jax] [--victim 1] [--workers 2]
+                                      # writes bench/results/recovery.json (--out)
     python bench/recovery.py --quick  # two disruptions: checks that it runs
+
+`--backend jax` runs examples/keras3-jax.yaml (Keras 3 on JAX) instead of examples/mnist.yaml;
+`--victim 0` disrupts worker 0 (the chief, JAX's coordinator) instead of worker 1; `--workers`
+sets the job's size. Below, "worker 1" is the victim and "worker 0" the survivors.
 
 Everything as users run it: the local cluster with its real node (kubelet + containerd), the
 images built from this checkout, the operator installed by Helm, a 2-worker MNIST KerasJob
@@ -163,12 +168,17 @@ def main() -> int:
         default=",".join(KINDS),
         help=f"disruptions to cycle through, of {', '.join(KINDS)} (default: all, in order)",
     )
+    parser.add_argument("--backend", choices=("tensorflow", "jax"), default="tensorflow")
+    parser.add_argument("--victim", type=int, default=1, help="the worker disrupted (default 1)")
+    parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="two disruptions: checks it runs")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     if args.quick:
         args.disruptions = 2
     kinds = kinds_of(args.kinds, args.disruptions)
+    if not 0 <= args.victim < args.workers:
+        raise SystemExit(f"--victim: a worker of 0..{args.workers - 1}, not {args.victim}")
 
     cluster = LocalCluster(owner="bench", repo=ROOT)
     cluster.acquire()
@@ -189,14 +199,18 @@ def main() -> int:
         )
         ckpt = Path(os.environ.get("KERASJOB_RUN") or ROOT / ".run") / "bench" / "ckpt"
         pv = localdeploy.shared_claim(kube, NS, "ckpt", ckpt)
-        job = yaml.safe_load((ROOT / "examples" / "mnist.yaml").read_text())
+        example = "keras3-jax.yaml" if args.backend == "jax" else "mnist.yaml"
+        job = yaml.safe_load((ROOT / "examples" / example).read_text())
         job["metadata"]["name"] = JOB
+        job["spec"]["workers"] = args.workers
         job["spec"]["checkpoint"]["volume"] = {"persistentVolumeClaim": {"claimName": "ckpt"}}
         job["spec"]["trainer"]["epochs"] = 2 + args.disruptions
         job["spec"].pop("ttlSecondsAfterFinished", None)
         job_path = f"/apis/kerasjob.dev/v1alpha1/namespaces/{NS}/kerasjobs"
         kube.request("POST", job_path, body=job)
-        chief, victim = f"{JOB}-worker-0", f"{JOB}-worker-1"
+        # The chief prints the steps; the survivors must keep their Pods.
+        chief, victim = f"{JOB}-worker-0", f"{JOB}-worker-{args.victim}"
+        survivors = [f"{JOB}-worker-{i}" for i in range(args.workers) if i != args.victim]
 
         def step() -> int:
             found = STEP.findall(log(kube, chief))
@@ -206,7 +220,7 @@ def main() -> int:
         for i, kind in enumerate(kinds, 1):
             target = resumed_at + 40
             wait(lambda t=target: step() >= t, 300, f"the chief at step {target}")
-            before = {p: identity(kube, p) for p in (chief, victim)}
+            before = {p: identity(kube, p) for p in {chief, victim, *survivors}}
             chief_incarnation = incarnation(log(kube, chief))[0]
             at_step = step()
             t0, signalled_at = time.monotonic(), time.time()
@@ -234,7 +248,7 @@ def main() -> int:
 
             wait(stepped, 300, "a new step", 0.1)
             t_step = time.monotonic() - t0
-            after = {p: identity(kube, p) for p in (chief, victim)}
+            after = {p: identity(kube, p) for p in {chief, victim, *survivors}}
             phases = wait(
                 lambda t=signalled_at, r=resumed_at: breakdown(
                     ckpt, incarnation(log(kube, chief))[1], t, r
@@ -247,7 +261,11 @@ def main() -> int:
                 for p in (chief, victim):
                     print(f"--- {p} (slow recovery), its last incarnation:")
                     print("\n".join(incarnation(log(kube, p))[1].splitlines()[:60]))
-            kept = {k: before[chief][k] == after[chief][k] for k in ("uid", "ip", "node")}
+            kept = {
+                f"{p[len(JOB) + 1 :]}.{k}": before[p][k] == after[p].get(k)
+                for p in survivors
+                for k in ("uid", "ip", "node")
+            }
             # The lost worker's new process: when it started, how long its cluster took.
             victim_startup = STARTUP.search(incarnation(log(kube, victim))[1])
             if victim_startup:
@@ -264,15 +282,15 @@ def main() -> int:
                     "first_step_s": round(t_step, 2),
                     "chief_before": before[chief],
                     "chief_after": after[chief],
-                    "chief_pod_kept": all(kept.values()),
+                    "chief_pod_kept": all(kept.values()),  # every survivor's Pod
                     "victim_recreated": before[victim]["uid"] != after[victim].get("uid"),
                     "phases_s": phases,
                 }
             )
             print(
                 f"disruption {i} ({kind} at step {at_step}): resumed at {resumed_at} "
-                f"after {t_resumed:.1f}s, first new step after {t_step:.1f}s; worker 0 "
-                f"{'kept its Pod' if all(kept.values()) else f'changed: {kept}'}\n  "
+                f"after {t_resumed:.1f}s, first new step after {t_step:.1f}s; survivors "
+                f"{'kept their Pods' if all(kept.values()) else f'changed: {kept}'}\n  "
                 + " ".join(f"{k}={v:.2f}s" for k, v in phases.items()),
                 flush=True,
             )
@@ -306,7 +324,7 @@ def main() -> int:
         print(
             f"median disruption -> first new step {summary['median_first_step_s']:.1f}s "
             f"(max {summary['max_first_step_s']:.1f}s); last/first "
-            f"{summary['last_over_first']}; worker 0 kept its Pod every time: "
+            f"{summary['last_over_first']}; survivors kept their Pods every time: "
             f"{summary['chief_pod_kept_every_time']}; counted {counted}; median phases: "
             + " ".join(f"{k}={v:.2f}s" for k, v in summary["median_phases_s"].items())
         )
@@ -316,6 +334,9 @@ def main() -> int:
                 {
                     "machine": platform.node(),
                     "quick": args.quick,
+                    "backend": args.backend,
+                    "victim": args.victim,
+                    "workers": args.workers,
                     "disruptions": results,
                     **summary,
                 },

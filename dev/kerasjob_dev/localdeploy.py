@@ -89,22 +89,53 @@ class Images:
     examples: dict[str, Path]
 
 
+class ImageBuild:
+    """`hack/images/build.sh --export` running in the background (the demo overlaps it with
+    the Go build of the cluster's binaries); :meth:`wait` gives its :class:`Images`.
+
+    `variants` are the trainer variants (default: :data:`IMAGE_VARIANTS`), `examples` whether
+    the example images are built too (the tests that run them need them; the demo does not).
+    """
+
+    def __init__(self, variants: str = IMAGE_VARIANTS, examples: bool = True) -> None:
+        self.t0 = time.monotonic()
+        self.variants = variants.split()
+        self.examples = examples
+        env = {**os.environ, "IMAGE_VARIANTS": variants}
+        if not examples:
+            env["KERASJOB_EXAMPLE_IMAGES"] = "0"
+        # --stop: a private Docker daemon started for the build does not outlive it.
+        argv = [str(REPO_ROOT / "hack/images/build.sh"), "--export", str(export_dir()), "-q"]
+        self.proc = subprocess.Popen(
+            [*argv, "--stop"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
+
+    def wait(self, timeout: float = 3600) -> Images:
+        what = "building the images (hack/images/build.sh)"
+        try:
+            out, err = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired as e:
+            self.proc.kill()
+            raise DeployError(f"{what}: timed out after {timeout:g} s") from e
+        if self.proc.returncode != 0:
+            tail = "\n".join((err or out).strip().splitlines()[-15:])
+            raise DeployError(f"{what} failed (exit {self.proc.returncode}):\n{tail}")
+        wanted = {OPERATOR_IMAGE, *(trainer_image(v, IMAGE_TAG) for v in self.variants)}
+        archives = {i: export_dir() / f"{stem}.tar" for i, stem in ARCHIVES.items() if i in wanted}
+        examples = {
+            image: export_dir() / f"{stem}.tar"
+            for image, stem in EXAMPLE_ARCHIVES.items()
+            if self.examples
+        }
+        missing = [str(p) for p in [*archives.values(), *examples.values()] if not p.exists()]
+        if missing:
+            raise DeployError(f"hack/images/build.sh wrote no {', '.join(missing)}")
+        return Images(archives, time.monotonic() - self.t0, out.strip(), examples)
+
+
 def build_images(timeout: float = 3600) -> Images:
     """Build (or confirm, in seconds when nothing changed) the images and export them."""
-    t0 = time.monotonic()
-    out = _run(
-        # --stop: a private Docker daemon started for the build does not outlive it.
-        [str(REPO_ROOT / "hack/images/build.sh"), "--export", str(export_dir()), "-q", "--stop"],
-        "building the images (hack/images/build.sh)",
-        timeout,
-        env={**os.environ, "IMAGE_VARIANTS": IMAGE_VARIANTS},
-    )
-    archives = {image: export_dir() / f"{stem}.tar" for image, stem in ARCHIVES.items()}
-    examples = {image: export_dir() / f"{stem}.tar" for image, stem in EXAMPLE_ARCHIVES.items()}
-    missing = [str(p) for p in [*archives.values(), *examples.values()] if not p.exists()]
-    if missing:
-        raise DeployError(f"hack/images/build.sh wrote no {', '.join(missing)}")
-    return Images(archives, time.monotonic() - t0, out.strip(), examples)
+    return ImageBuild().wait(timeout)
 
 
 def load_images(images: Images, timeout: float = 900) -> float:

@@ -18,6 +18,7 @@
 #   IMAGE_VARIANTS        trainer variants, "cpu" (default), "cpu gpu", "cpu jax-cpu"
 #                         (jax-*: the Keras 3 image, trainer_image/keras3.Dockerfile)
 #   IMAGE_TAG             tag of the project's images (default dev)
+#   KERASJOB_EXAMPLE_IMAGES  0: not the example images (default 1: built when cpu is)
 #   KERASJOB_LOCAL_BASE   auto (default): build FROM the official python image when the
 #                         daemon has it or can pull it, else FROM the local base
 #                         (hack/images/base.sh); 1: always the local base; 0: never
@@ -200,9 +201,10 @@ done
 # examples/<name>/Dockerfile: a user's own image (e.g. examples/tfjob-mnist, the stand-in for
 # Kubeflow's TFJob example image), as kerasjob.local/<name>:$IMAGE_TAG, FROM the cpu trainer
 # image built above (its TensorFlow: no second download). Seconds when nothing changed.
+# KERASJOB_EXAMPLE_IMAGES=0 skips them (the demo, which runs none of them).
 cpu_trainer="$TRAINER_REPO:$IMAGE_TAG-cpu"
 for dockerfile in examples/*/Dockerfile; do
-  [ -f "$dockerfile" ] || continue
+  [ -f "$dockerfile" ] && [ "${KERASJOB_EXAMPLE_IMAGES:-1}" != 0 ] || continue
   dir="$(dirname "$dockerfile")"
   tag="kerasjob.local/$(basename "$dir"):$IMAGE_TAG"
   if [ -z "${built_secs[$cpu_trainer]:-}" ]; then
