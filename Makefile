@@ -91,8 +91,9 @@ cluster-down: ## Stop the local control plane and remove its state
 cluster-env: ## Print exports for kubectl/helm against the local cluster: eval "$$(make -s cluster-env)"
 	@hack/cluster/env.sh
 
-crds: venv ## Regenerate crds/ from the pydantic models
+crds: venv ## Regenerate crds/ and the status wire types (api/wire.py) from the pydantic models
 	$(BIN)/python -m kerasjob.tools.crdgen --out crds
+	$(BIN)/python -m kerasjob.tools.wiregen
 # The chart ships the same file (Helm installs CRDs only from its own crds/ folder);
 # tests/unit/test_chart.py fails if the two copies differ.
 	cp crds/kerasjob.dev_kerasjobs.yaml charts/kerasjob-operator/crds/

@@ -1,95 +1,68 @@
-"""The status wire format (`kerasjob.api.wire`, the planner's TypedDicts) and the API's
-models (`kerasjob.api.status`, the CRD's schema) declare the same keys, nested types
-included: a field added to one and not the other fails here."""
+"""The status wire format (`kerasjob.api.wire`, the TypedDicts the planner builds the status
+with) is generated from the API's models (`kerasjob.api.status`, the CRD's schema too) by
+`kerasjob.tools.wiregen`: the committed module is what the models generate, key for key."""
 
 from __future__ import annotations
 
 import typing
-from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
 
-import pydantic
 import pytest
 
-from kerasjob.api import KerasJobStatus, wire
+from kerasjob.api import KerasJobStatus, Phase, Timestamp, wire
+from kerasjob.api.status import Condition
+from kerasjob.tools import wiregen
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
-def _nested(annotation: object) -> Iterator[type]:
-    """The TypedDicts and models inside an annotation (list[X], dict[str, X], X | None)."""
-    if isinstance(annotation, type) and (
-        typing.is_typeddict(annotation) or issubclass(annotation, pydantic.BaseModel)
-    ):
-        yield annotation
-    for arg in typing.get_args(annotation):
-        yield from _nested(arg)
+def test_committed_wire_module_is_generated() -> None:
+    assert (ROOT / wiregen.PATH).read_text() == wiregen.render(), (
+        "operator/kerasjob/api/wire.py is out of date: run `make crds`"
+    )
 
 
-def _typeddict_fields(td: type) -> dict[str, object]:
-    return typing.get_type_hints(td)
+def test_check_mode(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "wire.py"
+    assert wiregen.main(["--out", str(out), "--check"]) == 1  # missing
+    assert wiregen.main(["--out", str(out)]) == 0
+    assert wiregen.main(["--out", str(out), "--check"]) == 0
+    out.write_text(out.read_text().replace("restartCount: int", "restartCount: str"))
+    assert wiregen.main(["--out", str(out), "--check"]) == 1
+    assert "restartCount" in capsys.readouterr().out
 
 
-def _model_fields(model: type[pydantic.BaseModel]) -> dict[str, object]:
-    return {(f.alias or name): f.annotation for name, f in model.model_fields.items()}
+@pytest.mark.parametrize("model", wiregen.models(), ids=wiregen.name_of)
+def test_each_model_is_a_typeddict_of_its_aliases(model: type) -> None:
+    td = getattr(wire, wiregen.name_of(model))
+    assert typing.is_typeddict(td) and not td.__required_keys__
+    aliases = [f.alias or n for n, f in model.model_fields.items()]  # type: ignore[attr-defined]
+    assert list(typing.get_type_hints(td)) == aliases
 
 
-def drift(td: type, model: type[pydantic.BaseModel]) -> list[str]:
-    """Every difference between a TypedDict and a model, recursively ('' when none)."""
-    ours, theirs = _typeddict_fields(td), _model_fields(model)
-    out = [f"{td.__name__}.{k}: not in {model.__name__}" for k in sorted(ours.keys() - theirs)]
-    out += [f"{model.__name__}.{k}: not in {td.__name__}" for k in sorted(theirs.keys() - ours)]
-    for key in sorted(ours.keys() & theirs.keys()):
-        inner_td, inner_model = list(_nested(ours[key])), list(_nested(theirs[key]))
-        if len(inner_td) != len(inner_model):
-            out.append(f"{td.__name__}.{key}: {inner_td} vs {model.__name__}'s {inner_model}")
-            continue
-        for sub_td, sub_model in zip(inner_td, inner_model, strict=True):
-            out += drift(sub_td, sub_model)
-    return out
+def test_every_model_the_status_holds_is_generated_once_after_its_parts() -> None:
+    names = [m.__name__ for m in wiregen.models()]
+    assert names[-1] == KerasJobStatus.__name__ and len(set(names)) == len(names)
+    assert names.index("Goodput") < names.index("Progress") < names.index("KerasJobStatus")
 
 
-def _pairs(td: type, model: type[pydantic.BaseModel]) -> Iterator[tuple[type, type]]:
-    yield td, model
-    ours, theirs = _typeddict_fields(td), _model_fields(model)
-    for key in ours.keys() & theirs.keys():
-        for pair in zip(_nested(ours[key]), _nested(theirs[key]), strict=False):
-            yield from _pairs(*pair)
+@pytest.mark.parametrize(
+    ("tp", "text"),
+    [
+        (Timestamp, "str"),
+        (datetime | None, "str"),
+        (Phase, "str"),
+        (list[Condition] | None, "list[Condition]"),
+        (dict[str, float], "dict[str, float]"),
+        (typing.Literal["a", "b"], "str"),
+        (KerasJobStatus, "Status"),
+    ],
+)
+def test_wire_types(tp: object, text: str) -> None:
+    assert wiregen.annotation(tp) == text
 
 
-PAIRS = sorted(set(_pairs(wire.Status, KerasJobStatus)), key=lambda p: p[0].__name__)
-
-
-def test_the_status_has_the_models_keys_both_ways() -> None:
-    assert drift(wire.Status, KerasJobStatus) == []
-
-
-@pytest.mark.parametrize(("td", "model"), PAIRS, ids=[td.__name__ for td, _ in PAIRS])
-def test_each_part_pairs_with_its_namesake(td: type, model: type[pydantic.BaseModel]) -> None:
-    # Paired by position, named alike: a TypedDict checked against the wrong model would
-    # pass only by chance.
-    assert td.__name__ == model.__name__.removeprefix("KerasJob")
-    assert drift(td, model) == []
-
-
-def test_every_typeddict_is_checked() -> None:
-    declared = {v for v in vars(wire).values() if isinstance(v, type) and typing.is_typeddict(v)}
-    assert declared == {td for td, _ in PAIRS}
-
-
-class _Extra(typing.TypedDict, total=False):
-    uid: str
-    restartCount: int
-    counted: bool
-    succeeded: bool
-    stopped: bool
-    extra: int
-
-
-class _Short(typing.TypedDict, total=False):
-    uid: str
-
-
-def test_drift_is_found_either_way() -> None:
-    tracked = KerasJobStatus.model_fields["tracked_pods"].annotation
-    model = next(_nested(tracked))
-    assert drift(wire.TrackedPod, model) == []
-    assert drift(_Extra, model) == ["_Extra.extra: not in TrackedPod"]
-    assert "TrackedPod.counted: not in _Short" in drift(_Short, model)
+def test_a_type_without_a_wire_form_is_refused() -> None:
+    with pytest.raises(TypeError, match="no wire type"):
+        wiregen.annotation(set[int])

@@ -1,11 +1,8 @@
 """The job's status in its wire format: TypedDicts with the camelCase keys the operator
-writes (``status.phase``, ``status.trackedPods[name].restartCount`` ...).
-
-The pydantic models in `kerasjob.api.status` describe the same object for the CRD's schema
-and for readers; the planner builds the status as plain dictionaries (diffed against the
-stored one with `status.merge_patch`), typed by these. ``tests/unit/test_status_wire.py``
-checks that every TypedDict here has exactly the keys of its model's aliases, nested types
-included, so the two cannot drift: a field is added in both places or the test fails.
+writes (``status.phase``, ``status.trackedPods[name].restartCount`` ...), generated from the
+pydantic models (`kerasjob.api.status`, the status's one definition, which the CRD's schema
+is generated from too) by `kerasjob.tools.wiregen` (`make crds`). Do not edit: change the
+model and regenerate (``tests/unit/test_status_wire.py`` fails on drift).
 
 All are ``total=False``: a stored status may lack any key (a job never run, an older
 operator's status), and the planner reads each with ``.get``.
@@ -17,7 +14,7 @@ from typing import TypedDict
 
 
 class Condition(TypedDict, total=False):
-    """A metav1.Condition (`status.Condition`)."""
+    """A metav1.Condition (`kerasjob.api.status.Condition`)."""
 
     type: str
     status: str
@@ -28,7 +25,7 @@ class Condition(TypedDict, total=False):
 
 
 class ReplicaStatus(TypedDict, total=False):
-    """Pod counts of one role (`status.ReplicaStatus`)."""
+    """Pod counts of one role (`kerasjob.api.status.ReplicaStatus`)."""
 
     active: int
     ready: int
@@ -37,14 +34,14 @@ class ReplicaStatus(TypedDict, total=False):
 
 
 class RestartCounts(TypedDict, total=False):
-    """Restarts by cause (`status.RestartCounts`)."""
+    """How many times the job restarted, by cause (`kerasjob.api.status.RestartCounts`)."""
 
     disruptions: int
     failures: int
 
 
 class LastRestart(TypedDict, total=False):
-    """The most recent restart (`status.LastRestart`)."""
+    """The most recent restart (`kerasjob.api.status.LastRestart`)."""
 
     time: str
     reason: str
@@ -58,7 +55,8 @@ class LastRestart(TypedDict, total=False):
 
 
 class Goodput(TypedDict, total=False):
-    """What disruptions cost so far (`status.Goodput`)."""
+    """What disruptions cost the job so far, as the chief accounted it (each disruption: from the
+    last productive step to the first resumed step) (`kerasjob.api.status.Goodput`)."""
 
     disruptions: int
     lostSeconds: float
@@ -68,7 +66,7 @@ class Goodput(TypedDict, total=False):
 
 
 class Progress(TypedDict, total=False):
-    """Training progress from the chief (`status.Progress`)."""
+    """Training progress reported by the chief (`kerasjob.api.status.Progress`)."""
 
     epoch: int
     step: int
@@ -80,18 +78,8 @@ class Progress(TypedDict, total=False):
     goodput: Goodput
 
 
-class TrackedPod(TypedDict, total=False):
-    """What was already counted of one Pod (`status.TrackedPod`)."""
-
-    uid: str
-    restartCount: int
-    counted: bool
-    succeeded: bool
-    stopped: bool
-
-
 class Resize(TypedDict, total=False):
-    """One resize of an elastic job (`elastic.Resize`)."""
+    """One resize of an elastic job (`kerasjob.api.elastic.Resize`)."""
 
     time: str
     fromWorkers: int
@@ -101,7 +89,7 @@ class Resize(TypedDict, total=False):
 
 
 class ElasticStatus(TypedDict, total=False):
-    """An elastic job's size and resizes (`elastic.ElasticStatus`)."""
+    """Where an elastic job stands (`kerasjob.api.elastic.ElasticStatus`)."""
 
     workers: int
     resizes: int
@@ -109,8 +97,20 @@ class ElasticStatus(TypedDict, total=False):
     growth: str
 
 
+class TrackedPod(TypedDict, total=False):
+    """What the operator already counted for one Pod (bookkeeping, see status.trackedPods)
+    (`kerasjob.api.status.TrackedPod`)."""
+
+    uid: str
+    restartCount: int
+    counted: bool
+    succeeded: bool
+    stopped: bool
+
+
 class Status(TypedDict, total=False):
-    """The whole status of a KerasJob (`status.KerasJobStatus`)."""
+    """The observed state of a KerasJob, written by the operator
+    (`kerasjob.api.status.KerasJobStatus`)."""
 
     phase: str
     conditions: list[Condition]

@@ -23,10 +23,11 @@ import dataclasses
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 
+from kerasjob.api import wire
 from kerasjob.config import OperatorConfig
 from kerasjob.control import acting, scraping
 from kerasjob.control.events import EventRecorder, build_event
@@ -263,7 +264,7 @@ class Controller:
             body=body,
             parsed=parsed,
             job=job,
-            status=dict(body.get("status") or {}),
+            status=cast(wire.Status, dict(body.get("status") or {})),
             pods=pods,
             expected=expected,
             integrations=tuple(parts),

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kerasjob.api import wire
 from kerasjob.control.jobview import ParsedJob
 from kerasjob.integrations.integration import JobIntegration
 from kerasjob.k8s.kube import KubeApi
@@ -65,7 +66,7 @@ class Observed:
     body: Mapping[str, Any]
     parsed: ParsedJob
     job: JobView
-    status: dict[str, Any]
+    status: wire.Status
     pods: list[PodView]
     expected: Mapping[str, float] = dataclasses.field(default_factory=dict)
     """Children created and not in ``pods`` yet, with their deadlines (`Expectations`)."""

@@ -4,10 +4,11 @@ written, for the job's status, a Pod's, a Kueue Workload's or a PodGroup's."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from kerasjob.api import wire
 from kerasjob_contract.times import format_time
 
 
@@ -29,7 +30,7 @@ def condition_if(
 
 
 def set_condition(
-    conditions: list[dict[str, Any]],
+    conditions: Sequence[wire.Condition],
     type_: str,
     status: bool,
     reason: str,
@@ -38,23 +39,24 @@ def set_condition(
     now: datetime,
     generation: int | None,
     add_false: bool = False,
-) -> list[dict[str, Any]]:
-    """Return ``conditions`` with ``type_`` set; lastTransitionTime moves only on a change
-    of status. A condition that does not exist yet is not added as False (absent == False)
-    unless ``add_false`` (a False condition that carries a reason worth showing).
+) -> list[wire.Condition]:
+    """Return ``conditions`` (metav1.Conditions: the job's, a Workload's) with ``type_`` set;
+    lastTransitionTime moves only on a change of status. A condition that does not exist yet
+    is not added as False (absent == False) unless ``add_false`` (a False condition that
+    carries a reason worth showing).
     """
     wanted = "True" if status else "False"
-    out: list[dict[str, Any]] = []
+    out: list[wire.Condition] = []
     found = False
     for cond in conditions:
         if cond.get("type") != type_:
             out.append(cond)
             continue
         found = True
-        new = dict(cond)
+        new = cond.copy()
         if cond.get("status") != wanted:
             new["lastTransitionTime"] = format_time(now)
-        new.update(status=wanted, reason=reason, message=message)
+        new["status"], new["reason"], new["message"] = wanted, reason, message
         if generation is not None:
             new["observedGeneration"] = generation
         out.append(new)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kerasjob.api import Reason
+from kerasjob.api import Reason, wire
 from kerasjob.planner.prom import samples
 from kerasjob_contract import (
     METRIC_DISRUPTIONS,
@@ -25,26 +25,22 @@ from kerasjob_contract import (
     METRIC_STEPS_REDONE,
 )
 
-_FIELDS = {
-    METRIC_DISRUPTIONS: ("disruptions", int),
-    METRIC_LOST_SECONDS: ("lostSeconds", float),
-    METRIC_STEPS_REDONE: ("stepsRedone", int),
-    METRIC_PRODUCTIVE_SECONDS: ("productiveSeconds", float),
-    METRIC_GOODPUT_RATIO: ("goodput", float),
-}
 
-
-def parse_goodput(text: str) -> dict[str, Any] | None:
+def parse_goodput(text: str) -> wire.Goodput | None:
     """The goodput figures (camelCase, as status would hold them) from Prometheus text;
     None before the chief has accounted any disruption."""
-    out: dict[str, Any] = {}
-    for name, _, value in samples(text):
-        if name not in _FIELDS:
-            continue
-        key, kind = _FIELDS[name]
-        out[key] = int(value) if kind is int else round(value, 3 if key != "goodput" else 4)
-    if not out.get("disruptions"):
+    values = {name: value for name, _, value in samples(text)}
+    if not values.get(METRIC_DISRUPTIONS):
         return None
+    out: wire.Goodput = {"disruptions": int(values[METRIC_DISRUPTIONS])}
+    if METRIC_LOST_SECONDS in values:
+        out["lostSeconds"] = round(values[METRIC_LOST_SECONDS], 3)
+    if METRIC_STEPS_REDONE in values:
+        out["stepsRedone"] = int(values[METRIC_STEPS_REDONE])
+    if METRIC_PRODUCTIVE_SECONDS in values:
+        out["productiveSeconds"] = round(values[METRIC_PRODUCTIVE_SECONDS], 3)
+    if METRIC_GOODPUT_RATIO in values:
+        out["goodput"] = round(values[METRIC_GOODPUT_RATIO], 4)
     return out
 
 

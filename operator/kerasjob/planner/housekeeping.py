@@ -6,9 +6,7 @@ whole). Steps over `planstate.PlanState`, composed by `reconcile.plan`.
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import cast
 
-from kerasjob.api import wire
 from kerasjob.planner import goodput, progress
 from kerasjob.planner import status as st
 from kerasjob.planner.planning import DeletePod
@@ -43,7 +41,7 @@ def chief_exit_progress(s: PlanState) -> None:
     )
     if new is None:
         return
-    s.status["progress"] = cast(wire.Progress, new)
+    s.status["progress"] = new
     for reason, message in goodput.goodput_events(old.get("goodput"), new.get("goodput") or {}):
         s.event("Normal", reason, message)
 
@@ -66,9 +64,8 @@ def complete_status(s: PlanState) -> None:
         for name, rec in tracked.items()
         if rec.get("stopped") and (p := s.owned.get(name)) is not None and p.uid == rec.get("uid")
     }
-    s.status["replicaStatuses"] = cast(
-        dict[str, wire.ReplicaStatus],
-        st.replica_statuses(s.job.roles, owned, succeeded, stopped=stopped),
+    s.status["replicaStatuses"] = st.replica_statuses(
+        s.job.roles, owned, succeeded, stopped=stopped
     )
     if not s.status.get("phase"):
         s.status["phase"] = st.PENDING

@@ -144,18 +144,15 @@ class PlanState:
         add_false: bool = False,
     ) -> None:
         """Set condition ``type_`` (`conditions.set_condition`, typed over plain dicts)."""
-        self.conditions = cast(
-            list[wire.Condition],
-            conditions.set_condition(
-                cast(list[dict[str, Any]], self.conditions),
-                type_.value,
-                status,
-                reason,
-                message,
-                now=self.now,
-                generation=self.job.generation,
-                add_false=add_false,
-            ),
+        self.conditions = conditions.set_condition(
+            self.conditions,
+            type_.value,
+            status,
+            reason,
+            message,
+            now=self.now,
+            generation=self.job.generation,
+            add_false=add_false,
         )
 
     def event(self, type_: str, reason: str, message: str) -> None:

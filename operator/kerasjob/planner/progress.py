@@ -8,10 +8,9 @@ short-timeout GET whose failures are expected and only logged at debug level) is
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
 
+from kerasjob.api import wire
 from kerasjob.planner import goodput
 from kerasjob.planner.prom import samples
 from kerasjob_contract import (
@@ -24,9 +23,9 @@ from kerasjob_contract import (
 from kerasjob_contract.times import format_time
 
 
-def parse_metrics(text: str) -> dict[str, Any]:
+def parse_metrics(text: str) -> wire.Progress:
     """``status.progress`` fields (without updatedAt/totalSteps) from Prometheus text."""
-    out: dict[str, Any] = {}
+    out: wire.Progress = {}
     metrics: dict[str, float] = {}
     for name, labels, value in samples(text):
         if name == METRIC_EPOCH:
@@ -45,16 +44,16 @@ def parse_metrics(text: str) -> dict[str, Any]:
 
 
 def progress_patch(
-    current: Mapping[str, Any] | None,
-    scraped: Mapping[str, Any],
+    current: wire.Progress | None,
+    scraped: wire.Progress,
     *,
     total_steps: int | None,
     now: datetime,
-) -> dict[str, Any] | None:
+) -> wire.Progress | None:
     """The new ``status.progress``, or None when nothing but the time would change."""
     if not scraped:
         return None
-    new = dict(scraped)
+    new = scraped.copy()
     if total_steps is not None:
         new["totalSteps"] = total_steps
     old = {k: v for k, v in (current or {}).items() if k != "updatedAt"}
@@ -65,8 +64,8 @@ def progress_patch(
 
 
 def from_termination(
-    current: Mapping[str, Any] | None, message: str, *, total_steps: int | None, now: datetime
-) -> dict[str, Any] | None:
+    current: wire.Progress | None, message: str, *, total_steps: int | None, now: datetime
+) -> wire.Progress | None:
     """The new ``status.progress`` from the chief's termination message (the /metrics
     samples it leaves when its process ends), or None when it holds none or nothing new."""
     scraped = parse_metrics(message)
@@ -75,6 +74,6 @@ def from_termination(
     costs = goodput.parse_goodput(message)
     if costs is not None:
         scraped["goodput"] = costs
-    elif (current or {}).get("goodput"):
-        scraped["goodput"] = dict(current["goodput"])  # type: ignore[index]
+    elif current and "goodput" in current:
+        scraped["goodput"] = current["goodput"].copy()
     return progress_patch(current, scraped, total_steps=total_steps, now=now)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from kerasjob.api import Phase
+from kerasjob.api import Phase, wire
 from kerasjob.planner.podview import PodView
 
 # The phase names are the API's (kerasjob.api.Phase); plain strings here, as stored in status.
@@ -44,13 +44,13 @@ def replica_statuses(
     succeeded_roles: Iterable[str],
     *,
     stopped: Iterable[str] = (),
-) -> dict[str, dict[str, int]]:
+) -> dict[str, wire.ReplicaStatus]:
     """Pod counts per role: active (exists, not finished, not terminating), ready, succeeded
     (tasks that exited 0, even if their Pod is gone; one role per such task), failed (Pods
     now in phase Failed, except the ``stopped`` ones: the operator ended them because the
     job had finished)."""
 
-    def zero() -> dict[str, int]:
+    def zero() -> wire.ReplicaStatus:
         return {"active": 0, "ready": 0, "succeeded": 0, "failed": 0}
 
     out = {role: zero() for role in roles}

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
+from kerasjob.api import wire
 from kerasjob.integrations.kueue.names import (
     ADMITTED,
     EVICTED,
@@ -26,6 +27,11 @@ from kerasjob.integrations.kueue.reasons import WorkloadReason as WR
 from kerasjob.planner.conditions import set_condition
 
 
+def _conditions(workload: Mapping[str, Any]) -> list[wire.Condition]:
+    """The Workload's conditions, copied: metav1.Conditions, the shape of the job's own."""
+    return [cast(wire.Condition, dict(c)) for c in conditions(workload)]
+
+
 def _with(
     workload: Mapping[str, Any],
     type_: str,
@@ -33,10 +39,10 @@ def _with(
     reason: WR,
     message: str,
     now: datetime,
-    conds: list[dict[str, Any]] | None = None,
-) -> list[dict[str, Any]]:
+    conds: list[wire.Condition] | None = None,
+) -> list[wire.Condition]:
     """The Workload's conditions (or ``conds``) with ``type_`` set (added even when False)."""
-    have = [dict(c) for c in conditions(workload)] if conds is None else conds
+    have = _conditions(workload) if conds is None else conds
     return set_condition(
         have,
         type_,
@@ -65,7 +71,7 @@ def release_status(workload: Mapping[str, Any], now: datetime) -> dict[str, Any]
     message = str(evicted.get("message") or "")
     requeue = reason in (WR.PREEMPTED, WR.NODE_FAILURES)
     conds = set_condition(
-        [dict(c) for c in conditions(workload)],
+        _conditions(workload),
         REQUEUED,
         requeue,
         reason,
