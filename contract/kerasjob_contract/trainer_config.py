@@ -19,6 +19,10 @@ BUILTIN_MODELS = ("mnist-mlp", "mnist-cnn", "cifar10-cnn")
 #: MultiWorkerMirroredStrategy, identity in TF_CONFIG. "jax": Keras 3 on JAX with
 #: keras.distribution (DataParallel), identity in KERAS_DISTRIBUTION_* / JAX_*.
 BACKENDS = ("tensorflow", "jax")
+#: `strategy`, set by the operator for a job with spec.ps: "parameterServer" trains with
+#: ParameterServerStrategy (backend tensorflow). Unset: the backend's own strategy.
+PARAMETER_SERVER = "parameterServer"
+STRATEGIES = (PARAMETER_SERVER,)
 #: Dataset sources as the API spells them: "path" reads `path` (a mounted volume) in `format`.
 API_DATASET_SOURCES = ("mnist-sample", "synthetic", "path")
 FILE_FORMATS = ("npz", "tfrecord")
@@ -80,6 +84,9 @@ class TrainerConfig:
     elastic: ElasticConfig | None = None
     #: Which Keras runs the job (BACKENDS).
     backend: str = "tensorflow"
+    #: None: the backend's own strategy (MultiWorkerMirroredStrategy, keras.distribution);
+    #: one of STRATEGIES otherwise.
+    strategy: str | None = None
 
     @property
     def total_steps(self) -> int:
@@ -88,6 +95,11 @@ class TrainerConfig:
     @property
     def log_interval(self) -> int:
         return self.log_every_steps or self.save_freq
+
+    @property
+    def runtime_key(self) -> str:
+        """Which trainer runtime serves the job: the backend, and the strategy when set."""
+        return self.backend if self.strategy is None else f"{self.backend}/{self.strategy}"
 
 
 # camelCase key -> (field name, type). bool is excluded from int on purpose below.
@@ -104,6 +116,7 @@ _SCALARS: dict[str, tuple[str, type]] = {
     "logEverySteps": ("log_every_steps", int),
     "deterministic": ("deterministic", bool),
     "backend": ("backend", str),
+    "strategy": ("strategy", str),
 }
 _POSITIVE = (
     "epochs",
@@ -221,8 +234,20 @@ def parse_config(text: str | None) -> TrainerConfig:
         raise ConfigError(
             f"backend {config.backend!r} is unknown; expected one of {', '.join(BACKENDS)}"
         )
+    _check_strategy(config)
     validate_model_name(config.model)
     return config
+
+
+def _check_strategy(config: TrainerConfig) -> None:
+    if config.strategy is None:
+        return
+    if config.strategy not in STRATEGIES:
+        raise ConfigError(
+            f"strategy {config.strategy!r} is unknown; expected one of {', '.join(STRATEGIES)}"
+        )
+    if config.backend != "tensorflow":
+        raise ConfigError(f"strategy {config.strategy} needs backend tensorflow")
 
 
 def validate_model_name(model: str) -> None:

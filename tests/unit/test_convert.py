@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kerasjob.api import KerasJob
+from kerasjob.api import KerasJob, ReplicaRole
 from kerasjob.cli import app as cli
 from kerasjob.cli.convert import ConversionError, convert_tfjob
+from kerasjob.manifests.validation import validate_job
 
 CORPUS = Path(__file__).parents[1] / "data" / "tfjobs"
 FILES = sorted(CORPUS.glob("*.yaml"))
@@ -40,25 +41,40 @@ def test_simple_keeps_command_image_namespace_and_gets_a_shared_volume() -> None
     assert spec["checkpoint"] == {"volume": {"persistentVolumeClaim": {"claimName": "ckpt"}}}
 
 
-def test_parameter_servers_are_dropped_with_a_warning() -> None:
+def test_parameter_servers_are_kept_and_a_chief_added_to_coordinate() -> None:
     job, warnings = convert_tfjob(_load("dist-mnist.yaml"))
-    assert job["spec"]["workers"] == 4 and job["spec"]["restartPolicy"] == "Never"
-    assert any(w.startswith("PS: 2 parameter server(s) dropped") for w in warnings)
-    assert "PS" not in yaml.safe_dump(job["spec"])
+    spec = job["spec"]
+    assert spec["workers"] == 4 and spec["restartPolicy"] == "Never"
+    assert spec["ps"]["replicas"] == 2
+    ps = spec["ps"]["template"]["spec"]["containers"][0]
+    assert ps["name"] == "trainer" and ps["image"] == "kubeflow/tf-dist-mnist-test:1.0"
+    # ParameterServerStrategy needs a coordinator: the chief, from the Worker template.
+    assert spec["chief"]["replicas"] == 1
+    assert spec["chief"]["template"] == spec["template"]
+    assert any(w.startswith("PS without a Chief") for w in warnings)
+    assert not any("dropped" in w for w in warnings)
+    model = KerasJob.model_validate(job)
+    assert validate_job(model) == []  # the CRD's CEL rules, as the operator repeats them
+    assert model.spec.replicas()[ReplicaRole.PS] == 2
+    assert spec["checkpoint"]["volume"]  # 7 Pods share the backup
 
 
 def test_every_role_and_the_tf_port() -> None:
     job, warnings = convert_tfjob(_load("chief-ps-worker.yaml"))
     spec = job["spec"]
     assert spec["workers"] == 2 and spec["port"] == 2223
-    assert spec["chief"]["replicas"] == 1 and spec["evaluator"]["replicas"] == 1
+    assert spec["chief"]["replicas"] == 1 and spec["ps"]["replicas"] == 1
     assert spec["chief"]["template"]["spec"]["containers"][0]["args"] == ["--role=chief"]
+    # A parameter-server job has no side-car evaluator (it reads MWMS backups).
+    assert "evaluator" not in spec
+    assert any(w.startswith("Evaluator dropped") for w in warnings)
     worker = spec["template"]["spec"]["containers"][0]
     assert worker["ports"] == [{"name": "metrics", "containerPort": 8080}]
     assert spec["restartPolicy"] == "ExitCode"
     assert job["metadata"]["labels"] == {"team": "vision"}
-    assert any(w.startswith("PS:") for w in warnings)
-    assert KerasJob.model_validate(job).spec.replicas()  # chief + evaluator + workers
+    model = KerasJob.model_validate(job)
+    assert list(model.spec.replicas()) == [ReplicaRole.WORKER, ReplicaRole.CHIEF, ReplicaRole.PS]
+    assert validate_job(model) == []
 
 
 def test_run_policy_and_scheduling() -> None:
@@ -123,7 +139,7 @@ def test_cli_convert_prints_yaml_and_warnings(capsys) -> None:
     assert cli.main(["convert", str(CORPUS / "dist-mnist.yaml")]) == 0
     out, err = capsys.readouterr()
     assert yaml.safe_load(out)["kind"] == "KerasJob"
-    assert "kerasjob: warning: dist-mnist-for-e2e-test: PS:" in err
+    assert "kerasjob: warning: dist-mnist-for-e2e-test: PS without a Chief" in err
 
 
 def test_cli_convert_errors_are_one_line(capsys, tmp_path: Path) -> None:

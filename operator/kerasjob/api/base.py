@@ -86,6 +86,8 @@ class ReplicaRole(str, enum.Enum):
     WORKER = "worker"
     CHIEF = "chief"
     EVALUATOR = "evaluator"
+    PS = "ps"
+    """A parameter server (spec.ps): holds variables; the chief coordinates the workers."""
 
 
 class RestartPolicy(str, enum.Enum):

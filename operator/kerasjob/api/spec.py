@@ -45,6 +45,34 @@ class ReplicaSpec(_Model):
     )
 
 
+#: The most parameter servers a job may have.
+MAX_PS_REPLICAS = 100
+
+
+class ParameterServerSpec(ReplicaSpec):
+    """spec.ps: the parameter servers of a ParameterServerStrategy job."""
+
+    replicas: int = Field(
+        1,
+        ge=1,
+        le=MAX_PS_REPLICAS,
+        description=(
+            "Number of parameter-server Pods (ps tasks in TF_CONFIG), 1 to 100. They hold the "
+            "model's variables; the chief coordinates the workers through "
+            "ClusterCoordinator. Immutable. Default: 1."
+        ),
+    )
+    template: dict[str, Any] | None = Field(
+        None,
+        description=(
+            "A PodTemplateSpec merged over spec.template for the parameter servers only "
+            "(e.g. more memory, no GPU), with the same merge rules. Changes apply to Pods "
+            "created afterwards."
+        ),
+        json_schema_extra=_TEMPLATE_SCHEMA,
+    )
+
+
 #: Top-level directories the checkpoint volume may not be mounted on or below: the
 #: container's programs, libraries, configuration and kernel filesystems.
 SYSTEM_DIRS = (
@@ -184,6 +212,22 @@ JAX_NO_EVALUATOR = (
 )
 
 
+#: spec.ps (parameter servers): the CRD's CEL rules and the operator's validation say so in
+#: the same words.
+PS_NEEDS_CHIEF = (
+    "spec.ps needs spec.chief with 1 replica: the chief coordinates parameter-server training"
+)
+PS_NEEDS_TENSORFLOW = "spec.ps needs backend tensorflow (tf-keras ParameterServerStrategy)"
+PS_NOT_ELASTIC = (
+    "spec.ps and spec.elastic do not go together: a parameter-server job already trains on "
+    "through a lost worker"
+)
+PS_NO_EVALUATOR = (
+    "spec.ps and spec.evaluator do not go together: the side-car evaluator reads "
+    "MultiWorkerMirroredStrategy backups"
+)
+
+
 def _immutable(field: str) -> JsonDict:
     return _cel("self == oldSelf", f"{field} is immutable")
 
@@ -206,6 +250,17 @@ class KerasJobSpec(_Model):
             "x-kubernetes-validations": [
                 _immutable_optional("chief"),
                 _immutable_optional("evaluator"),
+                _immutable_optional("ps"),
+                _cel(
+                    "!has(self.ps) || (has(self.chief) && self.chief.replicas == 1)",
+                    PS_NEEDS_CHIEF,
+                ),
+                _cel("!has(self.ps) || self.trainer.backend == 'tensorflow'", PS_NEEDS_TENSORFLOW),
+                _cel("!has(self.ps) || !has(self.elastic)", PS_NOT_ELASTIC),
+                _cel(
+                    "!has(self.ps) || !has(self.evaluator) || self.evaluator.replicas == 0",
+                    PS_NO_EVALUATOR,
+                ),
                 _cel(
                     "has(self.elastic) == has(oldSelf.elastic) && "
                     "(!has(self.elastic) || self.elastic == oldSelf.elastic)",
@@ -279,6 +334,17 @@ class KerasJobSpec(_Model):
             "checkpoints. It is not part of the TF_CONFIG cluster and does not decide the "
             "job's outcome. Backend tensorflow only. Cannot be added, removed or resized "
             "after creation."
+        ),
+    )
+    ps: ParameterServerSpec | None = Field(
+        None,
+        description=(
+            "Parameter servers: with spec.ps the job trains with tf-keras "
+            "ParameterServerStrategy (variables on the ps Pods, the chief coordinating the "
+            "workers through ClusterCoordinator) instead of MultiWorkerMirroredStrategy. "
+            "Needs spec.chief (1 replica) and backend tensorflow. A lost worker is re-created "
+            "alone while the chief trains on; a lost ps or chief restarts the group from the "
+            "last backup. Cannot be added, removed or resized after creation."
         ),
     )
     port: int = Field(
@@ -406,6 +472,8 @@ class KerasJobSpec(_Model):
             out[ReplicaRole.CHIEF] = self.chief.replicas
         if self.evaluator is not None and self.evaluator.replicas > 0:
             out[ReplicaRole.EVALUATOR] = self.evaluator.replicas
+        if self.ps is not None:
+            out[ReplicaRole.PS] = self.ps.replicas
         return out
 
     def has_dedicated_chief(self) -> bool:
@@ -427,4 +495,6 @@ class KerasJobSpec(_Model):
             return self.chief
         if role is ReplicaRole.EVALUATOR:
             return self.evaluator
+        if role is ReplicaRole.PS:
+            return self.ps
         return None

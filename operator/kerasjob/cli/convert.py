@@ -9,7 +9,8 @@ container named "tensorflow" becomes the trainer container, its command and imag
 | tfReplicaSpecs.Worker.replicas         | spec.workers (a lone Chief/Master: 1 worker)    |
 | tfReplicaSpecs.Chief / Master (1)      | spec.chief {replicas: 1, template}              |
 | tfReplicaSpecs.Evaluator (1)           | spec.evaluator {replicas: 1, template}          |
-| tfReplicaSpecs.PS                      | dropped with a warning (no parameter servers)   |
+| tfReplicaSpecs.PS                      | spec.ps {replicas, template} (a Chief added     |
+|                                        |   from the Worker template when there is none)  |
 | Worker template                        | spec.template (chief/evaluator: their own)      |
 | restartPolicy OnFailure/Never/ExitCode | spec.restartPolicy (Always -> OnFailure)        |
 | runPolicy.backoffLimit, TTL, deadline  | spec.backoffLimit, ttlSecondsAfterFinished,     |
@@ -30,7 +31,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from kerasjob.api import API_VERSION_FULL, KerasJob, plain
+from kerasjob.api import API_VERSION_FULL, MAX_PS_REPLICAS, KerasJob, plain
 from kerasjob_contract import DEFAULT_TF_PORT, TRAINER_CONTAINER
 
 TFJOB_API_VERSIONS = ("kubeflow.org/v1",)
@@ -104,12 +105,17 @@ def _roles(replicas: Mapping[str, dict[str, Any]], warnings: list[str]) -> dict[
     """spec.workers, chief, evaluator, their templates and the port, from the replica specs."""
     worker, chief, evaluator = (replicas.get(r) for r in ("worker", "chief", "evaluator"))
     ps = replicas.get("ps")
-    if ps:
+    if ps and int(ps.get("replicas", 1)) > 0 and chief is None and worker is not None:
+        chief = {"replicas": 1, "template": worker.get("template")}
         warnings.append(
-            f"PS: {ps.get('replicas', 1)} parameter server(s) dropped: KerasJob trains with "
-            "MultiWorkerMirroredStrategy (all-reduce), which has no parameter servers; a "
-            "ParameterServerStrategy or Estimator program must move to "
-            "MultiWorkerMirroredStrategy"
+            "PS without a Chief: a chief is added from the Worker template (a KerasJob's "
+            "ParameterServerStrategy is coordinated by the chief)"
+        )
+    if ps and evaluator is not None:
+        evaluator = None
+        warnings.append(
+            "Evaluator dropped: a KerasJob with parameter servers has no side-car evaluator "
+            "(it reads MultiWorkerMirroredStrategy backups)"
         )
     if worker is None and chief is None:
         raise ConversionError("the TFJob has no Worker, Chief or Master replicas")
@@ -133,9 +139,20 @@ def _roles(replicas: Mapping[str, dict[str, Any]], warnings: list[str]) -> dict[
         role_tpl, role_port = _template(rs.get("template"), role, warnings)
         port = port or role_port
         out_spec[role] = {"replicas": min(n, 1), "template": role_tpl}
+    if ps and int(ps.get("replicas", 1)) > 0:
+        ps_tpl, ps_port = _template(ps.get("template"), "PS", warnings)
+        port = port or ps_port
+        out_spec["ps"] = {"replicas": _ps_replicas(ps, warnings), "template": ps_tpl}
     if port and port != DEFAULT_TF_PORT:
         out_spec["port"] = port
     return out_spec
+
+
+def _ps_replicas(ps: Mapping[str, Any], warnings: list[str]) -> int:
+    n = int(ps.get("replicas", 1))
+    if n > MAX_PS_REPLICAS:
+        warnings.append(f"PS: {n} replicas reduced to {MAX_PS_REPLICAS} (the most a KerasJob has)")
+    return min(n, MAX_PS_REPLICAS)
 
 
 def _checkpoint(
@@ -143,7 +160,7 @@ def _checkpoint(
 ) -> dict[str, Any]:
     """A shared checkpoint claim when the job has more than one Pod."""
     pods = out_spec["workers"] + sum(
-        (out_spec.get(r) or {}).get("replicas", 0) for r in ("chief", "evaluator")
+        (out_spec.get(r) or {}).get("replicas", 0) for r in ("chief", "evaluator", "ps")
     )
     if pods <= 1:
         return {}

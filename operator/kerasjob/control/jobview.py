@@ -16,7 +16,13 @@ from kerasjob import CONTROLLER_NAME
 from kerasjob.api import KerasJob
 from kerasjob.manifests import validation
 from kerasjob.manifests.tf_config import pod_name
-from kerasjob.planner.planning import ElasticPolicy, JobView, Task
+from kerasjob.planner.planning import (
+    ALL_REDUCE,
+    PARAMETER_SERVER,
+    ElasticPolicy,
+    JobView,
+    Task,
+)
 
 
 class ParsedJob:
@@ -80,6 +86,7 @@ class ParsedJob:
             deleting=bool(meta.get("deletionTimestamp")),
             invalid=self.problems,
             total_steps=self.total_steps,
+            group=PARAMETER_SERVER if m is not None and m.ps is not None else ALL_REDUCE,
         )
 
 

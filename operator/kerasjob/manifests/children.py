@@ -38,6 +38,7 @@ from kerasjob.manifests.templating import render
 from kerasjob.manifests.tf_config import pod_name
 from kerasjob.planner.elastic import PROBE_ROLE, probe_name
 from kerasjob_contract import DEFAULT_METRICS_PORT, TRAINER_CONTAINER, Env
+from kerasjob_contract.trainer_config import PARAMETER_SERVER
 
 #: Name of the checkpoint volume in every Pod; reserved (a template may not define it).
 CHECKPOINT_VOLUME = "kerasjob-checkpoint"
@@ -142,6 +143,8 @@ def trainer_config(job: JobLike) -> dict[str, Any]:
             "preferredWorkers": j.spec.workers,
             "batchPolicy": j.spec.elastic.batch_policy.value,
         }
+    if j.spec.ps is not None:  # the trainer's runtime for ParameterServerStrategy
+        out["strategy"] = PARAMETER_SERVER
     return out
 
 

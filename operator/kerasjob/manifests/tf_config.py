@@ -3,7 +3,8 @@
 TF_CONFIG = {"cluster": {role: ["host:port", ...]}, "task": {"type": role, "index": i}}.
 Every Pod of a job gets the same "cluster" and its own "task". Addresses are the stable DNS
 names the job's headless Service gives each Pod through hostname/subdomain, so a re-created
-Pod keeps its address. As in TensorFlow (and Kubeflow's TFJob), the evaluator is left out of
+Pod keeps its address. A job with parameter servers (spec.ps) lists them as "ps" tasks, which
+ParameterServerStrategy reads. As in TensorFlow (and Kubeflow's TFJob), the evaluator is left out of
 "cluster": it is not a member of the collective group, but its own TF_CONFIG still lists
 the cluster so it knows where the chief writes checkpoints.
 """
@@ -18,7 +19,7 @@ from kerasjob.api import ReplicaRole
 
 #: Order of roles in "cluster": a deterministic JSON string means identical env on every
 #: render, so the controller's spec hash does not flap.
-_ORDER = (ReplicaRole.CHIEF, ReplicaRole.WORKER, ReplicaRole.EVALUATOR)
+_ORDER = (ReplicaRole.CHIEF, ReplicaRole.WORKER, ReplicaRole.PS, ReplicaRole.EVALUATOR)
 
 #: Pods per role, keyed by the role or its name (`KerasJobSpec.replicas` or {"worker": 3}):
 #: a union, since a Mapping's key type is invariant.

@@ -16,6 +16,10 @@ from kerasjob.api import (
     JAX_NO_EVALUATOR,
     LABEL_VALUE_MAX,
     LABEL_VALUE_PATTERN,
+    PS_NEEDS_CHIEF,
+    PS_NEEDS_TENSORFLOW,
+    PS_NO_EVALUATOR,
+    PS_NOT_ELASTIC,
     Backend,
     DatasetSource,
     KerasJob,
@@ -65,7 +69,12 @@ def validate_job(obj: JobLike) -> list[str]:
         j = _job(obj)
     except pydantic.ValidationError as e:
         return validation_problems(e)
-    problems = [*_name_problems(j), *_spec_problems(j), *_elastic_problems(j)]
+    problems = [
+        *_name_problems(j),
+        *_spec_problems(j),
+        *_elastic_problems(j),
+        *_ps_problems(j),
+    ]
     for where, tpl in _templates(j):
         problems.extend(_template_problems(where, tpl, j.spec.checkpoint.mount_path))
     return problems
@@ -121,6 +130,21 @@ def _spec_problems(j: KerasJob) -> list[str]:
     return problems
 
 
+def _ps_problems(j: KerasJob) -> list[str]:
+    """spec.ps: a chief to coordinate, tf-keras, no elastic, no evaluator (the CRD's CEL
+    rules, repeated for objects that never went through the API server)."""
+    spec = j.spec
+    if spec.ps is None:
+        return []
+    rules = (
+        (spec.has_dedicated_chief(), PS_NEEDS_CHIEF),
+        (spec.trainer.backend is Backend.TENSORFLOW, PS_NEEDS_TENSORFLOW),
+        (spec.elastic is None, PS_NOT_ELASTIC),
+        (ReplicaRole.EVALUATOR not in spec.replicas(), PS_NO_EVALUATOR),
+    )
+    return [message for ok, message in rules if not ok]
+
+
 def _elastic_problems(j: KerasJob) -> list[str]:
     """minWorkers within the preferred size; for the bundled trainer (KeepGlobalBatch), a
     global batch every size from minWorkers up splits evenly (the trainer exits 78 else)."""
@@ -156,6 +180,7 @@ def _schemaless_parts(j: KerasJob) -> dict[str, Any]:
         "template": s.template,
         "chief": {"template": s.chief.template} if s.chief else None,
         "evaluator": {"template": s.evaluator.template} if s.evaluator else None,
+        "ps": {"template": s.ps.template} if s.ps else None,
         "checkpoint": {"volume": s.checkpoint.volume},
     }
 
@@ -164,7 +189,7 @@ def _templates(j: KerasJob) -> list[tuple[str, Any]]:
     out: list[tuple[str, Any]] = []
     if j.spec.template is not None:
         out.append(("spec.template", j.spec.template))
-    for role in (ReplicaRole.CHIEF, ReplicaRole.EVALUATOR):
+    for role in (ReplicaRole.CHIEF, ReplicaRole.EVALUATOR, ReplicaRole.PS):
         rs = j.spec.role_spec(role)
         if rs is not None and rs.template is not None:
             out.append((f"spec.{role.value}.template", rs.template))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from kerasjob.api import Reason, ReplicaRole, wire
+from kerasjob.api import Reason, wire
 from kerasjob.planner import restart_loop
 from kerasjob.planner import restart_policy as rp
 from kerasjob.planner import status as st
@@ -44,7 +44,7 @@ def count_outcomes(s: PlanState) -> None:
             if isinstance(outcome, rp.Success):
                 rec["succeeded"] = True
                 s.event("Normal", Reason.TASK_SUCCEEDED.value, f"Pod {task.name} completed")
-            elif rp.is_group_exit(outcome) and not pod.deleting and _group_peers(s, task):
+            elif rp.is_group_exit(outcome) and not pod.deleting and _in_a_group(s, task):
                 ended_at = pod.termination.finished_at if pod.termination else None
                 group_exits.append((task, rec, outcome, ended_at or s.now))
                 continue
@@ -192,11 +192,18 @@ def _takes_over_stand_in(s: PlanState, verdict: rp.Verdict) -> str | None:
 
 
 def _group_peers(s: PlanState, task: Task) -> list[Task]:
-    """The other tasks of ``task``'s training group (none for the evaluator, which is not
-    in it)."""
-    if task.role == ReplicaRole.EVALUATOR.value:
-        return []
-    return [t for t in s.job.tasks if t.name != task.name and t.role != ReplicaRole.EVALUATOR.value]
+    """The other tasks whose trainers leave when ``task`` is lost (`GroupPolicy`): its
+    training group's, or none (the evaluator; a parameter-server job's worker)."""
+    stopped = s.job.group.stopped_with(task.role)
+    return [t for t in s.job.tasks if t.name != task.name and t.role in stopped]
+
+
+def _in_a_group(s: PlanState, task: Task) -> bool:
+    """Whether ``task``'s trainer leaves with a group that breaks (it has one, with others)."""
+    members = s.job.group.members
+    return task.role in members and any(
+        t.name != task.name and t.role in members for t in s.job.tasks
+    )
 
 
 def _restarting_in_place(s: PlanState, task: Task) -> list[str]:

@@ -22,6 +22,36 @@ class Task:
 
 
 @dataclass(frozen=True)
+class GroupPolicy:
+    """What a lost Pod takes with it, as data (one value per kind of training group).
+
+    ``members``: the roles whose trainers leave (and restart in place, from the last
+    backup) when the group breaks; the evaluator is in no group. ``breaks_group``: the
+    roles whose loss breaks it. A member whose role does not break the group is lost alone:
+    it is re-created and rejoins while the others train on (a parameter-server job's
+    worker: the chief's ClusterCoordinator retries its work on the other workers)."""
+
+    members: frozenset[str]
+    breaks_group: frozenset[str]
+
+    def stopped_with(self, role: str) -> frozenset[str]:
+        """The roles whose trainers leave when a Pod of ``role`` is lost."""
+        return self.members if role in self.breaks_group else frozenset()
+
+
+#: MultiWorkerMirroredStrategy (and Keras 3's all-reduce): every collective needs every
+#: worker, so any member's loss restarts the whole group.
+ALL_REDUCE = GroupPolicy(
+    members=frozenset({"chief", "worker"}), breaks_group=frozenset({"chief", "worker"})
+)
+#: ParameterServerStrategy: the variables live on the ps, the chief coordinates; a worker
+#: holds no state, so only a ps or the chief breaks the group.
+PARAMETER_SERVER = GroupPolicy(
+    members=frozenset({"chief", "worker", "ps"}), breaks_group=frozenset({"chief", "ps"})
+)
+
+
+@dataclass(frozen=True)
 class ElasticPolicy:
     """spec.elastic, for the planner: sizes between ``min_workers`` and ``preferred``."""
 
@@ -65,6 +95,8 @@ class JobView:
     gang: GangView | None = None
     """With native gang scheduling: the job's PodGroups and Workloads (`gang.view`)."""
     missing_children: tuple[str, ...] = ()
+    group: GroupPolicy = ALL_REDUCE
+    """Which Pods a lost one takes with it (`PARAMETER_SERVER` for a job with spec.ps)."""
     """Kinds of the job's children other than Pods ("Service", "NetworkPolicy") that the
     operator watches and that do not exist (nor were just made): `CreateService` makes
     them again while the job runs."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from kerasjob.api import ConditionType, Reason, ReplicaRole
+from kerasjob.api import ConditionType, Reason
 from kerasjob.planner import accounting, conditions, elastic, finishing, restart_loop, scheduling
 from kerasjob.planner import status as st
 from kerasjob.planner.planning import Action, CreatePod, CreateService, Task
@@ -94,12 +94,16 @@ def regroup_finished(s: PlanState, succeeded: set[str]) -> set[str]:
     others had already finished training (exit 0, e.g. the chief failed or was evicted
     while saving the final model), those join again: TensorFlow forms the cluster only
     with every worker, so a restarted chief alone would wait for them forever. Their
-    success is forgotten; they resume from the backup with the others."""
-    training = [t for t in s.job.tasks if t.role != ReplicaRole.EVALUATOR.value]
+    success is forgotten; they resume from the backup with the others. Only a loss that
+    breaks the group (`GroupPolicy`) regroups: a parameter-server job's worker rejoins."""
+    group = s.job.group
+    training = [t for t in s.job.tasks if t.role in group.members]
     restarting = [
         t.name
         for t in training
-        if t.name not in succeeded and ((p := s.owned.get(t.name)) is None or p.ended or p.deleting)
+        if t.role in group.breaks_group
+        and t.name not in succeeded
+        and ((p := s.owned.get(t.name)) is None or p.ended or p.deleting)
     ]
     done = [t.name for t in training if t.name in succeeded]
     if not restarting or not done:
