@@ -14,6 +14,8 @@ import json
 import sys
 from typing import Any
 
+from kerasjob_contract.mesh import Mesh, MeshError, parse_mesh
+
 BUILTIN_MODELS = ("mnist-mlp", "mnist-cnn", "cifar10-cnn")
 #: spec.trainer.backend: which Keras the job runs. "tensorflow": tf-keras (Keras 2) under
 #: MultiWorkerMirroredStrategy, identity in TF_CONFIG. "jax": Keras 3 on JAX with
@@ -87,6 +89,10 @@ class TrainerConfig:
     #: None: the backend's own strategy (MultiWorkerMirroredStrategy, keras.distribution);
     #: one of STRATEGIES otherwise.
     strategy: str | None = None
+    #: backend jax: the device mesh (ModelParallel); None = DataParallel (`mesh.py`).
+    mesh: Mesh | None = None
+    #: JAX devices each process has, where the job declares it (checked by the trainer).
+    devices_per_process: int | None = None
 
     @property
     def total_steps(self) -> int:
@@ -117,6 +123,7 @@ _SCALARS: dict[str, tuple[str, type]] = {
     "deterministic": ("deterministic", bool),
     "backend": ("backend", str),
     "strategy": ("strategy", str),
+    "devicesPerProcess": ("devices_per_process", int),
 }
 _POSITIVE = (
     "epochs",
@@ -214,6 +221,11 @@ def parse_config(text: str | None) -> TrainerConfig:
             values["command"] = parse_command(value)
         elif key == "elastic":
             values["elastic"] = parse_elastic(value)
+        elif key == "mesh":
+            try:
+                values["mesh"] = parse_mesh(value)
+            except MeshError as e:
+                raise ConfigError(str(e)) from None
         elif key in _SCALARS:
             name, kind = _SCALARS[key]
             if value is not None:
@@ -236,6 +248,7 @@ def parse_config(text: str | None) -> TrainerConfig:
         )
     _check_strategy(config)
     validate_model_name(config.model)
+    _check_mesh(config)
     return config
 
 
@@ -248,6 +261,17 @@ def _check_strategy(config: TrainerConfig) -> None:
         )
     if config.backend != "tensorflow":
         raise ConfigError(f"strategy {config.strategy} needs backend tensorflow")
+
+
+def _check_mesh(config: TrainerConfig) -> None:
+    if config.devices_per_process is not None and config.devices_per_process < 1:
+        raise ConfigError(f"devicesPerProcess must be >= 1, got {config.devices_per_process}")
+    if config.mesh is None:
+        return
+    if config.backend != "jax":
+        raise ConfigError("mesh needs backend jax (keras.distribution.ModelParallel)")
+    if config.elastic is not None:
+        raise ConfigError("mesh and elastic do not go together: a mesh fixes the device count")
 
 
 def validate_model_name(model: str) -> None:

@@ -20,7 +20,7 @@ from kerasjob.api.base import (
     _Model,
 )
 from kerasjob.api.elastic import ElasticSpec
-from kerasjob.api.trainer import TrainerSpec
+from kerasjob.api.trainer import MESH_RULES, TrainerSpec
 from kerasjob_contract import DEFAULT_TF_PORT
 from kerasjob_contract.trainer_config import DEFAULTS as TRAINER_DEFAULTS
 
@@ -291,6 +291,7 @@ class KerasJobSpec(_Model):
                     "a job with more than one Pod needs a shared checkpoint.volume "
                     "(emptyDir is per Pod)",
                 ),
+                *MESH_RULES,
             ]
         }
     )

@@ -6,9 +6,12 @@ from __future__ import annotations
 from typing import Annotated
 
 from pydantic import ConfigDict, Field
+from pydantic.config import JsonDict
 
 from kerasjob.api.base import MODEL_PATTERN, DatasetFormat, DatasetSource, _cel, _Model
 from kerasjob_contract import Backend
+from kerasjob_contract.mesh import AXIS_NAME_PATTERN, MAX_AXES
+from kerasjob_contract.trainer_config import BUILTIN_MODELS
 from kerasjob_contract.trainer_config import DEFAULTS as TRAINER_DEFAULTS
 
 # ---------------------------------------------------------------------------------------
@@ -71,6 +74,20 @@ class DatasetSpec(_Model):
         if self.format is not None:
             return self.format
         return DatasetFormat.NPZ if self.path.endswith(".npz") else DatasetFormat.TFRECORD
+
+
+class MeshAxisSpec(_Model):
+    """One axis of the device mesh."""
+
+    name: str = Field(
+        ...,
+        pattern=AXIS_NAME_PATTERN,
+        description=(
+            "The axis name, e.g. batch or model: what a layout names (the first axis is the "
+            "batch axis; the built-in models shard on an axis named model)."
+        ),
+    )
+    size: int = Field(..., ge=1, le=4096, description="Devices along this axis.")
 
 
 class TrainerSpec(_Model):
@@ -209,3 +226,79 @@ class TrainerSpec(_Model):
             f"Default: {TRAINER_DEFAULTS.backend}."
         ),
     )
+    mesh: list[MeshAxisSpec] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_AXES,
+        description=(
+            "Backend jax: shard the model over a device mesh (keras.distribution.ModelParallel) "
+            "instead of replicating it on every device (DataParallel, the default). Ordered "
+            "axes, e.g. [{name: batch, size: 2}, {name: model, size: 2}]: every device of the "
+            "job laid out row-major in that shape, processes in order (the last axis within "
+            "a process first). The FIRST axis is the batch axis: the global batch is "
+            "batchSizePerReplica x its size, split along it. Variables are sharded by the "
+            "model's layout: the built-in models shard their kernels on an axis named model; "
+            "a KerasHub backbone's own get_layout_map; a user's module-level "
+            "layout_map(mesh, config). The product of the sizes must equal workers x the "
+            "devices of each process (checked at apply time against devicesPerProcess, "
+            "and by the trainer, exit 78); a layout that shards nothing is refused (exit 78). "
+            "Not with spec.elastic. Immutable."
+        ),
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    devices_per_process: int | None = Field(
+        None,
+        ge=1,
+        le=1024,
+        description=(
+            "JAX devices each worker process has (its GPUs, or on CPU "
+            "--xla_force_host_platform_device_count in XLA_FLAGS): with it the API server "
+            "checks trainer.mesh against workers x devicesPerProcess at apply time, and the "
+            "trainer checks it against the devices JAX sees (exit 78). Unset: only the "
+            "trainer checks the mesh."
+        ),
+    )
+
+
+def _mesh_product(mesh: str) -> str:
+    """CEL: the product of the mesh's axis sizes (a list of at most MAX_AXES axes)."""
+    return " * ".join(f"(size({mesh}) > {i} ? {mesh}[{i}].size : 1)" for i in range(MAX_AXES))
+
+
+_M = "self.trainer.mesh"
+_PRODUCT = _mesh_product(_M)
+_BUILTINS = ", ".join(f"'{m}'" for m in BUILTIN_MODELS)
+#: KerasJobSpec's rules for trainer.mesh (they need spec.workers and spec.elastic).
+MESH_RULES: list[JsonDict] = [
+    _cel(
+        f"!has({_M}) || self.trainer.backend == 'jax'",
+        "trainer.mesh needs trainer.backend jax (keras.distribution.ModelParallel)",
+    ),
+    _cel(
+        f"!has({_M}) || !has(self.elastic)",
+        "trainer.mesh and elastic do not go together: a mesh fixes the number of devices",
+    ),
+    {
+        "rule": f"!has({_M}) || !has(self.trainer.devicesPerProcess) || "
+        f"{_PRODUCT} == self.workers * self.trainer.devicesPerProcess",
+        "message": "trainer.mesh: the product of its sizes must equal workers x "
+        "trainer.devicesPerProcess",
+        "messageExpression": f"'trainer.mesh needs ' + string({_PRODUCT}) + ' devices, but "
+        "workers x trainer.devicesPerProcess = ' + string(self.workers) + ' x ' + "
+        "string(self.trainer.devicesPerProcess)",
+    },
+    {
+        "rule": f"!has({_M}) || has(self.trainer.devicesPerProcess) || "
+        f"{_PRODUCT} % self.workers == 0",
+        "message": "trainer.mesh: the product of its sizes must be a multiple of workers",
+        "messageExpression": f"'trainer.mesh needs ' + string({_PRODUCT}) + ' devices: not a "
+        "multiple of workers (' + string(self.workers) + '), so the processes cannot have "
+        "the same number of devices'",
+    },
+    _cel(
+        f"!has({_M}) || !(self.trainer.model in [{_BUILTINS}]) || "
+        f"({_M}.exists(a, a.name == 'model' && a.size > 1) && {_M}[0].name != 'model')",
+        "trainer.mesh: the built-in models shard their kernels on an axis named model of "
+        "size > 1, which must not be the first (batch) axis",
+    ),
+]

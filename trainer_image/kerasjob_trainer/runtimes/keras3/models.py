@@ -6,14 +6,21 @@ trainer config, and returns a *compiled* Keras 3 model, or (model, (x_train, y_t
 (model, (x_train, y_train), (x_test, y_test)) with NumPy arrays; a module-level
 `dataset(config)` returning (x_train, y_train) or ((x_train, y_train), (x_test, y_test)) is
 used otherwise; else the configured dataset source.
+
+With spec.trainer.mesh the model is sharded by a layout made before it is built (Keras lays a
+variable out when it makes it): the built-in models' own (`mesh.builtin_layout`), or the
+user module's ``layout_map(device_mesh, config)`` returning a `keras.distribution.LayoutMap`
+(e.g. a KerasHub backbone's ``get_layout_map(device_mesh)``).
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from kerasjob_contract.trainer_config import BUILTIN_MODELS, ConfigError
-from kerasjob_trainer.shared.models import builtin_with, call_user_model
+from kerasjob_trainer.runtimes.keras3.mesh import Sharding, builtin_layout
+from kerasjob_trainer.shared.models import builtin_with, call_user_model, load_user_function
 
 Arrays = tuple[Any, Any]
 
@@ -46,3 +53,26 @@ def builtin(name: str, learning_rate: float) -> Any:
     import keras
 
     return builtin_with(keras, name, learning_rate)
+
+
+def layout_for(name: str, sharding: Sharding, config: dict[str, Any]) -> Any:
+    """The LayoutMap that shards model `name` over the job's mesh (ConfigError: none)."""
+    if name in BUILTIN_MODELS:
+        return builtin_layout(name, sharding.mesh, sharding.device_mesh)
+    module = name.partition(":")[0]
+    hook = f"{module}:layout_map"
+    try:
+        layout_map = load_user_function(hook)
+    except ConfigError:
+        raise ConfigError(
+            f"model {name!r}: with trainer.mesh its module must define "
+            "layout_map(device_mesh, config) returning a keras.distribution.LayoutMap"
+        ) from None
+    return _call_layout(layout_map, sharding.device_mesh, config)
+
+
+def _call_layout(fn: Any, device_mesh: Any, config: dict[str, Any]) -> Any:
+    """layout_map(device_mesh, config), or layout_map(device_mesh)."""
+    if len(inspect.signature(fn).parameters) >= 2:
+        return fn(device_mesh, config)
+    return fn(device_mesh)

@@ -34,10 +34,12 @@ import shutil
 from typing import Any
 
 from kerasjob_contract import ExitCode
+from kerasjob_contract.trainer_config import ConfigError
 from kerasjob_trainer.core import lifecycle
 from kerasjob_trainer.core.lifecycle import Lifecycle
 from kerasjob_trainer.runtimes.keras3 import checkpoint, errors
 from kerasjob_trainer.runtimes.keras3 import data as k3data
+from kerasjob_trainer.runtimes.keras3 import mesh as k3mesh
 from kerasjob_trainer.runtimes.keras3.callback import SIGTERM_SEEN, keras_callback
 from kerasjob_trainer.runtimes.keras3.context import Context, build_context
 from kerasjob_trainer.shared import faults, leader, startup
@@ -50,12 +52,16 @@ class Session(Lifecycle):
 
     ctx: Context
     show_traceback = True
+    #: spec.trainer.mesh in this process (None: DataParallel); set by `session_for`.
+    sharding: k3mesh.Sharding | None = None
 
     def global_batch_size(self, per_replica: int) -> int:
         """per_replica x every device of the job; for an elastic job (KeepGlobalBatch), x the
         devices of the job at its preferred size, split over the processes there are now."""
         import jax
 
+        if self.sharding is not None:  # a model replica per slice of the batch axis
+            return int(per_replica) * self.sharding.replicas
         devices = jax.device_count()
         elastic = self.config.elastic
         if elastic is None:
@@ -67,6 +73,37 @@ class Session(Lifecycle):
         """The global step a resumed job starts at (0: no backup)."""
         header = checkpoint.read_header(self.backup_dir)
         return header.step if header else 0
+
+    # -- sharded models (spec.trainer.mesh) ----------------------------------------------------
+
+    @property
+    def device_mesh(self) -> Any:
+        """The job's keras.distribution.DeviceMesh (None without spec.trainer.mesh)."""
+        return self.sharding.device_mesh if self.sharding is not None else None
+
+    def shard(self, layout_map: Any) -> None:
+        """Shard the model by `layout_map` (a LayoutMap over `device_mesh`), before building
+        it; `fit` refuses a layout that shards nothing (exit 78)."""
+        if self.sharding is None:
+            hard_exit(ExitCode.INVALID_CONFIG, "invalid configuration: shard() needs a mesh")
+        try:
+            self.sharding.shard(layout_map)
+        except ConfigError as e:
+            hard_exit(ExitCode.INVALID_CONFIG, f"invalid configuration: {e}")
+
+    def data_share(self) -> tuple[int, int]:
+        """(index, count): this process feeds part `index` of `count` of each global batch."""
+        return self.sharding.data if self.sharding is not None else (self.index, self.num_workers)
+
+    def _guard_layout(self, model: Any) -> None:
+        if self.sharding is None:
+            return
+        try:
+            unmatched = self.sharding.guard(model)
+        except ConfigError as e:
+            hard_exit(ExitCode.INVALID_CONFIG, f"invalid configuration: {e}")
+        for key in unmatched:
+            say(f"warning: layout key {key!r} matches no variable path (re.fullmatch)")
 
     # -- training -----------------------------------------------------------------------------
 
@@ -83,6 +120,7 @@ class Session(Lifecycle):
     ) -> int:
         """Restore the backup, then model.fit epoch by epoch from the restored step, with
         backups, save-on-SIGTERM, progress and goodput. Returns the steps done."""
+        self._guard_layout(model)
         source = self._source(train, global_batch_size)
         try:
             header = checkpoint.restore(self.backup_dir, model)
@@ -108,7 +146,7 @@ class Session(Lifecycle):
         while step < total:
             epoch = step // steps_per_epoch
             steps = (epoch + 1) * steps_per_epoch - step
-            x = k3data.step_input(source, step, steps, self.index, self.num_workers)
+            x = k3data.step_input(source, step, steps, *self.data_share())
             try:
                 model.fit(
                     x,
@@ -140,15 +178,15 @@ class Session(Lifecycle):
             return k3data.StepSource(train)
         if isinstance(train, tuple):
             train = Indexed(*train)
-        k3data.share(global_batch, self.num_workers)
+        k3data.share(global_batch, self.data_share()[1])
         return k3data.indexed_source(train, global_batch, self.config.seed, self.audit)
 
     def evaluate(self, model: Any, test: tuple[Any, Any], global_batch: int) -> dict[str, float]:
         """Every process evaluates its equal share of the test set (a collective)."""
         x, y = test
-        n = self.num_workers
+        index, n = self.data_share()
         per = len(y) // n
-        mine = slice(self.index * per, (self.index + 1) * per)
+        mine = slice(index * per, (index + 1) * per)
         try:
             result = model.evaluate(
                 x[mine], y[mine], batch_size=max(global_batch // n, 1), verbose=0, return_dict=True
@@ -221,14 +259,31 @@ def session_for(ctx: Context) -> Session:
             f"Keras runs the {keras.backend.backend()} backend; "
             "backend jax needs KERAS_BACKEND=jax before Keras is imported",
         )
-    keras.distribution.set_distribution(
-        keras.distribution.DataParallel(
-            devices=keras.distribution.list_devices(), auto_shard_dataset=False
-        )
-    )
+    sharding = _distribution(ctx, keras)
     keras.utils.set_random_seed(ctx.config.seed)
     startup.mark("cluster")
-    return Session(ctx)
+    session = Session(ctx)
+    session.sharding = sharding
+    return session
+
+
+def _distribution(ctx: Context, keras: Any) -> k3mesh.Sharding | None:
+    """DataParallel, or with spec.trainer.mesh ModelParallel over it (exit 78 when it does
+    not fit the job's devices)."""
+    mesh = ctx.config.mesh
+    if mesh is None:
+        keras.distribution.set_distribution(
+            keras.distribution.DataParallel(
+                devices=keras.distribution.list_devices(), auto_shard_dataset=False
+            )
+        )
+        return None
+    try:
+        sharding = k3mesh.Sharding.setup(mesh, ctx.config.devices_per_process)
+    except ConfigError as e:
+        hard_exit(ExitCode.INVALID_CONFIG, f"invalid configuration: {e}")
+    say(sharding.describe())
+    return sharding
 
 
 #: JAX's persistent compilation cache, below the checkpoint directory (the job's shared

@@ -25,6 +25,8 @@ def _run(ctx: Context) -> int:
 
     cfg = ctx.config
     job = session_for(ctx)
+    if job.sharding is not None:  # the layout first: Keras lays a variable out when made
+        job.shard(models.layout_for(cfg.model, job.sharding, ctx.raw_config))
     global_batch = job.global_batch_size(cfg.batch_size_per_replica)
     model, train, test = models.build_model(cfg.model, ctx.raw_config, cfg.learning_rate)
     if train is not None:

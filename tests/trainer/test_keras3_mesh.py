@@ -1,0 +1,144 @@
+"""Sharded models (spec.trainer.mesh) in real multi-process JAX on CPU: 2 processes x 2 CPU
+devices each (XLA_FLAGS), ModelParallel over the job's mesh, as the operator starts them."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from kerasjob_dev.trainer_procs import group, progress
+
+pytestmark = [pytest.mark.tf, pytest.mark.slow]
+
+TIMEOUT = 300.0
+TWO_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+MESH_2X2 = [{"name": "batch", "size": 2}, {"name": "model", "size": 2}]
+
+SCRIPT = """
+import json, os, sys
+import numpy as np
+from kerasjob_trainer.keras3 import session
+
+job = session.start()
+import keras
+
+layout = keras.distribution.LayoutMap(job.device_mesh)
+for key, axes in json.loads(sys.argv[1]).items():
+    layout[key] = tuple(axes)
+job.shard(layout)
+model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu", name="d1"),
+                          keras.layers.Dense(2, name="d2")])
+model.compile(optimizer="adam", metrics=["accuracy"],
+              loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+os.makedirs(job.output_dir, exist_ok=True)
+specs = {v.path: [a for a in v.value.sharding.spec] for v in model.trainable_variables}
+with open(os.path.join(job.output_dir, f"specs-{job.index}.json"), "w") as f:
+    json.dump(specs, f)
+rng = np.random.default_rng(0)
+x = rng.random((512, 8), dtype=np.float32)
+y = (x.sum(axis=1) > 4).astype(np.int64)
+job.fit(model, (x, y), epochs=2, steps_per_epoch=20, global_batch_size=job.global_batch_size(16))
+job.finish(model)
+"""
+
+
+def _script(tmp_path: Path, layout: dict[str, list[str | None]]) -> dict[str, Any]:
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(SCRIPT))
+    return {
+        "command": [sys.executable, str(script), json.dumps(layout)],
+        "saveFreq": 10,
+        "mesh": MESH_2X2,
+        "devicesPerProcess": 2,
+    }
+
+
+def test_a_sharded_mlp_trains_with_its_kernels_sharded(tmp_path: Path) -> None:
+    layout = {"sequential/d1/kernel": [None, "model"], "sequential/d2/kernel": ["model", None]}
+    with group(tmp_path, _script(tmp_path, layout), backend="jax", env=TWO_DEVICES) as g:
+        g.start()
+        assert g.wait_all(TIMEOUT) == [0, 0], g.logs()
+        for i in (0, 1):
+            specs = json.loads((g.output / f"specs-{i}.json").read_text())
+            assert specs["sequential/d1/kernel"] == [None, "model"], specs
+            assert specs["sequential/d2/kernel"] == ["model", None], specs
+            assert specs["sequential/d1/bias"] == [None], specs  # not in the layout: replicated
+        chief = g.trainers[0].text()
+        assert "mesh batch=2 x model=2 (ModelParallel, batch axis 'batch')" in chief, chief
+        assert "part 1 of 2 of each global batch" in chief
+        assert "part 2 of 2 of each global batch" in g.trainers[1].text()
+        assert "global batch 32" in chief  # 16 per replica x 2 replicas (the batch axis)
+        assert progress(g)["step"] == 40 and progress(g)["done"] is True
+        assert (g.output / "model.keras").is_file()
+
+
+def test_a_layout_that_shards_nothing_exits_78_naming_the_paths(tmp_path: Path) -> None:
+    """'d1/kernel' is re.fullmatch'ed against 'sequential/d1/kernel': it matches nothing."""
+    layout = {"d1/kernel": [None, "model"]}
+    with group(tmp_path, _script(tmp_path, layout), backend="jax", env=TWO_DEVICES) as g:
+        g.start()
+        assert g.wait_all(TIMEOUT) == [78, 78], g.logs()
+        text = g.trainers[0].text()
+        line = next(x for x in text.splitlines() if "invalid configuration" in x)
+        assert "the layout shards no variable of the model" in line, line
+        assert "'d1/kernel'" in line and "sequential/d1/kernel" in line, line
+        assert not (g.ckpt / "backup").exists() or not any((g.ckpt / "backup").iterdir())
+
+
+def test_a_mesh_that_does_not_fit_exits_78(tmp_path: Path) -> None:
+    config = {
+        "model": "mnist-mlp",
+        "mesh": [{"name": "batch", "size": 2}, {"name": "model", "size": 4}],
+    }
+    with group(tmp_path, config, backend="jax", env=TWO_DEVICES) as g:
+        g.start()
+        assert g.wait_all(TIMEOUT) == [78, 78], g.logs()
+        assert (
+            "kerasjob: invalid configuration: mesh batch=2 x model=4 needs 8 devices, but the "
+            "job has 2 process(es) x 2 device(s) = 4"
+        ) in g.trainers[0].text(), g.logs()
+
+
+BUILTIN = {"model": "mnist-mlp", "epochs": 1, "stepsPerEpoch": 30, "saveFreq": 10, "seed": 7}
+
+
+def test_a_batch_axis_smaller_than_the_devices_keeps_the_global_batch(tmp_path: Path) -> None:
+    """mnist-mlp on mesh batch=1 x model=4 (its kernels sharded over all 4 devices of both
+    processes): one model replica, so the global batch is batchSizePerReplica x 1 and both
+    processes feed all of it; the weights end as DataParallel's on the same global batches
+    (same examples, another summation order)."""
+    from kerasjob_trainer.runtimes.keras3.data import global_batch_indices
+    from kerasjob_trainer.shared.data import MNIST_SAMPLE_TRAIN
+
+    runs = {
+        "mesh": {
+            **BUILTIN,
+            "batchSizePerReplica": 64,
+            "mesh": [{"name": "batch", "size": 1}, {"name": "model", "size": 4}],
+        },
+        "dp": {**BUILTIN, "batchSizePerReplica": 16},  # 16 x 4 devices = 64
+    }
+    weights = {}
+    for name, config in runs.items():
+        (tmp_path / name).mkdir()
+        env = {**TWO_DEVICES, "KERASJOB_AUDIT_DIR": str(tmp_path / name / "audit")}
+        with group(tmp_path / name, config, backend="jax", env=env) as g:
+            g.start()
+            assert g.wait_all(TIMEOUT) == [0, 0], g.logs()
+            weights[name] = g.final_weights()
+            if name == "mesh":
+                assert "global batch 64" in g.trainers[0].text(), g.logs()
+                for worker in ("worker0", "worker1"):
+                    got = {r["step"]: r["indices"] for r in g.audit_records(f"data-{worker}.jsonl")}
+                    for step in (0, 17, 29):
+                        want = global_batch_indices(step, 64, MNIST_SAMPLE_TRAIN, 7).tolist()
+                        assert got[step] == want, (worker, step)
+    assert len(weights["mesh"]) == len(weights["dp"]) > 0
+    for a, b in zip(weights["mesh"], weights["dp"], strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=2e-4)

@@ -1,0 +1,157 @@
+"""spec.trainer.mesh: the contract's parser and fit check, the operator passing it through, and
+the trainer's pure parts (each process's share of the batch, the layout guard). The sharded
+training itself: tests/trainer/test_keras3_mesh.py; the apply-time refusals:
+tests/integration/test_mesh_refusals.py."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+
+from kerasjob.manifests import children
+from kerasjob_contract.mesh import Mesh, MeshAxis, MeshError, fit_error, parse_mesh
+from kerasjob_contract.trainer_config import ConfigError, parse_config
+from kerasjob_dev.testing.manifests import jax_job
+from kerasjob_trainer.runtimes.keras3 import mesh as k3mesh
+
+MESH = [{"name": "batch", "size": 2}, {"name": "model", "size": 2}]
+
+
+def test_the_mesh_is_ordered_axes_the_first_one_the_batch_axis() -> None:
+    mesh = parse_mesh(MESH)
+    assert mesh == Mesh((MeshAxis("batch", 2), MeshAxis("model", 2)))
+    assert mesh.shape == (2, 2) and mesh.devices == 4 and mesh.batch_axis.name == "batch"
+    assert mesh.describe() == "batch=2 x model=2"
+    # an object keeps its keys' order where JSON does (the trainer's own flags)
+    assert parse_mesh({"model": 4, "data": 1}).names == ("model", "data")
+    assert parse_mesh(None) is None and parse_mesh([]) is None
+
+
+@pytest.mark.parametrize(
+    ("raw", "words"),
+    [
+        ([{"name": "a", "size": 1}] * 2, "unique"),
+        ([{"name": f"a{i}", "size": 1} for i in range(5)], "at most 4"),
+        ([{"name": "Batch", "size": 2}], "must match"),
+        ([{"name": "batch", "size": 0}], "size must be an int >= 1"),
+        ([{"name": "batch", "size": True}], "size must be an int >= 1"),
+        ([{"name": "batch", "size": 2, "x": 1}], "must be {name, size}"),
+        ("batch=2", "must be a list"),
+    ],
+)
+def test_a_bad_mesh_is_refused_in_one_line(raw: Any, words: str) -> None:
+    with pytest.raises(MeshError) as e:
+        parse_mesh(raw)
+    assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_trainer_config_takes_a_mesh_for_backend_jax_only() -> None:
+    cfg = parse_config(json.dumps({"backend": "jax", "mesh": MESH, "devicesPerProcess": 2}))
+    assert cfg.mesh is not None and cfg.mesh.devices == 4 and cfg.devices_per_process == 2
+    assert parse_config(json.dumps({"backend": "jax"})).mesh is None  # DataParallel
+    for bad, words in (
+        ({"mesh": MESH}, "needs backend jax"),
+        ({"backend": "jax", "mesh": MESH, "elastic": {"preferredWorkers": 2}}, "elastic"),
+        ({"backend": "jax", "mesh": [{"name": "b", "size": -1}]}, "size must be"),
+        ({"backend": "jax", "devicesPerProcess": 0}, "devicesPerProcess must be >= 1"),
+    ):
+        with pytest.raises(ConfigError, match=words):
+            parse_config(json.dumps(bad))
+
+
+def test_the_fit_check_says_what_the_mesh_needs_and_what_the_job_has() -> None:
+    mesh = parse_mesh(MESH)
+    assert mesh is not None
+    assert fit_error(mesh, 2, 2) is None and fit_error(mesh, 4, 1) is None
+    assert fit_error(mesh, 2, 1) == (
+        "mesh batch=2 x model=2 needs 4 devices, but the job has 2 process(es) x 1 device(s) = 2"
+    )
+    with pytest.raises(ConfigError, match="devicesPerProcess is 4, but JAX sees 2"):
+        k3mesh.check_fits(mesh, 2, 2, 4)
+    with pytest.raises(ConfigError, match="needs 4 devices"):
+        k3mesh.check_fits(mesh, 1, 2, None)
+
+
+def test_the_operator_passes_the_mesh_through_as_spelled() -> None:
+    body = jax_job({"trainer": {"backend": "jax", "mesh": MESH, "devicesPerProcess": 2}})
+    cfg = children.trainer_config(body)
+    assert cfg["mesh"] == MESH and cfg["devicesPerProcess"] == 2
+    parsed = parse_config(json.dumps(cfg))
+    assert parsed.mesh == parse_mesh(MESH) and parsed.devices_per_process == 2
+    assert "mesh" not in children.trainer_config(jax_job())
+
+
+@pytest.mark.parametrize(
+    ("grid", "shares"),
+    [
+        # 2 processes x 2 devices; the last axis varies within a process first
+        ([[0, 0], [1, 1]], {0: (0, 2), 1: (1, 2)}),  # batch=2 x model=2
+        ([[0, 0, 1, 1]], {0: (0, 1), 1: (0, 1)}),  # batch=1 x model=4: both feed it all
+        ([[0], [0], [1], [1]], {0: (0, 2), 1: (1, 2)}),  # batch=4 x model=1
+        ([[0, 1], [2, 3]], {0: (0, 2), 1: (0, 2), 2: (1, 2), 3: (1, 2)}),  # 4 x 1 device
+    ],
+)
+def test_each_process_feeds_the_rows_its_devices_hold(
+    grid: list[list[int]], shares: dict[int, tuple[int, int]]
+) -> None:
+    for process, share in shares.items():
+        assert k3mesh.data_shard(np.array(grid), process) == share
+
+
+@pytest.mark.parametrize("grid", [[[0], [1], [0], [1]], [0, 0, 1]])
+def test_a_batch_axis_cut_unevenly_through_processes_is_refused(grid: list[Any]) -> None:
+    with pytest.raises(ConfigError, match="one equal, contiguous block"):
+        k3mesh.data_shard(np.array(grid), 0)
+
+
+@dataclass
+class _Sharding:
+    spec: tuple[Any, ...]
+
+
+@dataclass
+class _Value:
+    sharding: _Sharding
+
+
+@dataclass
+class _Variable:
+    path: str
+    value: _Value
+
+
+@dataclass
+class _Model:
+    variables: list[_Variable]
+
+
+def _model(**specs: tuple[Any, ...]) -> _Model:
+    return _Model([_Variable(p.replace("__", "/"), _Value(_Sharding(s))) for p, s in specs.items()])
+
+
+def test_the_guard_refuses_a_layout_that_shards_nothing_naming_the_paths() -> None:
+    mesh = parse_mesh(MESH)
+    assert mesh is not None
+    replicated = _model(sequential__d1__kernel=(None, None), sequential__d1__bias=(None,))
+    with pytest.raises(ConfigError) as e:
+        k3mesh.check_layout(replicated, mesh, ["d1/kernel"])
+    message = str(e.value)
+    assert "shards no variable" in message and "'d1/kernel'" in message and "\n" not in message
+    assert "sequential/d1/kernel, sequential/d1/bias" in message
+    # sharded on an axis of size 1 is not sharded
+    one = parse_mesh([{"name": "batch", "size": 4}, {"name": "model", "size": 1}])
+    assert one is not None
+    with pytest.raises(ConfigError):
+        k3mesh.check_layout(_model(a__kernel=(None, "model")), one, ["a/kernel"])
+
+
+def test_the_guard_passes_a_sharded_model_and_names_keys_that_matched_nothing() -> None:
+    mesh = parse_mesh(MESH)
+    assert mesh is not None
+    model = _model(s__d1__kernel=(None, "model"), s__d2__kernel=(("batch", "model"), None))
+    assert k3mesh.sharded_paths(model.variables, mesh) == ["s/d1/kernel", "s/d2/kernel"]
+    assert k3mesh.check_layout(model, mesh, ["s/d1/kernel", "d2/kernel"]) == ["d2/kernel"]
