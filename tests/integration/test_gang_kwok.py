@@ -28,7 +28,6 @@ from typing import Any
 import pytest
 
 from kerasjob.integrations import gang
-from kerasjob.planner import scheduling
 from kerasjob_dev.cluster import Cluster, create_namespace, delete_namespace, wait_for
 from kerasjob_dev.gangs import (
     NoPartialGang,
@@ -107,7 +106,7 @@ def test_a_job_larger_than_the_free_capacity_binds_no_pod_and_says_why(
         # did not fit; the others only wait for the rest of their gang).
         s = job_status(kube, ns, "big")
         running = condition(s, "Running") or {}
-        why = running.get("reason") == scheduling.REASON and "Insufficient" in running["message"]
+        why = running.get("reason") == gang.REASON and "Insufficient" in running["message"]
         return s if why else None
 
     s = wait_for(says_why, timeout=90, what="the job's status saying the gang cannot be placed")
@@ -128,7 +127,7 @@ def test_a_job_larger_than_the_free_capacity_binds_no_pod_and_says_why(
     for _ in range(10):
         assert bound(kube, ns) == {"big": 0}
         time.sleep(0.3)
-    assert any(e.reason == scheduling.REASON for e in events_for(kube, ns, "big"))
+    assert any(e.reason == gang.REASON for e in events_for(kube, ns, "big"))
 
     # Room for all 9: they are bound together, the job runs.
     slots(3)

@@ -6,10 +6,9 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 
-from builders import NOW, creates, deletes, job, pod, run, settle
-
 from kerasjob.planner import accounting, planning
 from kerasjob.planner.podview import Termination
+from kerasjob_dev.testing.builders import NOW, creates, deletes, job, pod, run, settle
 
 
 def test_deleted_pod_is_a_disruption_counted_once_and_recreated() -> None:

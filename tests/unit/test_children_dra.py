@@ -18,7 +18,6 @@ import yaml
 from kerasjob.api import KerasJob, ReplicaRole
 from kerasjob.integrations import gang, kueue
 from kerasjob.manifests import children, validation
-from kerasjob.planner import scheduling
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = "kerasjob/trainer:test"
@@ -176,7 +175,7 @@ def test_the_kueue_workload_and_the_gang_keep_the_claims() -> None:
     # In a gang: the same Pod, in the PodGroup.
     in_gang = gang.apply(
         children.build_pod(model, "worker", 1, default_image=IMAGE),
-        scheduling.gang_for("dra", "0123456789abcdef", 2),
+        gang.gang_for("dra", "0123456789abcdef", 2),
     )
     assert in_gang["spec"]["resourceClaims"] == CLAIMS
     assert in_gang["spec"]["schedulingGroup"]["podGroupName"].startswith("dra-gang-")

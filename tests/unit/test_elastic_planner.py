@@ -7,7 +7,14 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
-from builders import (
+from kerasjob.api import labels
+from kerasjob.manifests import children, validation
+from kerasjob.planner import planning
+from kerasjob.planner import reconcile as rc
+from kerasjob.planner.elastic import GIVE_WAY_SECONDS, PROBE_SETTLE_SECONDS
+from kerasjob.planner.podview import PodView, Termination
+from kerasjob_contract import trainer_config
+from kerasjob_dev.testing.builders import (
     NOW,
     UNSCHEDULABLE,
     creates,
@@ -19,14 +26,6 @@ from builders import (
     probes,
     stuck,
 )
-
-from kerasjob.api import labels
-from kerasjob.manifests import children, validation
-from kerasjob.planner import planning
-from kerasjob.planner import reconcile as rc
-from kerasjob.planner.elastic import GIVE_WAY_SECONDS, PROBE_SETTLE_SECONDS
-from kerasjob.planner.podview import PodView, Termination
-from kerasjob_contract import trainer_config
 
 
 def test_a_shrink_waits_for_shrink_after_seconds_then_restarts_everyone_uncounted() -> None:

@@ -6,10 +6,9 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 
-from builders import NOW, creates, deletes, job, pod, run, settle
-
 from kerasjob.planner import finishing, planning
 from kerasjob.planner.podview import Termination
+from kerasjob_dev.testing.builders import NOW, creates, deletes, job, pod, run, settle
 
 
 def test_backoff_limit_plus_one_failures_fail_the_job() -> None:

@@ -10,8 +10,6 @@ import dataclasses
 from datetime import timedelta
 from typing import Any
 
-from builders import JOB_UID, NOW, POLICY, UNSCHEDULABLE, creates, job, pod, stuck
-
 from kerasjob.api import labels
 from kerasjob.integrations import gang
 from kerasjob.integrations.gang.sync import GangSync, check_api
@@ -19,6 +17,16 @@ from kerasjob.k8s.kube import ApiError
 from kerasjob.planner import planning, scheduling
 from kerasjob.planner import reconcile as rc
 from kerasjob.planner.podview import Termination
+from kerasjob_dev.testing.builders import (
+    JOB_UID,
+    NOW,
+    POLICY,
+    UNSCHEDULABLE,
+    creates,
+    job,
+    pod,
+    stuck,
+)
 
 KEY = ("ns", "j")
 BODY = {
@@ -38,7 +46,7 @@ def pod_group(
     message: str = "",
 ) -> dict[str, Any]:
     body = gang.build_pod_group(
-        {"metadata": {**BODY["metadata"], "uid": uid}}, scheduling.Gang(name, min_count)
+        {"metadata": {**BODY["metadata"], "uid": uid}}, scheduling.PodGroup(name, min_count)
     )
     body["metadata"]["uid"] = f"pg-{name}"
     if scheduled is not None:
@@ -57,7 +65,7 @@ def pod_group(
 
 def workload(name: str, uid: str = JOB_UID) -> dict[str, Any]:
     return gang.build_workload(
-        {"metadata": {**BODY["metadata"], "uid": uid}}, scheduling.Gang(name, 1)
+        {"metadata": {**BODY["metadata"], "uid": uid}}, scheduling.PodGroup(name, 1)
     )
 
 
@@ -67,12 +75,12 @@ def gjob(
     workloads: tuple[dict[str, Any], ...] = (),
     **kw: Any,
 ) -> planning.JobView:
-    return job(workers, gang=gang.view(groups, workloads, JOB_UID), **kw)
+    return job(workers, placement=gang.view(groups, workloads, "j", JOB_UID), **kw)
 
 
 def test_the_workload_and_pod_group_use_the_v1alpha2_fields() -> None:
-    g = scheduling.gang_for("j", JOB_UID, 4)
-    assert g == scheduling.Gang(f"j-gang-{JOB_UID[:8]}", 4)
+    g = gang.gang_for("j", JOB_UID, 4)
+    assert g == scheduling.PodGroup(f"j-gang-{JOB_UID[:8]}", 4)
     wl = gang.build_workload(BODY, g)
     assert wl["apiVersion"] == "scheduling.k8s.io/v1alpha2" and wl["kind"] == "Workload"
     assert wl["spec"] == {
@@ -97,14 +105,14 @@ def test_the_workload_and_pod_group_use_the_v1alpha2_fields() -> None:
     assert gang.apply({"spec": {}}, None) == {"spec": {}}
     # A size after resizes is another pair: the spec is immutable and the old PodGroup may
     # still be held by its finalizer.
-    assert scheduling.gang_for("j", JOB_UID, 2, epoch=3).name == f"j-gang-{JOB_UID[:8]}-3"
-    assert len(scheduling.gang_for("x" * 253, JOB_UID, 2, epoch=12).name) <= 253
+    assert gang.gang_for("j", JOB_UID, 2, epoch=3).name == f"j-gang-{JOB_UID[:8]}-3"
+    assert len(gang.gang_for("x" * 253, JOB_UID, 2, epoch=12).name) <= 253
 
 
 def test_the_view_keeps_only_this_incarnations_objects_and_reads_the_verdict() -> None:
     mine = pod_group("a", 3, scheduled="False", reason="Unschedulable", message="no room")
     other = pod_group("b", 3, uid="another-job-uid")
-    v = gang.view([mine, other], [workload("a"), workload("b", uid="x")], JOB_UID)
+    v = gang.view([mine, other], [workload("a"), workload("b", uid="x")], "j", JOB_UID)
     assert [p.name for p in v.pod_groups] == ["a"] and v.workloads == ("a",)
     state = v.pod_group("a")
     assert state is not None
@@ -114,12 +122,12 @@ def test_the_view_keeps_only_this_incarnations_objects_and_reads_the_verdict() -
         "Unschedulable",
         "no room",
     )
-    assert gang.view([pod_group("c", 2)], [], JOB_UID).pod_groups[0].scheduled is None
+    assert gang.view([pod_group("c", 2)], [], "j", JOB_UID).pod_groups[0].scheduled is None
 
 
 def test_an_active_job_plans_one_gang_of_all_its_pods_and_none_without_the_option() -> None:
     p = rc.plan(gjob(3), {}, [], NOW)
-    assert p.gang == scheduling.Gang(f"j-gang-{JOB_UID[:8]}", 3)
+    assert p.pod_group == scheduling.PodGroup(f"j-gang-{JOB_UID[:8]}", 3)
     assert creates(p) == ["j-worker-0", "j-worker-1", "j-worker-2"]
     # Every role counts: a chief and an evaluator are Pods of the job too.
     tasks = (
@@ -128,13 +136,13 @@ def test_an_active_job_plans_one_gang_of_all_its_pods_and_none_without_the_optio
         planning.Task("j-worker-1", "worker", 1),
         planning.Task("j-evaluator-0", "evaluator", 0),
     )
-    assert rc.plan(gjob(tasks=tasks, chief="j-chief-0"), {}, [], NOW).gang.min_count == 4
-    assert rc.plan(job(3), {}, [], NOW).gang is None
-    assert rc.plan(gjob(3, suspend=True), {}, [], NOW).gang is None
+    assert rc.plan(gjob(tasks=tasks, chief="j-chief-0"), {}, [], NOW).pod_group.min_count == 4
+    assert rc.plan(job(3), {}, [], NOW).pod_group is None
+    assert rc.plan(gjob(3, suspend=True), {}, [], NOW).pod_group is None
 
 
 def test_a_gang_that_cannot_be_placed_says_so_in_the_running_condition_once() -> None:
-    name = scheduling.gang_for("j", JOB_UID, 3).name
+    name = gang.gang_for("j", JOB_UID, 3).name
     group = pod_group(
         name, 3, scheduled="False", reason="Unschedulable", message="pod group is unschedulable"
     )
@@ -176,7 +184,7 @@ def test_a_gang_that_cannot_be_placed_says_so_in_the_running_condition_once() ->
 
 
 def test_an_elastic_resize_makes_a_new_gang_of_the_new_size_and_drops_the_old() -> None:
-    first = scheduling.gang_for("j", JOB_UID, 3)
+    first = gang.gang_for("j", JOB_UID, 3)
     j = gjob(
         3, elastic=POLICY, groups=(pod_group(first.name, 3),), workloads=(workload(first.name),)
     )
@@ -184,12 +192,12 @@ def test_an_elastic_resize_makes_a_new_gang_of_the_new_size_and_drops_the_old() 
     s = rc.plan(j, {}, [*running, stuck(2, timedelta(seconds=0))], NOW).status
     p = rc.plan(j, s, [*running, stuck(2, timedelta(seconds=61))], NOW)
     assert p.status["elastic"]["workers"] == 2
-    assert p.gang == scheduling.gang_for("j", JOB_UID, 2, epoch=1) and p.gang.min_count == 2
-    assert gang.stale(j.gang, p.gang) == ([first.name], [first.name])  # type: ignore[arg-type]
-    assert gang.stale(j.gang, first) == ([], [])  # type: ignore[arg-type]
+    assert p.pod_group == gang.gang_for("j", JOB_UID, 2, epoch=1) and p.pod_group.min_count == 2
+    assert gang.stale(j.placement, p.pod_group) == ([first.name], [first.name])  # type: ignore[arg-type]
+    assert gang.stale(j.placement, first) == ([], [])  # type: ignore[arg-type]
     # The Pods come back at 2 workers, in the new gang (their TF_CONFIG and minCount agree).
     fresh = rc.plan(j, p.status, [], NOW + timedelta(seconds=6))
-    assert creates(fresh) == ["j-worker-0", "j-worker-1"] and fresh.gang == p.gang
+    assert creates(fresh) == ["j-worker-0", "j-worker-1"] and fresh.pod_group == p.pod_group
 
 
 class RecordingApi:
@@ -207,16 +215,18 @@ class RecordingApi:
 
 
 def test_the_workload_is_created_before_its_pod_group_and_only_what_is_missing() -> None:
-    g = scheduling.gang_for("j", JOB_UID, 3)
+    g = gang.gang_for("j", JOB_UID, 3)
     api = RecordingApi()
     plan = planning.Plan(
-        status={}, actions=[planning.CreatePod(planning.Task("j-worker-0", "worker", 0))], gang=g
+        status={},
+        actions=[planning.CreatePod(planning.Task("j-worker-0", "worker", 0))],
+        pod_group=g,
     )
 
     def part(groups: tuple[Any, ...] = (), workloads: tuple[Any, ...] = ()) -> Any:
         sync = GangSync(api, {KEY: list(groups)}, {KEY: list(workloads)})  # type: ignore[arg-type]
         j, found = sync.view(KEY, BODY, None, job(3))
-        assert found is not None and j.gang == gang.view(groups, workloads, JOB_UID)
+        assert found is not None and j.placement == gang.view(groups, workloads, "j", JOB_UID)
         return found
 
     update = asyncio.run(part().before_pods(plan, plan.actions))
@@ -231,11 +241,11 @@ def test_the_workload_is_created_before_its_pod_group_and_only_what_is_missing()
     asyncio.run(have.before_pods(plan, plan.actions))
     assert api.calls == []
     # After a resize the old pair goes (the plan's own stays).
-    new = scheduling.gang_for("j", JOB_UID, 2, epoch=1)
+    new = gang.gang_for("j", JOB_UID, 2, epoch=1)
     both = part(
         (pod_group(g.name, 3), pod_group(new.name, 2)), (workload(g.name), workload(new.name))
     )
-    events = asyncio.run(both.after_plan(planning.Plan(status={}, gang=new), 0, NOW))
+    events = asyncio.run(both.after_plan(planning.Plan(status={}, pod_group=new), 0, NOW))
     assert api.calls == [("delete", f"podgroups/{g.name}"), ("delete", f"workloads/{g.name}")]
     assert [e.reason for e in events] == ["GangReplaced"]
 
@@ -286,7 +296,7 @@ def test_once_a_task_has_finished_for_good_further_pods_are_made_outside_the_gan
     settled = rc.plan(
         j, {}, [pod(0), pod(1), pod(0, "e", name="j-evaluator-0", role="evaluator")], NOW
     )
-    assert settled.gang is not None and settled.gang.min_count == 3
+    assert settled.pod_group is not None and settled.pod_group.min_count == 3
     done = pod(
         0,
         "e",
@@ -297,4 +307,4 @@ def test_once_a_task_has_finished_for_good_further_pods_are_made_outside_the_gan
         termination=Termination(0),
     )
     p = rc.plan(j, settled.status, [pod(0), done], NOW)  # worker 1 was lost
-    assert creates(p) == ["j-worker-1"] and p.gang is None
+    assert creates(p) == ["j-worker-1"] and p.pod_group is None

@@ -6,11 +6,10 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 
-from builders import NOW, deletes, job, pod, run, settle
-
 from kerasjob.planner import planning
 from kerasjob.planner import reconcile as rc
 from kerasjob.planner.podview import Termination
+from kerasjob_dev.testing.builders import NOW, deletes, job, pod, run, settle
 
 
 def test_stuck_terminating_pod_is_force_deleted() -> None:

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from builders import NOW, creates, job, pod, run
-
 from kerasjob.api import KerasJob
 from kerasjob.integrations import kueue
 from kerasjob.manifests import children
 from kerasjob.planner import planning, scheduling
 from kerasjob.planner import reconcile as rc
 from kerasjob.planner.podview import Termination
+from kerasjob_dev.testing.builders import NOW, creates, job, pod, run
 
 
 def deletes(p: planning.Plan) -> list[str]:
@@ -219,11 +218,11 @@ def test_pods_ready_follows_the_pods_like_kueues_job_reconciler() -> None:
 def queued(
     reason: str = "Queued", message: str = "queued in LocalQueue q: no quota"
 ) -> scheduling.Gate:
-    return scheduling.Gate(False, reason, message)
+    return scheduling.Gate(False, reason, message, by="Kueue")
 
 
 def test_queued_job_has_no_pods_and_says_why() -> None:
-    j = job(kueue=queued())
+    j = job(gate=queued())
     p = run(j, {}, [])
     assert not creates(p) and p.status["phase"] == "Queued"
     by_type = {c["type"]: c for c in p.status["conditions"]}
@@ -239,16 +238,16 @@ def test_queued_job_has_no_pods_and_says_why() -> None:
 
 def test_admission_creates_pods_and_eviction_is_neither_failure_nor_disruption() -> None:
     admitted = scheduling.Gate(
-        True, "Admitted", "admitted by Kueue to ClusterQueue cq (LocalQueue q)"
+        True, "Admitted", "admitted by Kueue to ClusterQueue cq (LocalQueue q)", by="Kueue"
     )
-    s = run(job(kueue=queued()), {}, []).status
-    p = run(job(kueue=admitted), s, [])
+    s = run(job(gate=queued()), {}, []).status
+    p = run(job(gate=admitted), s, [])
     assert creates(p) == ["j-worker-0", "j-worker-1", "j-worker-2"]
     assert any(e.reason == "Resumed" for e in p.events)
-    s = run(job(kueue=admitted), p.status, [pod(i) for i in range(3)]).status
+    s = run(job(gate=admitted), p.status, [pod(i) for i in range(3)]).status
     assert s["phase"] == "Running"
     # Kueue preempts it: Pods deleted, nothing counted, even when they exit 42 on SIGTERM.
-    evicted = job(kueue=queued("Evicted", "evicted by Kueue (Preempted: by x)"))
+    evicted = job(gate=queued("Evicted", "evicted by Kueue (Preempted: by x)"))
     p = run(evicted, s, [pod(i) for i in range(3)])
     assert sorted(deletes(p)) == ["j-worker-0", "j-worker-1", "j-worker-2"]
     assert p.status["phase"] == "Queued"
@@ -267,7 +266,7 @@ def test_admission_creates_pods_and_eviction_is_neither_failure_nor_disruption()
     s = run(evicted, s, []).status
     assert s["restarts"] == {"disruptions": 0, "failures": 0}
     # Re-admitted: the same Pods again, restart attempt unchanged.
-    p = run(job(kueue=admitted), s, [])
+    p = run(job(gate=admitted), s, [])
     assert creates(p) == ["j-worker-0", "j-worker-1", "j-worker-2"]
     assert p.restart_attempt == 0
     assert {c["type"]: c["status"] for c in p.status["conditions"]}["Admitted"] == "True"

@@ -8,8 +8,6 @@ import asyncio
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from builders import NOW, POLICY, deletes, job, pod, probe
-
 from kerasjob.config import OperatorConfig
 from kerasjob.control.jobview import ParsedJob
 from kerasjob.integrations import kueue
@@ -25,6 +23,7 @@ from kerasjob.integrations.kueue.sync import KueueJob, WorkloadWriter
 from kerasjob.k8s.kube import ApiError
 from kerasjob.planner import planning, scheduling
 from kerasjob.planner import reconcile as rc
+from kerasjob_dev.testing.builders import NOW, POLICY, deletes, job, pod, probe
 
 T = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
 JOB = {
@@ -159,21 +158,21 @@ def _short(since: float = 200) -> dict[str, Any]:
 
 
 def _gate(workers: int) -> scheduling.Gate:
-    return scheduling.Gate(True, "Admitted", "admitted", workers)
+    return scheduling.Gate(True, "Admitted", "admitted", workers, by="Kueue")
 
 
 def test_a_grow_waits_for_kueue_to_admit_the_bigger_slice() -> None:
     running = [pod(0), pod(1), probe(0, node="n1")]
     # Capacity back, but Kueue admitted 2 workers: ask for a slice of 3, do not grow.
-    p = rc.plan(job(3, elastic=POLICY, kueue=_gate(2)), _short(), running, NOW)
+    p = rc.plan(job(3, elastic=POLICY, gate=_gate(2)), _short(), running, NOW)
     assert p.grow_to == 3 and p.status["elastic"]["workers"] == 2 and not deletes(p)
     assert p.status["phase"] == "Running"
     # Kueue admitted the slice of 3: grow.
-    g = rc.plan(job(3, elastic=POLICY, kueue=_gate(3)), _short(), running, NOW)
+    g = rc.plan(job(3, elastic=POLICY, gate=_gate(3)), _short(), running, NOW)
     assert g.grow_to is None and g.status["elastic"]["workers"] == 3
     assert "Kueue admitted 3 workers" in g.events[0].message
     # No probe bound: nothing asked of Kueue.
-    idle = rc.plan(job(3, elastic=POLICY, kueue=_gate(2)), _short(), running[:2], NOW)
+    idle = rc.plan(job(3, elastic=POLICY, gate=_gate(2)), _short(), running[:2], NOW)
     assert idle.grow_to is None
     # Not under Kueue: grows at once, as before.
     free = rc.plan(job(3, elastic=POLICY), _short(), running, NOW)
@@ -182,7 +181,7 @@ def test_a_grow_waits_for_kueue_to_admit_the_bigger_slice() -> None:
 
 def test_a_job_never_runs_more_workers_than_kueue_admitted() -> None:
     s = {"elastic": {"workers": 3, "resizes": 0}}
-    p = rc.plan(job(3, elastic=POLICY, kueue=_gate(2)), s, [pod(0), pod(1), pod(2)], NOW)
+    p = rc.plan(job(3, elastic=POLICY, gate=_gate(2)), s, [pod(0), pod(1), pod(2)], NOW)
     assert p.status["elastic"]["workers"] == 2
     assert "Kueue admitted 2" in p.status["elastic"]["history"][-1]["message"]
     assert sorted(deletes(p)) == ["j-worker-0", "j-worker-1", "j-worker-2"]

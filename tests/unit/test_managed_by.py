@@ -7,12 +7,12 @@ from typing import Any
 
 import pydantic
 import pytest
-from builders import NOW, job, pod
 
 from kerasjob import CONTROLLER_NAME
 from kerasjob.api import KerasJob
 from kerasjob.control.jobview import ParsedJob, managed_elsewhere
 from kerasjob.planner import reconcile as rc
+from kerasjob_dev.testing.builders import NOW, job, pod
 
 MULTIKUEUE = "kueue.x-k8s.io/multikueue"
 
@@ -40,7 +40,7 @@ def test_only_another_controllers_name_hands_the_job_over() -> None:
 def test_the_planner_writes_nothing_and_acts_on_nothing_for_such_a_job() -> None:
     handed = job(2, managed_by=MULTIKUEUE)
     p = rc.plan(handed, {}, [], NOW)
-    assert p.status == {} and not p.actions and not p.events and p.gang is None
+    assert p.status == {} and not p.actions and not p.events and p.pod_group is None
     # The status MultiKueue copied from the worker cluster stays exactly as it is.
     copied = {"phase": "Running", "restarts": {"disruptions": 1, "failures": 0}}
     p = rc.plan(handed, copied, [pod(0)], NOW)

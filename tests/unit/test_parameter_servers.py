@@ -8,7 +8,6 @@ import json
 from typing import Any
 
 import pytest
-from builders import NOW, creates, deletes, run, settle
 
 from kerasjob.api import (
     PS_NEEDS_CHIEF,
@@ -26,6 +25,7 @@ from kerasjob.planner.planning import ALL_REDUCE, PARAMETER_SERVER
 from kerasjob.planner.podview import PodView, Termination
 from kerasjob.tools import crdgen
 from kerasjob_contract.trainer_config import parse_config
+from kerasjob_dev.testing.builders import NOW, creates, deletes, run, settle
 from kerasjob_dev.testing.manifests import IMAGE, PVC, env_of
 from kerasjob_dev.testing.manifests import job as job_body
 

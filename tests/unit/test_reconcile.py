@@ -5,9 +5,8 @@
 
 from __future__ import annotations
 
-from builders import creates, job, pod, run, settle
-
 from kerasjob.planner import planning
+from kerasjob_dev.testing.builders import creates, job, pod, run, settle
 
 
 def test_new_job_creates_service_and_every_pod() -> None:

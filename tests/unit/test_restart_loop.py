@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from builders import NOW, creates, job, pod, run, settle
-
 from kerasjob.planner.podview import Termination
+from kerasjob_dev.testing.builders import NOW, creates, job, pod, run, settle
 
 
 def test_the_same_disruption_without_progress_backs_off() -> None:

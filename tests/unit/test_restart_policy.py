@@ -123,9 +123,8 @@ def test_success_counts_nothing() -> None:
 def test_a_pod_pinned_to_a_node_that_does_not_exist_fails_the_job_naming_it() -> None:
     from dataclasses import replace
 
-    from builders import NOW, job, pod, run
-
     from kerasjob.planner.restart_policy import DELETION_BY_POD_GC
+    from kerasjob_dev.testing.builders import NOW, job, pod, run
 
     j = job(2)
     pinned = dict(phase="Pending", ready=False, node_name="no-such-node")

@@ -3,10 +3,9 @@ old incarnations are gone), readiness, phase and conditions, why its Pods wait."
 
 from __future__ import annotations
 
-from builders import NOW, creates, deletes, job, pod, run, settle
-
 from kerasjob.planner import running
 from kerasjob.planner.podview import Termination
+from kerasjob_dev.testing.builders import NOW, creates, deletes, job, pod, run, settle
 
 
 def test_replacements_wait_until_no_old_incarnation_is_left() -> None:

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from builders import NOW, creates, deletes, job, pod, run, settle
-
 from kerasjob.planner.podview import Termination
+from kerasjob_dev.testing.builders import NOW, creates, deletes, job, pod, run, settle
 
 
 def test_suspend_and_resume() -> None:

@@ -17,10 +17,10 @@ first resize): the planner's tasks and every Pod's TF_CONFIG have that many work
   ``resizeCooldownSeconds`` since the last resize the job grows by the bound probes. The
   grow deletes every Pod with its grace period: SIGTERM makes the group save at one step and
   exit 42, so nothing is redone (a safe point).
-- **Kueue** (a job of a LocalQueue): the job never runs more workers than Kueue admitted
-  (``Gate.workers``). A grow first asks Kueue for a Workload slice of the bigger size
-  (``Plan.grow_to``; `kueue_sync` makes it) and happens once Kueue admitted it; a shrink
-  is followed by the Workload's count (Kueue then charges the smaller size).
+- **An admission gate** (``JobView.gate``, e.g. a queue's): the job never runs more workers
+  than were admitted (``Gate.workers``). A grow first asks the admitting integration for
+  the bigger size (``Plan.grow_to``) and happens once it is admitted; a shrink is followed
+  by the integration (which then charges the smaller size).
 - A resize deletes every Pod of the job and marks them counted (like a suspension: neither a
   failure nor a disruption), records itself in ``status.elastic`` (workers, resizes, the last
   10 resizes), posts a ``Resized`` Event, and the Pods come back together at the new size.
@@ -138,10 +138,10 @@ def init_size(s: PlanState) -> None:
     s.job = dataclasses.replace(s.job, tasks=tasks_at(s.job.tasks, s.size))
 
 
-def kueue_workers(s: PlanState) -> int | None:
-    """The workers Kueue admitted for this elastic job (None: not under Kueue, or not
+def admitted_workers(s: PlanState) -> int | None:
+    """The workers admitted for this elastic job (None: no admission gate, or not
     admitted)."""
-    gate = s.job.kueue
+    gate = s.job.gate
     return None if gate is None or not gate.admitted else gate.workers
 
 
@@ -197,7 +197,7 @@ def resized_since(s: PlanState, when: str | None) -> wire.Resize | None:
 
 
 def shrink_if_capacity_lost(s: PlanState) -> None:
-    """Shrink to what Kueue admitted, or without the workers unschedulable for
+    """Shrink to what was admitted, or without the workers unschedulable for
     shrinkAfterSeconds (not below minWorkers)."""
     policy = s.job.elastic
     if policy is None or s.size is None:
@@ -207,20 +207,20 @@ def shrink_if_capacity_lost(s: PlanState) -> None:
     for extra in s.owned.values():
         if extra.role == WORKER and extra.index >= s.size:
             s.delete(extra)
-    admitted = kueue_workers(s)
-    if admitted is not None and admitted < s.size:
+    admitted = admitted_workers(s)
+    if admitted is not None and admitted < s.size and s.job.gate is not None:
         to = max(admitted, policy.min_workers)
         if to < s.size:
             resize(
                 s,
                 to,
                 Reason.CAPACITY_LOST,
-                f"Shrinking from {s.size} to {to} workers: Kueue admitted {admitted}",
+                f"Shrinking from {s.size} to {to} workers: {s.job.gate.by} admitted {admitted}",
             )
             return
     stuck = _stuck_workers(s, policy)
-    # In a gang (`gang`) every Pod waits when one does not fit: shrink one at a time.
-    lost = 1 if stuck and s.job.gang is not None else len(stuck)
+    # Placed as one group, every Pod waits when one does not fit: shrink one at a time.
+    lost = 1 if stuck and s.job.placement is not None else len(stuck)
     to = max(policy.min_workers, s.size - lost)
     if not stuck or to == s.size:
         return  # nothing lost, or already at minWorkers: wait (the status says why)
@@ -365,7 +365,7 @@ def _settled_probes(
 
 
 def _grow_by(s: PlanState, policy: ElasticPolicy, settled: list[PodView]) -> tuple[bool, str]:
-    """Grow by the settled probes once the cool-down passed, as far as Kueue admitted."""
+    """Grow by the settled probes once the cool-down passed, as far as was admitted."""
     assert s.size is not None
     last = last_resize(s)
     at = parse_time(last.get("time")) if last else None
@@ -380,15 +380,15 @@ def _grow_by(s: PlanState, policy: ElasticPolicy, settled: list[PodView]) -> tup
             )
     to = s.size + len(settled)
     why = where
-    gate = s.job.kueue
+    gate = s.job.gate
     if gate is not None and gate.workers is not None:
         if gate.workers < to:
-            s.grow_to = to  # Kueue's admission of that many first (its events wake us)
+            s.grow_to = to  # the admission of that many first (its events wake us)
             if gate.workers <= s.size:
                 return False, (
-                    f"Capacity returned ({where}); waiting for Kueue to admit {to} workers"
+                    f"Capacity returned ({where}); waiting for {gate.by} to admit {to} workers"
                 )
             to = gate.workers  # admitted already: as far as that
-        why += f"; Kueue admitted {to} workers"
+        why += f"; {gate.by} admitted {to} workers"
     resize(s, to, Reason.CAPACITY_RETURNED, f"Growing from {s.size} to {to} workers: {why}")
     return True, ""

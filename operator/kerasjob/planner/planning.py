@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
+from kerasjob.api import wire
 from kerasjob.planner.podview import PodView
-from kerasjob.planner.scheduling import Gang, GangView, Gate
+from kerasjob.planner.scheduling import Gate, Placement, PodGroup
 
 
 @dataclass(frozen=True)
@@ -81,8 +81,8 @@ class JobView:
     deleting: bool = False
     invalid: tuple[str, ...] = ()
     """Validation messages; non-empty fails the job with reason InvalidSpec."""
-    kueue: Gate | None = None
-    """For a job of a Kueue LocalQueue: whether its Workload is admitted (`kueue.gate`)."""
+    gate: Gate | None = None
+    """With an admission integration (a queue): whether the job may run now."""
     elastic: ElasticPolicy | None = None
     """spec.elastic; ``tasks`` then lists the preferred size's workers (`elastic`)."""
     others_waiting: tuple[PodView, ...] = ()
@@ -92,8 +92,9 @@ class JobView:
     """epochs x stepsPerEpoch of spec.trainer (status.progress.totalSteps), when known."""
     managed_by: str | None = None
     """spec.managedBy when it names another controller: the job is not ours to run."""
-    gang: GangView | None = None
-    """With native gang scheduling: the job's PodGroups and Workloads (`gang.view`)."""
+    placement: Placement | None = None
+    """With an integration that places the job's Pods all at once: the group they are made
+    in and why they wait (`scheduling.Placement`)."""
     missing_children: tuple[str, ...] = ()
     group: GroupPolicy = ALL_REDUCE
     """Which Pods a lost one takes with it (`PARAMETER_SERVER` for a job with spec.ps)."""
@@ -155,18 +156,18 @@ class Event:
 
 @dataclass
 class Plan:
-    status: dict[str, Any]
+    status: wire.Status
     """The complete new status (diff it against the old one with `status.merge_patch`)."""
     actions: list[Action] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     requeue_after: float | None = None
     """Seconds until the job must be looked at again even if nothing changes."""
-    gang: Gang | None = None
-    """With native gang scheduling, for an active job: the PodGroup its Pods are created in
-    (made first if missing); the job's other PodGroups and Workloads go."""
+    pod_group: PodGroup | None = None
+    """With a `Placement`, for an active job: the group its Pods are created in (made first
+    if missing); the job's other groups go."""
     grow_to: int | None = None
-    """An elastic job of a Kueue LocalQueue that would grow but Kueue has not admitted that
-    many workers yet: the size of the Workload slice to ask Kueue for (`kueue_sync`)."""
+    """An elastic job under an admission `Gate` that would grow but is not admitted that many
+    workers yet: the size to ask the admitting integration for."""
 
     @property
     def restart_attempt(self) -> int:

@@ -49,14 +49,14 @@ class PlanState:
     requeues: list[float] = field(default_factory=list)
     fail_verdict: rp.Verdict | None = None
     """The first outcome that failed the job (`accounting`)."""
-    gang: scheduling.Gang | None = None
-    """With native gang scheduling: the PodGroup of the active job's Pods (Plan.gang)."""
+    pod_group: scheduling.PodGroup | None = None
+    """With a placement integration: the group of the active job's Pods (Plan.pod_group)."""
     size: int | None = None
     """An elastic job's current size (None: not elastic)."""
     resized_now: bool = False
     """A resize was decided in this plan: its Pods are going, none counts as ready."""
     grow_to: int | None = None
-    """With Kueue: a grow waiting for Kueue to admit this many workers (Plan.grow_to)."""
+    """Under an admission gate: a grow waiting to be admitted this many workers (Plan.grow_to)."""
 
     @classmethod
     def start(

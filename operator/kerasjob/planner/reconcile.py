@@ -15,9 +15,9 @@ whether its task succeeded (sticky: a succeeded task is never re-created).
 `plan` composes step functions over one typed accumulator, `planstate.PlanState`:
 `housekeeping` (stale and stuck Pods, first; the status completed, last), then one of
 `finishing` (a finished, invalid or rejected job), `suspension` (suspended, or queued by
-Kueue) or `running.active`, which uses `accounting` (what happened to the Pods, counted once),
-`elastic` (resizes) and `finishing` (the job's end). Each step reads and writes only the
-state's declared fields; none calls the API server.
+an admission integration) or `running.active`, which uses `accounting` (what happened to
+the Pods, counted once), `elastic` (resizes) and `finishing` (the job's end). Each step
+reads and writes only the state's declared fields; none calls the API server.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any, cast
 
-from kerasjob.api import Reason
+from kerasjob.api import Reason, wire
 from kerasjob.planner import accounting, elastic, finishing, housekeeping, running, suspension
 from kerasjob.planner import status as st
 from kerasjob.planner.planning import (
@@ -59,8 +59,8 @@ def plan(
     """
     if job.deleting or job.managed_by is not None:
         # Going away; or run by another controller (spec.managedBy): its status is that
-        # controller's to write (MultiKueue copies it from the worker cluster's copy).
-        return Plan(status=copy.deepcopy(dict(old_status)))
+        # controller's to write (e.g. copied from the cluster that runs it).
+        return Plan(status=cast(wire.Status, copy.deepcopy(dict(old_status))))
     s = PlanState.start(job, old_status, pods, now, force_delete_after, rejection)
     elastic.init_size(s)  # an elastic job's tasks are those of its current size
     housekeeping.housekeeping(s)
@@ -70,19 +70,19 @@ def plan(
     housekeeping.chief_exit_progress(s)
     housekeeping.complete_status(s)
     return Plan(
-        status=cast(dict[str, Any], s.status),
+        status=s.status,
         actions=s.actions,
         events=s.events,
         requeue_after=min(s.requeues) if s.requeues else None,
-        gang=s.gang,
+        pod_group=s.pod_group,
         grow_to=s.grow_to,
     )
 
 
 def decide(s: PlanState) -> None:
     """The one step that fits the job: finished, invalid, rejected for good, suspended,
-    queued by Kueue, or active. What happened before a hold or a rejection still counts
-    (and may end the job)."""
+    queued by an admission integration, or active. What happened before a hold or a
+    rejection still counts (and may end the job)."""
     if s.prev_phase in st.TERMINAL_PHASES:
         finishing.finished(s)
     elif s.job.invalid:
@@ -97,9 +97,9 @@ def decide(s: PlanState) -> None:
         accounting.count_outcomes(s)
         if not finishing.concluded(s):
             suspension.suspended(s)
-    elif s.job.kueue is not None and not s.job.kueue.admitted:
+    elif s.job.gate is not None and not s.job.gate.admitted:
         accounting.count_outcomes(s)
         if not finishing.concluded(s):
-            suspension.suspended(s, st.QUEUED, s.job.kueue.reason, s.job.kueue.message)
+            suspension.suspended(s, st.QUEUED, s.job.gate.reason, s.job.gate.message)
     else:
         running.active(s)

@@ -1,8 +1,8 @@
 """The planner's step for an active job (`active`): Pods (re-)created together, the phase and
 the conditions that say how it runs.
 
-`active` runs when the job is neither finished, invalid, rejected, suspended nor queued by
-Kueue; it is composed of the named steps below, each a function over
+`active` runs when the job is neither finished, invalid, rejected, suspended nor queued (an
+admission `Gate`); it is composed of the named steps below, each a function over
 `planstate.PlanState`, and uses the counting (`accounting`), the end (`finishing`) and the
 elastic resizes (`elastic`).
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from kerasjob.api import ConditionType, Reason
-from kerasjob.planner import accounting, conditions, elastic, finishing, restart_loop, scheduling
+from kerasjob.planner import accounting, conditions, elastic, finishing, restart_loop
 from kerasjob.planner import status as st
 from kerasjob.planner.planning import Action, CreatePod, CreateService, Task
 from kerasjob.planner.planstate import PlanState
@@ -44,27 +44,27 @@ def active(s: PlanState) -> None:
     recreate_children(s)
     wanted = [t for t in s.job.tasks if t.name not in succeeded]
     all_ready = readiness(s, wanted)
-    if s.job.gang is not None and not succeeded:
-        # Every Pod of its current size, one gang (`gang`). Once a task has finished
-        # for good (an evaluator done early), the gang's minCount would never be met
-        # again: any further Pod is made outside it.
+    if s.job.placement is not None and not succeeded:
+        # Every Pod of its current size, one group. Once a task has finished for good (an
+        # evaluator done early), the group's minCount would never be met again: any
+        # further Pod is made outside it.
         epoch = int((s.status.get("elastic") or {}).get("resizes") or 0)
-        s.gang = scheduling.gang_for(s.job.name, s.job.uid, len(s.job.tasks), epoch)
+        s.pod_group = s.job.placement.pod_group_for(len(s.job.tasks), epoch)
     phase_and_conditions(s, wanted, all_ready)
 
 
 def admitted_and_resumed(s: PlanState) -> None:
-    """Kueue's admission as condition Admitted; a job back from Suspended or Queued says
-    it resumes."""
-    job = s.job
-    if job.kueue is not None:
-        s.cond(ConditionType.ADMITTED, True, job.kueue.reason, job.kueue.message)
-        if job.kueue.recheck_after is not None:
-            s.requeue(job.kueue.recheck_after)
+    """The admission gate's word as condition Admitted; a job back from Suspended or Queued
+    says it resumes."""
+    gate = s.job.gate
+    if gate is not None:
+        s.cond(ConditionType.ADMITTED, True, gate.reason, gate.message)
+        if gate.recheck_after is not None:
+            s.requeue(gate.recheck_after)
     if s.prev_phase in (st.SUSPENDED, st.QUEUED):
         message = "spec.suspend is false: Pods re-created, resuming from the last backup"
-        if job.kueue is not None:
-            message = f"{job.kueue.message}: Pods created, resuming from the last backup if any"
+        if gate is not None:
+            message = f"{gate.message}: Pods created, resuming from the last backup if any"
         s.cond(ConditionType.SUSPENDED, False, Reason.RESUMED.value, message)
         s.event("Normal", Reason.RESUMED.value, message)
 
@@ -261,7 +261,8 @@ def explain_waiting(s: PlanState, wanted: list[Task]) -> None:
     """A Pod that cannot start (a checkpoint claim that does not exist, no node that
     fits, an image that cannot be pulled) shows in the job's own status and events:
     condition Running False with the Pod's reason and message, one Warning per change;
-    a gang that cannot be placed as a whole, with its PodGroup's verdict (`scheduling.explain`)."""
+    a group that cannot be placed as a whole, with its placement's verdict
+    (`scheduling.Placement.explain`)."""
     unschedulable = [
         p.waiting.partition(":")[2].strip()
         for t in wanted
@@ -269,7 +270,8 @@ def explain_waiting(s: PlanState, wanted: list[Task]) -> None:
         and not p.deleting
         and p.waiting.startswith("Unschedulable")
     ]
-    found = scheduling.explain(s.job.gang, s.gang, scheduling.shortage(unschedulable))
+    placement = s.job.placement
+    found = placement.explain(s.pod_group, unschedulable) if placement is not None else None
     if found is not None:
         waiting_condition(s, *found)
         return

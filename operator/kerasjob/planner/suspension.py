@@ -1,6 +1,6 @@
-"""The planner's step for a held job: suspended by spec.suspend, or queued by Kueue until
-its Workload is admitted (again). A step over `planstate.PlanState`, composed by
-`reconcile.plan`."""
+"""The planner's step for a held job: suspended by spec.suspend, or queued until an
+admission integration (`scheduling.Gate`) admits it (again). A step over
+`planstate.PlanState`, composed by `reconcile.plan`."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def suspended(
     s.cond(ConditionType.SUSPENDED, True, reason, message)
     s.cond(ConditionType.RUNNING, False, reason, message)
     s.cond(ConditionType.RESTARTING, False, reason, message)
-    if s.job.kueue is not None:
+    if s.job.gate is not None:
         s.cond(ConditionType.ADMITTED, False, reason, message, add_false=True)
     if s.prev_phase != phase or old.get("reason") != reason:
         s.event("Normal", reason, message)

@@ -22,7 +22,6 @@ from kerasjob.integrations.integration import JobIntegration, PodUpdate
 from kerasjob.k8s.kube import ApiError, KubeApi
 from kerasjob.k8s.paths import pod_group_path, scheduling_workload_path
 from kerasjob.k8s.workqueue import Key
-from kerasjob.planner import scheduling
 from kerasjob.planner.planning import Action, CreatePod, Event, JobView, Plan
 
 log = logging.getLogger("kerasjob.integrations.gang")
@@ -44,8 +43,11 @@ class GangSync:
     def view(
         self, key: Key, body: Mapping[str, Any], model: KerasJob | None, job: JobView
     ) -> tuple[JobView, JobIntegration | None]:
-        found = gang.view(self.pod_groups.get(key, ()), self.workloads.get(key, ()), job.uid)
-        return dataclasses.replace(job, gang=found), GangJob(self.api, body, job.namespace, found)
+        found = gang.view(
+            self.pod_groups.get(key, ()), self.workloads.get(key, ()), job.name, job.uid
+        )
+        part = GangJob(self.api, body, job.namespace, found)
+        return dataclasses.replace(job, placement=found), part
 
 
 @dataclasses.dataclass
@@ -55,11 +57,11 @@ class GangJob:
     api: KubeApi
     body: Mapping[str, Any]
     namespace: str
-    view: scheduling.GangView
+    view: gang.GangView
 
     async def before_pods(self, plan: Plan, actions: Sequence[Action]) -> PodUpdate | None:
         """The plan's Workload and PodGroup before any of its Pods; each Pod in the gang."""
-        wanted = plan.gang
+        wanted = plan.pod_group
         if wanted is None or not any(isinstance(a, CreatePod) for a in actions):
             return None
         ns = self.namespace
@@ -83,9 +85,9 @@ class GangJob:
 
     async def after_plan(self, plan: Plan, pods_left: int, now: datetime) -> list[Event]:
         """Delete the job's PodGroups and Workloads other than the plan's."""
-        if plan.gang is None:
+        if plan.pod_group is None:
             return []
-        groups, workloads = gang.stale(self.view, plan.gang)
+        groups, workloads = gang.stale(self.view, plan.pod_group)
         for name in groups:
             await self.api.delete(pod_group_path(self.namespace, name), "podgroups")
         for name in workloads:
@@ -93,7 +95,9 @@ class GangJob:
         if not groups:
             return []
         return [
-            Event("Normal", Reason.GANG_REPLACED.value, gang.replaced_message(groups, plan.gang))
+            Event(
+                "Normal", Reason.GANG_REPLACED.value, gang.replaced_message(groups, plan.pod_group)
+            )
         ]
 
 

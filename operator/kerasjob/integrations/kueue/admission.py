@@ -31,6 +31,10 @@ _JOB_UID_RE = re.compile(r"JobUID: ([0-9a-fA-F-]{8,})")
 ADMITTING_GRACE_SECONDS = 10.0
 
 
+#: Who admits, in the planner's messages (`scheduling.Gate.by`).
+KUEUE = "Kueue"
+
+
 def _evicted(
     queue: str, evicted: Mapping[str, Any], job_name_of: Callable[[str], str | None] | None
 ) -> Gate:
@@ -44,6 +48,7 @@ def _evicted(
         Reason.EVICTED.value,
         f"evicted by Kueue ({evicted.get('reason')}: {why}); waiting in LocalQueue "
         f"{queue} to be admitted again",
+        by=KUEUE,
     )
 
 
@@ -59,7 +64,9 @@ def gate(
     elastic job's current slice (the gate then says how many workers Kueue admitted)."""
     queued = Reason.QUEUED.value
     if workload is None:
-        return Gate(False, queued, f"waiting for its Kueue Workload in LocalQueue {queue}")
+        return Gate(
+            False, queued, f"waiting for its Kueue Workload in LocalQueue {queue}", by=KUEUE
+        )
     evicted = condition(workload, EVICTED)
     if evicted is not None and evicted.get("status") == "True":
         return _evicted(queue, evicted, job_name_of)
@@ -68,12 +75,12 @@ def gate(
         cq = admission.get("clusterQueue") or "?"
         message = f"admitted by Kueue to ClusterQueue {cq} (LocalQueue {queue})"
         workers = admitted_workers(workload) if elastic else None
-        return Gate(True, Reason.ADMITTED.value, message, workers)
+        return Gate(True, Reason.ADMITTED.value, message, workers, by=KUEUE)
     reserved = condition(workload, QUOTA_RESERVED)
     detail = (reserved or {}).get("message") or "waiting for quota"
     if is_true(workload, QUOTA_RESERVED):
         detail = "quota reserved, waiting for admission checks"
-    return Gate(False, queued, f"queued in LocalQueue {queue}: {detail}")
+    return Gate(False, queued, f"queued in LocalQueue {queue}: {detail}", by=KUEUE)
 
 
 def admitting_left(found: Slices, now: datetime) -> float:

@@ -82,7 +82,7 @@ class KueueSync:
             workload = self.workload(key, job.uid)
             gate = kueue.gate(queue, workload, name_of)
         part = KueueJob(self.writer, body, model, queue, gate, workload, found)
-        return dataclasses.replace(job, kueue=gate), part
+        return dataclasses.replace(job, gate=gate), part
 
     def _job_name(self, namespace: str, uid: str) -> str | None:
         """The name of the KerasJob with this UID in ``namespace`` (from the index)."""
