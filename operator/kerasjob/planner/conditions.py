@@ -1,6 +1,6 @@
 """Conditions (metav1.Condition and the like: a list of ``{type, status, reason, message,
 lastTransitionTime}``) on any object, in the wire format: the one place they are read and
-written, for the job's status, a Pod's, or an integration's objects'."""
+written, for the job's status, a Pod's, or an integration's objects (a Workload's)."""
 
 from __future__ import annotations
 
