@@ -35,6 +35,7 @@ $(VENV)/.installed: contract/pyproject.toml operator/pyproject.toml trainer_imag
 	# tf-keras and mlxtend: --no-deps (why: [tool.kerasjob] in trainer_image/pyproject.toml). Last:
 	# a later resolving install would print an ERROR about mlxtend's plotting dependencies.
 	$(BIN)/pip install -q --no-deps $$($(BIN)/python -c "import tomllib; print(' '.join(tomllib.load(open('trainer_image/pyproject.toml', 'rb'))['tool']['kerasjob']['no-deps']))")
+	$(BIN)/pip install -q --no-deps $$($(BIN)/python -c "import tomllib; print(' '.join(tomllib.load(open('trainer_image/pyproject.toml', 'rb'))['tool']['kerasjob']['jax-no-deps']))")
 	touch $@
 
 lint: venv ## ruff check and format check, the import layers (lint-imports), mypy; shellcheck and the SIGPIPE rule (hack/lint-shell.sh)

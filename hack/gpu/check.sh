@@ -7,6 +7,8 @@
 #   3. bench/keras3_device.py: MNIST CNN and a ResNet-style model, steps/s, backup overhead
 #      at saveFreq 100, save/restore seconds and a bit-exact restore check -> $OUT or
 #      bench/results/keras3_device.json.
+#   4. hack/gpu/sharded.py: mnist-mlp sharded over the device mesh (ModelParallel, one
+#      process), its kernels checked sharded, steps/s (one device: skipped, it says so).
 # Minutes: about 3-6 on an H100 (compiles included).
 #   PYTHON=...                          the interpreter that has JAX (default python3)
 #   KERASJOB_GPU_CHECK_ALLOW_CPU=1      run it on CPU anyway (the dry mode tests use, --quick)
@@ -31,3 +33,5 @@ PY
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || true
 out=${OUT:+$OUT/keras3_device.json}
 "$python" bench/keras3_device.py ${out:+--out "$out"} "$@"
+# 4. a sharded model (ModelParallel over this machine's devices, one process): hack/gpu/sharded.py
+"$python" hack/gpu/sharded.py

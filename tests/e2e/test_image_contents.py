@@ -111,9 +111,14 @@ def test_keras3_image_holds_jax_keras3_and_the_trainer_but_no_tensorflow(
         "keras",
         "h5py",
         "mlxtend",
+        "keras_hub",  # kerasjob_trainer.examples.keras_hub_lora (--no-deps)
+        "tokenizers",
+        "regex",
     } <= packages
     shipped_by_mistake = packages & {
         "tensorflow",
+        "tensorflow_text",  # keras-hub's own dependency, left out
+        "kagglehub",
         "tf_keras",
         "kopf",
         "kubernetes",
