@@ -162,8 +162,11 @@ class Group:
         evaluator: bool = False,
         env: dict[str, str] | None = None,
         backend: str = "tensorflow",
+        ps: int = 0,
     ) -> None:
         self.tmp = tmp
+        #: Parameter servers: with them, a ParameterServerStrategy job (needs `chief`).
+        self.ps = ps
         #: "jax": Keras 3 processes with the identity env the operator gives backend jax.
         self.backend = backend
         self.ckpt = tmp / "ckpt"
@@ -182,7 +185,9 @@ class Group:
 
     @property
     def roles(self) -> list[tuple[str, int]]:
-        return ([("chief", 0)] if self.chief else []) + [("worker", i) for i in range(self.workers)]
+        chief = [("chief", 0)] if self.chief else []
+        ps = [("ps", i) for i in range(self.ps)]
+        return chief + [("worker", i) for i in range(self.workers)] + ps
 
     def start(self, workers: int | None = None) -> list[Trainer]:
         """One generation; `workers` changes the group's size from now on (an elastic
@@ -206,13 +211,18 @@ class Group:
             env = {
                 **identity,
                 **self.env,
-                Env.TRAINER_CONFIG.value: json.dumps({**self.config, "backend": self.backend}),
+                Env.TRAINER_CONFIG.value: json.dumps(self.trainer_config()),
                 Env.CHECKPOINT_DIR.value: str(self.ckpt),
                 Env.METRICS_PORT.value: str(self.metrics_port),
             }
             name = f"g{self.generation}-{role}{index}"
             self.trainers.append(Trainer(name, self.tmp, env))
         return self.trainers
+
+    def trainer_config(self) -> dict[str, Any]:
+        """What the operator passes: the config, the backend and, with ps, the strategy."""
+        strategy = {"strategy": "parameterServer"} if self.ps else {}
+        return {**self.config, "backend": self.backend, **strategy}
 
     def wait_all(self, timeout: float) -> list[int]:
         deadline = time.monotonic() + timeout

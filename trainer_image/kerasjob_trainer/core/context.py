@@ -148,7 +148,8 @@ def check_user_model(config: TrainerConfig) -> None:
         load_user_function(config.model)
 
 
-def backend_of(argv: list[str] | None) -> str:
-    """spec.trainer.backend from the config (flag or environment); checked in full later."""
+def runtime_key_of(argv: list[str] | None) -> str:
+    """The registry key of the job's runtime from the config (flag or environment): its
+    backend, and its strategy when one is set (`TrainerConfig.runtime_key`)."""
     args, _ = parser().parse_known_args(argv)
-    return parse_config(config_text(args, os.environ)).backend
+    return parse_config(config_text(args, os.environ)).runtime_key

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from kerasjob_contract import Env, ExitCode
 from kerasjob_contract.trainer_config import ConfigError
 from kerasjob_trainer.core import registry, supervisor
-from kerasjob_trainer.core.context import backend_of, check_command
+from kerasjob_trainer.core.context import check_command, runtime_key_of
 from kerasjob_trainer.core.runtime import Runtime
 from kerasjob_trainer.core.signals import guard_sigterm
 
@@ -46,7 +46,7 @@ def train(runtime: Runtime, argv: Sequence[str] | None) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        runtime = registry.runtime_for(backend_of(argv))
+        runtime = registry.runtime_for(runtime_key_of(argv))
         if Env.INCARNATION.value in os.environ:  # started by the supervisor
             return train(runtime, argv)
         return supervise(runtime, argv)

@@ -1,4 +1,7 @@
-"""Which runtime serves a job's spec.trainer.backend: the one place that names them.
+"""Which runtime serves a job: the one place that names them.
+
+The key is the trainer config's `runtime_key`: spec.trainer.backend, with the strategy the
+operator sets for a topology that needs its own ("tensorflow/parameterServer": spec.ps).
 
 Each entry is the module whose `RUNTIME` implements `core.runtime.Runtime`; it is imported
 only for the backend asked for, so an image holds only its own framework. A new runtime is
@@ -16,11 +19,12 @@ from kerasjob_trainer.core.runtime import Runtime
 RUNTIMES = {
     "tensorflow": "kerasjob_trainer.runtimes.tf_keras.runtime",
     "jax": "kerasjob_trainer.runtimes.keras3.runtime",
+    "tensorflow/parameterServer": "kerasjob_trainer.runtimes.tf_ps.runtime",
 }
 
 
-def runtime_for(backend: str) -> Runtime:
-    """The runtime of `backend` (ConfigError for one this trainer does not have)."""
-    if backend not in RUNTIMES:
-        raise ConfigError(f"backend {backend!r} has no runtime in this trainer")
-    return cast(Runtime, importlib.import_module(RUNTIMES[backend]).RUNTIME)
+def runtime_for(key: str) -> Runtime:
+    """The runtime of `key` (ConfigError for one this trainer does not have)."""
+    if key not in RUNTIMES:
+        raise ConfigError(f"backend {key!r} has no runtime in this trainer")
+    return cast(Runtime, importlib.import_module(RUNTIMES[key]).RUNTIME)

@@ -1,0 +1,62 @@
+"""The chief's backup: a TF checkpoint of the model and the optimizer (their variables live
+on the ps; the chief reads and writes them), numbered by the global step `fit` had reached
+when it was taken, so a restart resumes at exactly that step.
+
+Written whole by `tf.train.CheckpointManager` (the index file last), two kept: a chief
+killed mid-write leaves the previous one. The step is the schedule's position (steps `fit`
+handed to the workers, every one of them finished: the coordinator is joined first), which
+after a lost worker can be below `optimizer.iterations` (see `session`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+KEEP = 2
+PREFIX = "ckpt"
+_NUMBER = re.compile(rf"{PREFIX}-(\d+)$")
+
+
+class Backup:
+    """The model's and optimizer's state in `directory` (backup_dir)."""
+
+    def __init__(self, directory: str, model: Any) -> None:
+        import tensorflow as tf
+
+        self.directory = directory
+        self.checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
+        self.manager = tf.train.CheckpointManager(
+            self.checkpoint, directory, max_to_keep=KEEP, checkpoint_name=PREFIX
+        )
+
+    def restore(self) -> int:
+        """Restore the latest backup; the step it was taken at (0: none)."""
+        latest = self.manager.latest_checkpoint
+        if latest is None:
+            return 0
+        self.checkpoint.restore(latest)
+        return step_of(latest)
+
+    def save(self, step: int) -> str:
+        return str(self.manager.save(checkpoint_number=step))
+
+
+def step_of(path: str) -> int:
+    match = _NUMBER.search(os.path.basename(path))
+    if match is None:
+        raise ValueError(f"not a backup of this runtime: {path}")
+    return int(match.group(1))
+
+
+def latest_step(directory: str) -> int:
+    """The step of the latest backup in `directory` without TensorFlow's checkpoint reader
+    (0: none): the `checkpoint` state file names it."""
+    try:
+        with open(os.path.join(directory, "checkpoint")) as f:
+            first = f.readline()
+    except FileNotFoundError:
+        return 0
+    match = re.search(r'model_checkpoint_path: "([^"]+)"', first)
+    return step_of(match.group(1)) if match else 0

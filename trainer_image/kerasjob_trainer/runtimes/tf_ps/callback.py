@@ -1,0 +1,68 @@
+"""After each execution `fit` hands to the workers (every `steps_per_execution` steps): the
+step bookkeeping (`core.steplog`: step lines, progress, goodput, the watchdog), the periodic
+backup, and the stop at a step boundary (`stop`). ParameterServerStrategy allows batch-level
+callbacks only when they take the coordinator's RemoteValues as logs: this one fetches them
+only for a step line, so scheduling never waits on a worker."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kerasjob_contract import ExitCode
+from kerasjob_trainer.core.steplog import StepLog
+from kerasjob_trainer.runtimes.tf_ps import stop
+from kerasjob_trainer.runtimes.tf_ps.backup import Backup
+from kerasjob_trainer.shared.faults import hard_exit, say
+
+
+class Position:
+    """Where one `fit` call starts: its first epoch begins `offset` steps in (a resume in
+    mid-epoch trains the rest of that epoch as a `fit` of its own)."""
+
+    def __init__(self, first_epoch: int, offset: int, steps_per_epoch: int) -> None:
+        self.first_epoch, self.offset, self.steps_per_epoch = first_epoch, offset, steps_per_epoch
+
+    def base(self, epoch: int) -> int:
+        """The global step before the epoch's first batch in this `fit`."""
+        return epoch * self.steps_per_epoch + (self.offset if epoch == self.first_epoch else 0)
+
+
+def ps_callback(
+    session: Any, steplog: StepLog, backup: Backup, position: Position, saved_at: list[int]
+) -> Any:
+    """The callback of one `fit` call; `saved_at[0]`: the step of the latest backup (shared
+    by the calls of one run)."""
+    import tf_keras
+    from tf_keras.src.utils import tf_utils
+
+    class PsCallback(tf_keras.callbacks.Callback):
+        def __init__(self) -> None:
+            super().__init__()
+            self._supports_tf_logs = True  # RemoteValues, fetched only when logged
+            self.base = 0
+            self.epoch = 0
+
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            self.epoch, self.base = epoch, position.base(epoch)
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            step = self.base + batch + 1
+            first = steplog.counted()
+            steplog.beat(step)
+            session.peers.arm()
+            if first or step // steplog.interval > session.logged // steplog.interval:
+                session.logged = step
+                values = tf_utils.sync_to_numpy_or_python_type(logs or {})
+                steplog.log(step, self.epoch, {k: float(v) for k, v in values.items()})
+            why = stop.requested(session.checkpoint_dir)
+            if why is not None or step - saved_at[0] >= session.config.save_freq:
+                self.model._cluster_coordinator.join()  # every step up to `step` done
+                backup.save(step)
+                saved_at[0] = step
+                if why is not None:
+                    stop.saved(session.checkpoint_dir, step)
+                    code = int(ExitCode.PREEMPTED_SAVED)
+                    hard_exit(code, f"preempted: state saved at step {step}; exiting {code}")
+
+    say("backups: the chief's TF checkpoint at step boundaries")
+    return PsCallback()

@@ -1,0 +1,91 @@
+"""A ps or worker task of a parameter-server job: a TensorFlow server that the chief's
+ClusterCoordinator uses, until training is done.
+
+It watches the chief and the ps (not the other workers): when one of them is gone, the
+group restarts from the chief's last backup (exit 43; the container's supervisor starts it
+again in place), since a new chief or ps starts from that backup. When the chief's
+progress says done, it exits 0. SIGTERM: see `stop`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from typing import Any
+
+from kerasjob_contract import PROGRESS_FILE, ExitCode
+from kerasjob_trainer.runtimes.tf_ps import stop
+from kerasjob_trainer.runtimes.tf_ps.context import PsContext
+from kerasjob_trainer.shared import faults, leader, startup
+from kerasjob_trainer.shared.faults import hard_exit, say
+
+DONE_POLL_SECONDS = 0.5
+
+
+def serve(ctx: PsContext) -> int:
+    """Start the server, then wait: for the chief's done (0), a lost chief or ps (43)."""
+    import tensorflow as tf
+
+    startup.mark("tensorflow")
+    me = ctx.identity
+    leader.before_the_group_forms(own=me.own_address, leader=None)
+    signal.signal(signal.SIGTERM, lambda signum, frame: _on_sigterm(ctx))
+    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+        tf.train.ClusterSpec(me.cluster), task_type=me.role, task_id=me.index, rpc_layer="grpc"
+    )
+    tf.distribute.Server(
+        resolver.cluster_spec(), job_name=me.role, task_index=me.index, protocol="grpc", start=True
+    )
+    startup.mark("cluster")
+    say(f"{me.role}:{me.index} serving for the chief at {me.own_address}")
+    done = _done_check(ctx.output_dir)
+    peers = faults.PeerMonitor(me.addresses("chief", "ps"))
+    peers.quiet_when(done)
+    threading.Thread(target=_arm_when_up, args=(peers, me.cluster["chief"][0]), daemon=True).start()
+    while not done():
+        time.sleep(DONE_POLL_SECONDS)
+    hard_exit(ExitCode.SUCCESS, f"done: the chief finished training; {me.name} exiting 0")
+
+
+def _arm_when_up(peers: faults.PeerMonitor, chief: str) -> None:
+    """Watch the chief and the ps once the chief is up (a restarting chief is no loss)."""
+    host, _, port = chief.rpartition(":")
+    while not faults.listening(host, int(port), 0.5):
+        time.sleep(0.2)
+    peers.arm()
+
+
+def _done_check(output_dir: str) -> Any:
+    path = os.path.join(output_dir, PROGRESS_FILE)
+
+    def done() -> bool:
+        try:
+            with open(path) as f:
+                return bool(json.load(f).get("done"))
+        except (OSError, ValueError):
+            return False
+
+    return done
+
+
+def _on_sigterm(ctx: PsContext) -> None:
+    me = ctx.identity
+    if me.role != "ps":
+        hard_exit(
+            ExitCode.PREEMPTED_SAVED, f"{me.name}: SIGTERM; a worker holds no state; exiting 42"
+        )
+    since = stop.request(ctx.checkpoint_dir, me.name)
+    step = stop.wait_saved(ctx.checkpoint_dir, since)
+    if step is None:
+        hard_exit(
+            ExitCode.PEER_LOST,
+            f"{me.name}: SIGTERM; the chief did not save in {stop.SAVE_WAIT_SECONDS:.0f}s "
+            f"(the last periodic backup stands); exiting {int(ExitCode.PEER_LOST)}",
+        )
+    hard_exit(
+        ExitCode.PREEMPTED_SAVED,
+        f"preempted: state saved at step {step}; exiting {int(ExitCode.PREEMPTED_SAVED)}",
+    )
