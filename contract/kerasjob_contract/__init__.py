@@ -175,7 +175,7 @@ LOGS_SUBDIR = "logs"
 """<CHECKPOINT_DIR>/logs/<pod>/<NNNN>.log: each trainer incarnation's output (its stdout and
 stderr, as the container printed them), numbered in order across the Pod's in-place restarts
 and re-creations (the Pod name stays); at most LOG_KEEP_PER_POD files of at most
-LOG_MAX_BYTES each, the oldest pruned (kerasjob_trainer.supervisor)."""
+LOG_MAX_BYTES each, the oldest pruned (kerasjob_trainer.core.supervisor)."""
 LOG_KEEP_PER_POD = 10
 LOG_MAX_BYTES = 16 * 1024 * 1024
 IN_PLACE_RESTARTS_DEFAULT = 3
@@ -213,7 +213,7 @@ LOG_STARTUP_RE = (
     r"cluster_s=(\S+) restore_s=(\S+) first_step_s=(\S+) total_s=([0-9.]+)"
 )
 """Once per process, at its first step: when it started (Unix seconds) and the seconds of each
-start-up phase (`-`: not reached in this order); see kerasjob_trainer.startup."""
+start-up phase (`-`: not reached in this order); see kerasjob_trainer.shared.startup."""
 LOG_INCARNATION_RE = r"^kerasjob: incarnation (\d+) of (\S+) started"
 """The supervisor's banner before each trainer process of a container: the incarnation's
 number (its log file's, LOGS_SUBDIR) and the Pod; then, after a restart in place, why."""
