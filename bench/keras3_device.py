@@ -11,7 +11,7 @@ on 32x32x3 inputs, synthetic data), in one process on the default device:
 - steps/s: median over windows of WINDOW steps after WARMUP, through the trainer's own
   session (`kerasjob_trainer.runtimes.keras3.session.fit`), no backups;
 - backup overhead: the same with a backup every SAVE_FREQ steps, in % of step time;
-- save_s / restore_s: one `checkpoint.save` / `checkpoint.restore` of the model's whole state;
+- save_s / restore_s: one Orbax save (until committed) / restore of the model's whole state;
 - disruption: the bundled Keras 3 trainer (mnist-cnn) SIGTERMed after its first steps and
   restarted: the goodput ledger's downtime and steps redone, the restart's start-up.
 Prints one line per figure and writes JSON (default bench/results/keras3_device.json).
@@ -97,7 +97,7 @@ def measure(
     import numpy as np
 
     from kerasjob_contract.trainer_config import TrainerConfig
-    from kerasjob_trainer.runtimes.keras3 import checkpoint
+    from kerasjob_trainer.runtimes.keras3 import checkpoint, state
     from kerasjob_trainer.runtimes.keras3.identity import LOCAL
     from kerasjob_trainer.runtimes.keras3.models import builtin
     from kerasjob_trainer.runtimes.keras3.session import Context, session_for
@@ -124,26 +124,33 @@ def measure(
             rate = _rate(times.times, warmup, window)
             if save_freq == save_freq_backups:
                 out["steps_per_s_with_backups"] = round(rate, 2)
+                backups = checkpoint.Backups(os.path.join(tmp, "bench-backup"))
                 t0 = time.perf_counter()
-                checkpoint.save(job.backup_dir, model, checkpoint.Header(step=steps, processes=1))
+                backups.save(model, checkpoint.Header(step=steps, processes=1))
+                backups.wait()
                 out["save_s"] = round(time.perf_counter() - t0, 3)
-                saved = [np.array(v.numpy()) for v in checkpoint.state_variables(model)]
-                for v in checkpoint.state_variables(model):  # scramble, then restore
+                saved = [np.array(v.numpy()) for v in state.variables(model)]
+                for v in state.variables(model):  # scramble, then restore
                     v.assign(np.zeros(v.shape, dtype=v.dtype))
                 t0 = time.perf_counter()
-                checkpoint.restore(job.backup_dir, model)
+                backups.restore(model)  # checks every variable bit for bit itself
                 out["restore_s"] = round(time.perf_counter() - t0, 3)
-                restored = [np.array(v.numpy()) for v in checkpoint.state_variables(model)]
+                backups.close()
+                restored = [np.array(v.numpy()) for v in state.variables(model)]
                 out["restore_bit_exact"] = all(
                     np.array_equal(a, b) for a, b in zip(saved, restored, strict=True)
                 )
-                out["backup_bytes"] = os.path.getsize(checkpoint.path(job.backup_dir))
+                out["backup_bytes"] = _bytes(os.path.join(tmp, "bench-backup"))
             else:
                 out["steps_per_s"] = round(rate, 2)
             out["parameters"] = int(model.count_params())
     base, backed = out["steps_per_s"], out["steps_per_s_with_backups"]
     out["backup_overhead_pct"] = round((base / backed - 1) * 100, 1)
     return out
+
+
+def _bytes(directory: str) -> int:
+    return sum(p.stat().st_size for p in Path(directory).rglob("*") if p.is_file())
 
 
 def disruption(steps: int, quick: bool) -> dict[str, Any]:

@@ -27,7 +27,8 @@ PARAMETER_SERVER = "parameterServer"
 STRATEGIES = (PARAMETER_SERVER,)
 #: Dataset sources as the API spells them: "path" reads `path` (a mounted volume) in `format`.
 API_DATASET_SOURCES = ("mnist-sample", "synthetic", "path")
-FILE_FORMATS = ("npz", "tfrecord")
+#: arrayrecord: backend jax only (read through Grain; `kerasjob_trainer.runtimes.keras3.records`).
+FILE_FORMATS = ("npz", "tfrecord", "arrayrecord")
 #: Resolved sources (`DatasetConfig.source`): "path" becomes its file format.
 DATASET_SOURCES = ("mnist-sample", "synthetic", *FILE_FORMATS)
 
@@ -166,14 +167,32 @@ def parse_dataset(raw: Any) -> DatasetConfig:
     if path is not None and not isinstance(path, str):
         raise ConfigError(f"dataset.path must be a string, got {path!r}")
     if fmt is not None and fmt not in FILE_FORMATS:
-        raise ConfigError(f"dataset.format {fmt!r} is unknown; expected npz or tfrecord")
+        raise ConfigError(
+            f"dataset.format {fmt!r} is unknown; expected one of {', '.join(FILE_FORMATS)}"
+        )
     if source in ("mnist-sample", "synthetic"):
         return DatasetConfig(source=source)
     if not path:
         raise ConfigError(f"dataset.source {source!r} needs dataset.path")
     if source == "path":  # the format is explicit, else inferred as the API documents
-        source = fmt or ("npz" if path.endswith(".npz") else "tfrecord")
+        source = fmt or infer_format(path)
     return DatasetConfig(source=source, path=path)
+
+
+def infer_format(path: str) -> str:
+    """A dataset path's format when none is given: by its name (a directory of ArrayRecord
+    files needs format arrayrecord)."""
+    if path.endswith(".npz"):
+        return "npz"
+    return "arrayrecord" if path.endswith(".array_record") else "tfrecord"
+
+
+def _check_dataset(config: TrainerConfig) -> None:
+    if config.dataset.source == "arrayrecord" and config.backend != "jax":
+        raise ConfigError(
+            "dataset format arrayrecord is read by backend jax (Keras 3, through Grain); "
+            "backend tensorflow reads npz or tfrecord"
+        )
 
 
 def parse_command(raw: Any) -> tuple[str, ...]:
@@ -247,6 +266,7 @@ def parse_config(text: str | None) -> TrainerConfig:
             f"backend {config.backend!r} is unknown; expected one of {', '.join(BACKENDS)}"
         )
     _check_strategy(config)
+    _check_dataset(config)
     validate_model_name(config.model)
     _check_mesh(config)
     return config

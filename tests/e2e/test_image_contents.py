@@ -114,6 +114,10 @@ def test_keras3_image_holds_jax_keras3_and_the_trainer_but_no_tensorflow(
         "keras_hub",  # kerasjob_trainer.examples.keras_hub_lora (--no-deps)
         "tokenizers",
         "regex",
+        "orbax",  # the backups
+        "grain",  # file datasets (+ array_record)
+        "array_record",
+        "tensorboardX",  # TensorBoard logs without TensorFlow
     } <= packages
     shipped_by_mistake = packages & {
         "tensorflow",

@@ -9,6 +9,7 @@ import re
 import signal
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,15 @@ def _disrupt(g: Group, *, at_step: int, how: str) -> list[int]:
     trainers[0].wait_for_step(at_step, TIMEOUT)
     trainers[1].signal(signal.SIGTERM if how == "term" else signal.SIGKILL)
     return g.wait_all(TIMEOUT)
+
+
+def _wait_committed(g: Group, step: int) -> None:
+    """Until Orbax committed the backup of `step` (its directory gets the step's number only
+    once every process wrote its part)."""
+    deadline = time.monotonic() + TIMEOUT
+    while not (g.ckpt / "backup" / "orbax" / str(step)).is_dir():
+        assert time.monotonic() < deadline, f"the backup of step {step} was never committed"
+        time.sleep(0.05)
 
 
 def _finish(g: Group, workers: int | None = None) -> list[int]:
@@ -88,6 +98,8 @@ def test_a_killed_peer_makes_the_survivor_exit_43(tmp_path: Path, victim: int) -
     with group(tmp_path, {**BASE, "epochs": 40}, backend="jax") as g:
         trainers = g.start()
         trainers[0].wait_for_step(12, TIMEOUT)
+        # backups are asynchronous: a kill before the commit of step 10 would resume at 0
+        _wait_committed(g, 10)
         trainers[victim].signal(signal.SIGKILL)
         survivor = trainers[1 - victim]
         assert survivor.wait(90) == 43, survivor.tail()

@@ -216,6 +216,7 @@ class DatasetFormat(str, enum.Enum):
 
     NPZ = "npz"
     TFRECORD = "tfrecord"
+    ARRAYRECORD = "arrayrecord"  # backend jax: read through Grain
 
 
 class ConditionStatus(str, enum.Enum):

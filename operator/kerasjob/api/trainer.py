@@ -11,7 +11,7 @@ from pydantic.config import JsonDict
 from kerasjob.api.base import MODEL_PATTERN, DatasetFormat, DatasetSource, _cel, _Model
 from kerasjob_contract import Backend
 from kerasjob_contract.mesh import AXIS_NAME_PATTERN, MAX_AXES
-from kerasjob_contract.trainer_config import BUILTIN_MODELS
+from kerasjob_contract.trainer_config import BUILTIN_MODELS, infer_format
 from kerasjob_contract.trainer_config import DEFAULTS as TRAINER_DEFAULTS
 
 # ---------------------------------------------------------------------------------------
@@ -55,15 +55,18 @@ class DatasetSpec(_Model):
         None,
         max_length=4096,
         description=(
-            "Absolute path, inside the trainer container, of an .npz file or a TFRecord file "
-            "or directory. Required when source is 'path', forbidden otherwise."
+            "Absolute path, inside the trainer container, of an .npz file, a TFRecord file "
+            "or directory, or (backend jax) an ArrayRecord file or directory. Required when "
+            "source is 'path', forbidden otherwise."
         ),
     )
     format: DatasetFormat | None = Field(
         None,
         description=(
-            "File format of dataset.path: 'npz' or 'tfrecord'. When unset it is inferred "
-            "from the path: a name ending in .npz is npz, anything else is TFRecord."
+            "File format of dataset.path: 'npz', 'tfrecord' or 'arrayrecord' (backend jax: "
+            "train-*.array_record files read through Grain). When unset it is inferred from "
+            "the path: a name ending in .npz is npz, in .array_record arrayrecord, anything "
+            "else TFRecord."
         ),
     )
 
@@ -73,7 +76,7 @@ class DatasetSpec(_Model):
             return None
         if self.format is not None:
             return self.format
-        return DatasetFormat.NPZ if self.path.endswith(".npz") else DatasetFormat.TFRECORD
+        return DatasetFormat(infer_format(self.path))
 
 
 class MeshAxisSpec(_Model):

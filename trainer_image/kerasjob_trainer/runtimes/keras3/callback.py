@@ -1,15 +1,18 @@
 """The Keras 3 runtime's training callback: after every step the core's bookkeeping
 (`StepLog`: step lines, progress, goodput, the watchdog), the audit, the backup every
-saveFreq steps, and the save at the step the group agreed on after a SIGTERM."""
+saveFreq steps (Orbax, asynchronous, every process), and the save at the step the group
+agreed on after a SIGTERM (waited for until committed, then exit 42). This callback is the
+one mechanism that acts on a SIGTERM: Orbax's own is off (`checkpoint._TrainerDecides`)."""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from kerasjob_contract import ExitCode
 from kerasjob_trainer.core.steplog import StepLog
-from kerasjob_trainer.runtimes.keras3 import checkpoint
+from kerasjob_trainer.runtimes.keras3 import checkpoint, tensorboard
 from kerasjob_trainer.shared.faults import hard_exit, say
 
 #: SIGTERM seen by this process after its first step (one process; JAX's sync point otherwise).
@@ -48,6 +51,8 @@ class StepCallback:
         start: int,
         global_batch: int,
         totals: dict[str, Any] | None = None,
+        backups: checkpoint.Backups | None = None,
+        data_position: Callable[[int], dict[str, Any]] | None = None,
     ) -> None:
         self.session, self.total, self.spe = session, total, steps_per_epoch
         self.step, self.global_batch = start, global_batch
@@ -57,6 +62,10 @@ class StepCallback:
         self.preemption = Preemption(session.identity.multi_process)
         self._kj_model = model
         self._totals = totals or {}
+        self._backups = backups
+        self._data_position = data_position
+        chief = session.reporter is not None
+        self.tensorboard = tensorboard.open_scalars(session.output_dir) if chief else None
 
     def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
         """After Keras reset the metrics for this `fit` (one per epoch segment): the first
@@ -85,9 +94,13 @@ class StepCallback:
         if s.audit is not None:
             s.audit.trained(self.step - 1, epoch, batch, logs)
         if self.steplog.due(self.step, first):
-            self.steplog.log(self.step, epoch, logs or {})
+            scalars = self.steplog.log(self.step, epoch, logs or {})
+            if self.tensorboard is not None:
+                self.tensorboard.write(self.step, scalars)
         if self.preemption.reached(self.step):
             self._save()
+            if self._backups is not None:
+                self._backups.wait()  # committed before the exit says so
             s.watchdog.pause()
             hard_exit(
                 ExitCode.PREEMPTED_SAVED,
@@ -98,16 +111,19 @@ class StepCallback:
             self._save()
 
     def _save(self) -> None:
-        if self.session.is_chief:
-            checkpoint.save(
-                self.session.backup_dir,
-                self._kj_model,
-                checkpoint.Header(
-                    step=self.step,
-                    processes=self.session.num_workers,
-                    global_batch=self.global_batch,
-                ),
-            )
+        """Every process: each writes the shards it holds (Orbax)."""
+        if self._backups is None:
+            return
+        position = self._data_position(self.step) if self._data_position else None
+        self._backups.save(
+            self._kj_model,
+            checkpoint.Header(
+                step=self.step,
+                processes=self.session.num_workers,
+                global_batch=self.global_batch,
+                data=position,
+            ),
+        )
 
 
 def keras_callback() -> type:

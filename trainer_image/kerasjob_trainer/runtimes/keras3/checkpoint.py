@@ -1,17 +1,28 @@
-"""The Keras 3 backup: every variable a resumed run needs, bit for bit, in one atomic file.
+"""The Keras 3 backup: Orbax checkpoints, written by every process, restored by resharding.
 
-`<CHECKPOINT_DIR>/backup/keras3-state.npz` holds, in a fixed order, the model's trainable and
-non-trainable variables (the latter include the random layers' SeedGenerator state) and the
-optimizer's variables (its iteration counter is the global step), plus their paths and a
-JSON header (step, processes, global batch). Process 0 writes it (DataParallel variables are
-replicated: its local copy is the whole value, no collective needed) to a temporary file,
-fsyncs and renames it over the previous one: a reader sees the old backup or the new one,
-never half of one. Every process reads it before `fit` and assigns the values.
+`<CHECKPOINT_DIR>/backup/orbax/<step>/` is one Orbax `CheckpointManager` step with three
+items: `state` (every variable of `state.variables`, keyed by its path; each process writes
+the shards it holds: a replicated variable once, a sharded one piece by piece), `totals`
+(the compiled metrics' running totals of the epoch so far) and `meta` (JSON: the `Header`
+with the data position, and each saved variable's path, shape and dtype). Saves are
+asynchronous: the step's arrays are copied off the devices, then written in the background
+while training goes on; Orbax commits the step's directory atomically (a temporary
+directory renamed once every process finished), so a reader sees whole steps only; the
+last `KEEP` steps are kept.
 
-The compiled metrics' running totals (loss and metric sums and counts of the epoch so far) are
-in it too, apart: a run resumed in mid-epoch continues the epoch's logged averages where they
-were (`metric_totals` / `restore_metric_totals`), so its step lines and status equal an
-undisturbed run's.
+One mechanism owns the stop after a SIGTERM: the trainer's callback (JAX's preemption sync
+point agrees on one step for the group). Orbax's own use of the sync point (on by default:
+`CheckpointManager.should_save` saves at it, and its save and finalize threads ask it again)
+is off: `_Manager.reached_preemption` is always False (Orbax never calls JAX's sync point,
+whose step counter the callback alone advances), `_TrainerDecides` never asks for a save,
+and the trainer forces each save at the step it chose (every saveFreq steps, the agreed
+stop), then waits for the stop's save to be committed before exit 42.
+
+A restore reads the newest committed step into the live model's variables, each with the
+sharding it has now (another process count or mesh: Orbax reshards), and checks every one
+bit for bit (`state.check_bit_for_bit`). A backup of the trainer before Orbax (one
+`keras3-state.npz` by process 0) is restored once, when no Orbax step exists (`legacy`);
+the next save is an Orbax step.
 """
 
 from __future__ import annotations
@@ -21,10 +32,12 @@ import json
 import os
 from typing import Any
 
-import numpy as np
+from kerasjob_trainer.runtimes.keras3 import legacy, state
 
-STATE_FILE = "keras3-state.npz"
-FORMAT = 1
+SUBDIR = "orbax"
+KEEP = 2
+FORMAT = 2
+_META_FILE = os.path.join("meta", "metadata")  # Orbax's JsonCheckpointHandler file name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,110 +46,154 @@ class Header:
     processes: int
     global_batch: int | None = None
     format: int = FORMAT
+    #: the data position at `step`: {"examples": global examples consumed, "seed", ...}
+    data: dict[str, Any] | None = None
 
 
-def state_variables(model: Any) -> list[Any]:
-    """The variables of the backup, in their fixed order (optimizer built first)."""
-    optimizer = model.optimizer
-    if optimizer is not None and not optimizer.built:
-        optimizer.build(model.trainable_variables)
-    found = [*model.trainable_variables, *model.non_trainable_variables]
-    if optimizer is not None:
-        found += list(optimizer.variables)
-    return found
+@dataclasses.dataclass(frozen=True)
+class Restored:
+    header: Header
+    metric_totals: dict[str, Any]
+    matched_by: str  # "path", "position" (a model rebuilt under other names), "npz"
 
 
-def path(backup_dir: str) -> str:
-    return os.path.join(backup_dir, STATE_FILE)
+def directory(backup_dir: str) -> str:
+    return os.path.join(backup_dir, SUBDIR)
+
+
+def committed_steps(backup_dir: str) -> list[int]:
+    """The steps Orbax committed (a step's directory gets its number only when whole)."""
+    try:
+        names = os.listdir(directory(backup_dir))
+    except FileNotFoundError:
+        return []
+    return sorted(int(n) for n in names if n.isdigit())
 
 
 def read_header(backup_dir: str) -> Header | None:
-    """The backup's header without its arrays (cheap: before JAX starts); None: no backup."""
-    try:
-        with np.load(path(backup_dir), allow_pickle=False) as f:
-            return Header(**json.loads(str(f["header"])))
-    except FileNotFoundError:
-        return None
+    """The newest backup's header (cheap: no JAX, no Orbax); None: no backup."""
+    steps = committed_steps(backup_dir)
+    if steps:
+        path = os.path.join(directory(backup_dir), str(steps[-1]), _META_FILE)
+        with open(path, encoding="utf-8") as f:
+            return Header(**json.load(f)["header"])
+    old = legacy.read_header(backup_dir)
+    return Header(**old) if old is not None else None
 
 
-def save(backup_dir: str, model: Any, header: Header) -> str:
-    """Write the backup atomically (process 0 only)."""
-    sync = getattr(model, "jax_state_sync", None)
-    if sync is not None:  # inside fit, Keras on JAX holds the newest values off the variables
-        sync()
-    variables = state_variables(model)
-    arrays = {f"v{i:05d}": np.asarray(v.numpy()) for i, v in enumerate(variables)}
-    metrics = list(getattr(model, "metrics_variables", []))
-    arrays.update({f"m{i:05d}": np.asarray(v.numpy()) for i, v in enumerate(metrics)})
-    os.makedirs(backup_dir, exist_ok=True)
-    final = path(backup_dir)
-    tmp = f"{final}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as f:
-        payload: dict[str, Any] = {
-            "header": np.array(json.dumps(dataclasses.asdict(header))),
-            "paths": np.array([v.path for v in variables]),
-            "metric_paths": np.array([v.path for v in metrics], dtype=str),
-            **arrays,
+class _TrainerDecides:
+    """Orbax's save decision policy: never (the trainer forces every save it wants, so
+    Orbax's preemption check never saves at a step of its own)."""
+
+    def should_save(self, step: Any, previous_steps: Any, *, context: Any) -> bool:
+        return False
+
+
+def _manager_class(ocp: Any) -> Any:
+    class _Manager(ocp.CheckpointManager):  # type: ignore[misc,name-defined]
+        def reached_preemption(self, step: int) -> bool:
+            return False  # the trainer's callback owns the agreed stop (module docstring)
+
+    return _Manager
+
+
+class Backups:
+    """This process's side of the job's Orbax checkpoints (every process makes one)."""
+
+    def __init__(self, backup_dir: str, *, keep: int = KEEP, asynchronous: bool = True) -> None:
+        import orbax.checkpoint as ocp
+
+        self.backup_dir = backup_dir
+        self._ocp = ocp
+        options = ocp.CheckpointManagerOptions(
+            max_to_keep=keep,
+            enable_async_checkpointing=asynchronous,
+            create=True,
+            cleanup_tmp_directories=True,
+            save_decision_policy=_TrainerDecides(),
+        )
+        self.manager = _manager_class(ocp)(
+            directory(backup_dir), options=options, item_names=("state", "totals", "meta")
+        )
+
+    def save(self, model: Any, header: Header) -> None:
+        """Start the save of `model`'s state at `header.step` (every process; returns once
+        the arrays are off the devices: `wait` for the commit)."""
+        ocp = self._ocp
+        state.sync(model)
+        arrays = state.tree(model)
+        totals = state.metric_totals(model)
+        meta = {
+            "header": dataclasses.asdict(header),
+            "variables": [[k, list(a.shape), str(a.dtype)] for k, a in arrays.items()],
+            "metrics": [[k, list(a.shape), str(a.dtype)] for k, a in totals.items()],
         }
-        np.savez(f, **payload)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, final)
-    return final
+        items: dict[str, Any] = {
+            "state": ocp.args.StandardSave(arrays),
+            "meta": ocp.args.JsonSave(meta),
+        }
+        if totals:
+            items["totals"] = ocp.args.StandardSave(totals)
+        self.manager.save(header.step, args=ocp.args.Composite(**items), force=True)
+
+    def wait(self) -> None:
+        """Until every started save is committed."""
+        self.manager.wait_until_finished()
+
+    def close(self) -> None:
+        self.manager.wait_until_finished()
+        self.manager.close()
+
+    def restore(self, model: Any) -> Restored | None:
+        """The newest backup into `model`'s variables (bit for bit, checked); None: none.
+        Raises ValueError when it does not belong to this model."""
+        step = self.manager.latest_step()
+        if step is None:
+            return _restore_npz(self.backup_dir, model)
+        ocp = self._ocp
+        meta = self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
+        meta = meta["meta"]
+        saved = [(k, tuple(s), d) for k, s, d in meta["variables"]]
+        pairs, how = state.match(saved, state.variables(model))
+        abstract = {k: _abstract(pairs[k], shape, dtype) for k, shape, dtype in saved}
+        items: dict[str, Any] = {"state": ocp.args.StandardRestore(abstract)}
+        if meta["metrics"]:
+            items["totals"] = ocp.args.StandardRestore(_host_targets(meta["metrics"]))
+        restored = self.manager.restore(step, args=ocp.args.Composite(**items))
+        state.assign(pairs, restored["state"])
+        state.check_bit_for_bit(pairs, restored["state"])
+        totals = dict(restored["totals"]) if meta["metrics"] else {}
+        return Restored(Header(**meta["header"]), totals, how)
 
 
-def restore(backup_dir: str, model: Any) -> Header | None:
-    """Assign the backup's values to `model`'s variables; None when there is no backup.
-    Raises ValueError when the backup does not belong to this model."""
-    variables = state_variables(model)
-    try:
-        f = np.load(path(backup_dir), allow_pickle=False)
-    except FileNotFoundError:
+def _abstract(variable: Any, shape: tuple[int, ...], dtype: str) -> Any:
+    """The saved array's target: the live variable's sharding (Orbax reshards to it)."""
+    import jax
+    import numpy as np
+
+    return jax.ShapeDtypeStruct(shape, np.dtype(dtype), sharding=variable.value.sharding)
+
+
+def _host_targets(specs: list[list[Any]]) -> dict[str, Any]:
+    import numpy as np
+
+    return {k: np.zeros(tuple(s), dtype=np.dtype(d)) for k, s, d in specs}
+
+
+def _restore_npz(backup_dir: str, model: Any) -> Restored | None:
+    found = legacy.restore(backup_dir, model)
+    if found is None:
         return None
-    with f:
-        header = Header(**json.loads(str(f["header"])))
-        paths = [str(p) for p in f["paths"]]
-        mine = [v.path for v in variables]
-        if paths != mine:
-            raise ValueError(
-                f"the backup in {backup_dir} holds other variables than this "
-                f"model ({len(paths)} saved, {len(mine)} here; first difference: "
-                f"{_first_difference(paths, mine)})"
-            )
-        for i, v in enumerate(variables):
-            value = f[f"v{i:05d}"]
-            if tuple(value.shape) != tuple(v.shape):
-                raise ValueError(
-                    f"backup variable {v.path}: shape {value.shape}, model {tuple(v.shape)}"
-                )
-            v.assign(value)
-    return header
+    header, totals = found
+    return Restored(Header(**header), totals, "npz")
 
 
-def metric_totals(backup_dir: str) -> dict[str, np.ndarray]:
-    """The compiled metrics' running totals in the backup, by variable path ({}: none)."""
-    try:
-        with np.load(path(backup_dir), allow_pickle=False) as f:
-            if "metric_paths" not in f:
-                return {}
-            return {str(p): f[f"m{i:05d}"] for i, p in enumerate(f["metric_paths"])}
-    except FileNotFoundError:
-        return {}
-
-
-def restore_metric_totals(model: Any, totals: dict[str, np.ndarray]) -> bool:
+def restore_metric_totals(model: Any, totals: dict[str, Any]) -> bool:
     """Assign saved running totals to `model`'s compiled metrics (built by then); False when
     they do not match this model's metrics (then they start at zero, as at an epoch start)."""
-    variables = list(getattr(model, "metrics_variables", []))
-    if not totals or [v.path for v in variables] != list(totals):
+    live = list(getattr(model, "metrics_variables", []))
+    if not totals or {state.key(v.path) for v in live} != set(totals):
         return False
-    for v in variables:
-        v.assign(totals[v.path])
+    for v in live:
+        v.assign(totals[state.key(v.path)])
     return True
-
-
-def _first_difference(a: list[str], b: list[str]) -> str:
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            return f"{x!r} vs {y!r}"
-    return "lengths differ"

@@ -75,10 +75,39 @@ def global_batch_indices(step: int, global_batch: int, size: int, seed: int) -> 
 
 @dataclasses.dataclass
 class StepSource:
-    """Where batches come from: in-memory examples (indexed) or the user's batch function."""
+    """Where batches come from: in-memory examples (indexed), files through Grain
+    (`grain_source`), or the user's batch function."""
 
     batch: BatchFn
     size: int | None = None  # examples per pass (None: a user batch function)
+    global_batch: int | None = None
+    seed: int | None = None
+    kind: str = "function"
+    close: Callable[[], None] | None = None
+
+    def position(self, step: int) -> dict[str, Any]:
+        """The data position before global step `step` (the backup's record of it): the
+        order is a pure function of (seed, pass), so this is the whole iterator state."""
+        return {
+            "kind": self.kind,
+            "step": step,
+            "examples": step * self.global_batch if self.global_batch else None,
+            "globalBatch": self.global_batch,
+            "seed": self.seed,
+            "size": self.size,
+        }
+
+    def check(self, saved: dict[str, Any] | None, step: int) -> None:
+        """Raise ValueError when a backup's data position is not where this source resumes."""
+        if not saved or saved.get("examples") is None or self.global_batch is None:
+            return
+        mine = self.position(step)
+        for field in ("examples", "seed", "size"):
+            if saved.get(field) != mine[field]:
+                raise ValueError(
+                    f"data position: the backup was taken at {field}={saved.get(field)}, "
+                    f"this run resumes at {mine[field]} (global batch, seed or dataset changed)"
+                )
 
 
 def indexed_source(
@@ -92,7 +121,7 @@ def indexed_source(
             audit.data(step, process, idx.tolist())
         return examples.x[idx], examples.y[idx]
 
-    return StepSource(batch, examples.size)
+    return StepSource(batch, examples.size, global_batch, seed, "arrays")
 
 
 def step_input(

@@ -17,10 +17,11 @@ The Keras 3 runtime's session (its lifecycle is the core's `Lifecycle`), in a fe
 - **Data**: in-memory (x, y) arrays are fed by global step (`data.py`): a resumed run
   continues at the exact example, at any number of processes. Or pass a function
   ``batch(step, process, processes) -> (x, y)`` that returns this process's share.
-- **Backups**: every `saveFreq` steps process 0 writes `checkpoint.STATE_FILE` (every
-  variable, bit for bit); a restarted job resumes at the exact step.
+- **Backups**: every `saveFreq` steps every process writes its shards of an Orbax checkpoint
+  (`checkpoint.py`: every variable, the metrics' totals, the data position; asynchronous,
+  committed atomically); a restarted job resumes at the exact step, bit for bit.
 - **SIGTERM** (eviction, preemption): JAX's preemption sync point makes every process stop
-  after the same step; the chief saves, all exit 42. A lost peer: 43 (an error in a
+  after the same step; all save, all exit 42. A lost peer: 43 (an error in a
   collective, the stall watchdog, or the JAX runtime's abort, turned into 43 by
   `supervisor`). Any other error in `fit`: 1.
 - **Progress and goodput**: the chief writes progress.json, serves /metrics and logs the
@@ -42,6 +43,11 @@ from kerasjob_trainer.runtimes.keras3 import data as k3data
 from kerasjob_trainer.runtimes.keras3 import mesh as k3mesh
 from kerasjob_trainer.runtimes.keras3.callback import SIGTERM_SEEN, keras_callback
 from kerasjob_trainer.runtimes.keras3.context import Context, build_context
+from kerasjob_trainer.runtimes.keras3.grain_input import (
+    ArraySource,
+    grain_source,
+    workers_from_env,
+)
 from kerasjob_trainer.shared import faults, leader, startup
 from kerasjob_trainer.shared.data import Indexed
 from kerasjob_trainer.shared.faults import hard_exit, say
@@ -54,6 +60,7 @@ class Session(Lifecycle):
     show_traceback = True
     #: spec.trainer.mesh in this process (None: DataParallel); set by `session_for`.
     sharding: k3mesh.Sharding | None = None
+    backups: checkpoint.Backups  # made by `fit` (every process takes part in each save)
 
     def global_batch_size(self, per_replica: int) -> int:
         """per_replica x every device of the job; for an elastic job (KeepGlobalBatch), x the
@@ -116,20 +123,19 @@ class Session(Lifecycle):
         steps_per_epoch: int,
         global_batch_size: int,
         callbacks: list[Any] | None = None,
+        data_workers: int | None = None,
         **kwargs: Any,
     ) -> int:
         """Restore the backup, then model.fit epoch by epoch from the restored step, with
         backups, save-on-SIGTERM, progress and goodput. Returns the steps done."""
         self._guard_layout(model)
-        source = self._source(train, global_batch_size)
-        try:
-            header = checkpoint.restore(self.backup_dir, model)
-        except ValueError as e:
-            hard_exit(ExitCode.FAILURE, f"cannot resume: {e}")
-        step = header.step if header else 0
+        source = self._source(train, global_batch_size, data_workers)
+        self.backups = checkpoint.Backups(self.backup_dir)
+        restored = self._restore(model, source, steps_per_epoch)
+        step = restored.header.step if restored else 0
         # A resume in mid-epoch continues the epoch's running averages (not at an epoch start:
         # Keras resets them there anyway).
-        totals = checkpoint.metric_totals(self.backup_dir) if step % steps_per_epoch else {}
+        totals = restored.metric_totals if restored and step % steps_per_epoch else {}
         startup.mark("restore")
         total = epochs * steps_per_epoch
         ours = keras_callback()(
@@ -140,6 +146,8 @@ class Session(Lifecycle):
             start=step,
             global_batch=global_batch_size,
             totals=totals,
+            backups=self.backups,
+            data_position=source.position,
         )
         self._say_plan(epochs, steps_per_epoch, global_batch_size)
         ours.begin()
@@ -162,8 +170,31 @@ class Session(Lifecycle):
                 self.fail(e)
             step += steps
         self.watchdog.pause()
+        self._close(source)
         self.steps = step
         return step
+
+    def _restore(
+        self, model: Any, source: k3data.StepSource, steps_per_epoch: int
+    ) -> checkpoint.Restored | None:
+        """The newest backup into `model` (bit for bit) at its data position, or exit 1."""
+        try:
+            restored = self.backups.restore(model)
+            if restored is not None:
+                source.check(restored.header.data, restored.header.step)
+        except ValueError as e:
+            hard_exit(ExitCode.FAILURE, f"cannot resume: {e}")
+        if restored is not None and restored.matched_by != "path":
+            say(f"backup: restored step {restored.header.step} by {restored.matched_by}")
+        return restored
+
+    def _close(self, source: k3data.StepSource) -> None:
+        try:
+            self.backups.close()  # every save committed before the final model and cleanup
+        except Exception as e:
+            self.fail(e)
+        if source.close is not None:
+            source.close()
 
     def _say_plan(self, epochs: int, steps_per_epoch: int, global_batch: int) -> None:
         cfg = self.config
@@ -173,13 +204,23 @@ class Session(Lifecycle):
             f"backup every {cfg.save_freq}{', deterministic' if cfg.deterministic else ''}"
         )
 
-    def _source(self, train: Any, global_batch: int) -> k3data.StepSource:
-        if callable(train):
+    def _source(self, train: Any, global_batch: int, workers: int | None) -> k3data.StepSource:
+        """Arrays and any random-access source (`len`, `[i]` -> (x, y); `records.Records`
+        for ArrayRecord files) are read through Grain; a batch function is called as is."""
+        if callable(train) and not hasattr(train, "__getitem__"):
             return k3data.StepSource(train)
         if isinstance(train, tuple):
             train = Indexed(*train)
+        if isinstance(train, Indexed):
+            train = ArraySource(train.x, train.y)
         k3data.share(global_batch, self.data_share()[1])
-        return k3data.indexed_source(train, global_batch, self.config.seed, self.audit)
+        return grain_source(
+            train,
+            global_batch,
+            self.config.seed,
+            workers=workers_from_env() if workers is None else workers,
+            audit=self.audit,
+        )
 
     def evaluate(self, model: Any, test: tuple[Any, Any], global_batch: int) -> dict[str, float]:
         """Every process evaluates its equal share of the test set (a collective)."""

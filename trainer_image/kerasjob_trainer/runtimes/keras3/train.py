@@ -9,7 +9,7 @@ import numpy as np
 
 from kerasjob_contract.trainer_config import ConfigError
 from kerasjob_trainer.core.lifecycle import guarded
-from kerasjob_trainer.runtimes.keras3 import errors
+from kerasjob_trainer.runtimes.keras3 import errors, records
 from kerasjob_trainer.runtimes.keras3.context import Context
 from kerasjob_trainer.shared.data import Indexed, load_arrays
 
@@ -29,8 +29,12 @@ def _run(ctx: Context) -> int:
         job.shard(models.layout_for(cfg.model, job.sharding, ctx.raw_config))
     global_batch = job.global_batch_size(cfg.batch_size_per_replica)
     model, train, test = models.build_model(cfg.model, ctx.raw_config, cfg.learning_rate)
+    examples: Indexed | records.Records
     if train is not None:
         examples = Indexed(np.asarray(train[0]), np.asarray(train[1]))
+    elif cfg.dataset.source == "arrayrecord":  # files on a volume, read through Grain
+        assert cfg.dataset.path is not None  # parse_dataset requires it
+        examples, test = records.open_dataset(cfg.dataset.path, tuple(model.input_shape[1:]))
     else:
         arrays = load_arrays(
             cfg.dataset, tuple(model.input_shape[1:]), int(model.output_shape[-1]), cfg.seed

@@ -1,0 +1,137 @@
+"""The Keras 3 runtime's Orbax backup in one process with 2 CPU devices (a child Python with
+KERAS_BACKEND=jax: this pytest process may hold TensorFlow's Keras): a restore is bit for bit
+into a model rebuilt in the same process under other names and in a fresh process (keras
+#23251's shape: a rebuilt Sequential), the metrics' totals and the data position come back,
+a model of another shape is refused naming the variable, and an npz backup of the trainer
+before Orbax is restored once."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.slow]
+
+PRELUDE = """
+import os, sys
+import numpy as np
+import keras
+from kerasjob_trainer.runtimes.keras3 import checkpoint, legacy, state
+
+def build():
+    m = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation="relu"),
+                          keras.layers.Dropout(0.3, seed=1), keras.layers.Dense(3)])
+    m.compile(optimizer="adam", metrics=["accuracy"],
+              loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return m
+
+def trained():
+    rng = np.random.default_rng(0)
+    x = rng.random((64, 6), dtype=np.float32); y = rng.integers(0, 3, 64)
+    m = build(); m.fit(x, y, batch_size=16, epochs=1, verbose=0)
+    return m
+
+def values(m):
+    return [np.asarray(v.numpy()) for v in state.variables(m)]
+
+def same(a, b):
+    assert len(a) == len(b) > 0
+    for x, y in zip(a, b):
+        assert x.dtype == y.dtype and x.tobytes() == y.tobytes()
+
+backup = sys.argv[1]
+"""
+
+SAVE = """
+m = trained()
+b = checkpoint.Backups(backup)
+b.save(m, checkpoint.Header(step=4, processes=1, global_batch=16, data={"examples": 64}))
+b.close()
+np.savez(os.path.join(backup, "expected.npz"), *values(m))
+again = build()  # the #23251 shape: a Sequential rebuilt in the same process (other names)
+assert [v.path for v in state.variables(again)] != [v.path for v in state.variables(m)]
+r = checkpoint.Backups(backup).restore(again)
+assert r.matched_by == "position" and r.header.step == 4, r
+assert r.header.data == {"examples": 64}
+same(values(again), values(m))
+assert r.metric_totals and set(r.metric_totals) == set(state.metric_totals(m))
+print("SAVED")
+"""
+
+FRESH = """
+m = build()  # a fresh process: the same automatic names as the saving one
+assert checkpoint.read_header(backup).step == 4
+r = checkpoint.Backups(backup).restore(m)
+assert r.matched_by == "path", r
+with np.load(os.path.join(backup, "expected.npz")) as f:
+    same(values(m), [f[k] for k in f.files])
+print("RESTORED")
+"""
+
+OTHER_SHAPE = """
+m = keras.Sequential([keras.Input((6,)), keras.layers.Dense(9, activation="relu"),
+                      keras.layers.Dropout(0.3, seed=1), keras.layers.Dense(3)])
+m.compile(optimizer="adam", loss="mse")  # the same variables, one of another shape
+try:
+    checkpoint.Backups(backup).restore(m)
+except ValueError as e:
+    print("REFUSED", e)
+"""
+
+NPZ = """
+m = trained()
+variables = state.variables(m)
+np.savez(os.path.join(backup, legacy.FILE),
+         header=np.array('{"step": 7, "processes": 1, "global_batch": 16, "format": 1}'),
+         paths=np.array([v.path for v in variables]),
+         **{f"v{i:05d}": np.asarray(v.numpy()) for i, v in enumerate(variables)})
+assert checkpoint.read_header(backup).step == 7
+fresh = build()
+r = checkpoint.Backups(backup).restore(fresh)
+assert r.matched_by == "npz" and r.header.step == 7 and r.header.format == 1, r
+same(values(fresh), values(m))
+b = checkpoint.Backups(backup)
+b.save(fresh, checkpoint.Header(step=9, processes=1))
+b.close()
+assert checkpoint.read_header(backup).step == 9  # the next save is an Orbax step
+print("NPZ")
+"""
+
+
+def _run(code: str, backup: Path) -> str:
+    env = {
+        **os.environ,
+        "KERAS_BACKEND": "jax",
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+        "TF_USE_LEGACY_KERAS": "0",
+    }
+    script = textwrap.dedent(PRELUDE) + textwrap.dedent(code)
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(backup)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_a_rebuilt_sequential_restores_bit_for_bit_in_the_same_and_a_fresh_process(
+    tmp_path: Path,
+) -> None:
+    assert "SAVED" in _run(SAVE, tmp_path)
+    assert (tmp_path / "orbax" / "4" / "state").is_dir()
+    assert "RESTORED" in _run(FRESH, tmp_path)
+    out = _run(OTHER_SHAPE, tmp_path)
+    assert "REFUSED backup variable sequential/dense/kernel: float32[6, 8]" in out, out
+
+
+def test_an_npz_backup_from_before_orbax_is_restored_once(tmp_path: Path) -> None:
+    assert "NPZ" in _run(NPZ, tmp_path)
