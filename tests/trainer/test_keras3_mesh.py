@@ -134,6 +134,9 @@ def test_a_batch_axis_smaller_than_the_devices_keeps_the_global_batch(tmp_path: 
             weights[name] = g.final_weights()
             if name == "mesh":
                 assert "global batch 64" in g.trainers[0].text(), g.logs()
+                # the kernels split across both processes were read whole for the save
+                gathered = "variable(s) split across processes gathered whole"
+                assert all(gathered in t.text() for t in g.trainers), g.logs()
                 for worker in ("worker0", "worker1"):
                     got = {r["step"]: r["indices"] for r in g.audit_records(f"data-{worker}.jsonl")}
                     for step in (0, 17, 29):

@@ -155,3 +155,37 @@ def test_the_guard_passes_a_sharded_model_and_names_keys_that_matched_nothing() 
     model = _model(s__d1__kernel=(None, "model"), s__d2__kernel=(("batch", "model"), None))
     assert k3mesh.sharded_paths(model.variables, mesh) == ["s/d1/kernel", "s/d2/kernel"]
     assert k3mesh.check_layout(model, mesh, ["s/d1/kernel", "d2/kernel"]) == ["d2/kernel"]
+
+
+@dataclass
+class _Array:
+    is_fully_addressable: bool
+    is_fully_replicated: bool
+
+
+@dataclass
+class _Optimizer:
+    variables: list[_Variable]
+
+
+@dataclass
+class _Compiled:
+    variables: list[_Variable]
+    optimizer: _Optimizer | None
+    metrics_variables: list[_Variable]
+
+
+def test_only_a_value_split_across_processes_is_gathered_for_the_final_save() -> None:
+    assert k3mesh.readable_here(np.zeros(2))  # a host array
+    assert k3mesh.readable_here(_Array(is_fully_addressable=True, is_fully_replicated=False))
+    assert k3mesh.readable_here(_Array(is_fully_addressable=False, is_fully_replicated=True))
+    assert not k3mesh.readable_here(_Array(is_fully_addressable=False, is_fully_replicated=False))
+
+
+def test_the_final_save_reads_the_layers_optimizer_and_metrics_variables_once_in_order() -> None:
+    kernel, bias, momentum, total = _model(
+        k=(None, "model"), b=(None,), m=("model",), t=()
+    ).variables
+    model = _Compiled([kernel, bias], _Optimizer([momentum, kernel]), [total, bias])
+    assert [v.path for v in k3mesh.model_variables(model)] == ["k", "b", "m", "t"]
+    assert [v.path for v in k3mesh.model_variables(_Compiled([bias], None, []))] == ["b"]

@@ -204,6 +204,7 @@ class Lifecycle:
         must call this: the save is a collective), delete the backup, mark progress done,
         leave the group; then exit 0 (the teardown may take SUCCESS_TEARDOWN_SECONDS)."""
         try:
+            self.before_final_save(model)
             save_model(model, self.output_dir, self.is_chief)
             if self.is_chief:
                 shutil.rmtree(self.backup_dir, ignore_errors=True)  # the model is safe now
@@ -235,6 +236,10 @@ class Lifecycle:
     def final_step(self, model: Any) -> int:
         """The global step training ended at."""
         return self.steps
+
+    def before_final_save(self, model: Any) -> None:
+        """Every process, just before the final save reads the model's values: make each of
+        them readable in this process (a collective where it must be: every process calls it)."""
 
     def after_final_save(self) -> None:
         """The chief, once the final model is safe: what else of the run's to delete."""

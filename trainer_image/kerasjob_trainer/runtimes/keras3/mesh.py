@@ -144,6 +144,51 @@ def check_layout(model: Any, mesh: Mesh, layout_keys: Sequence[str]) -> list[str
     )
 
 
+def readable_here(value: Any) -> bool:
+    """Whether this process can read `value` whole (`numpy()`): a host array, a jax.Array on
+    this process's devices only, or one replicated on every device. A value split across
+    processes is not: JAX raises "Fetching value for `jax.Array` that spans non-addressable
+    devices". Both properties are the sharding's, the same in every process."""
+    if getattr(value, "is_fully_addressable", True):
+        return True
+    return bool(getattr(value, "is_fully_replicated", False))
+
+
+def gather_to_host(model: Any) -> list[str]:
+    """Every process, before it reads the model's values (the final `model.save`): each
+    variable of `model` (its layers', its optimizer's, its compiled metrics') whose value is
+    split across processes is gathered whole into this process's host memory and held there
+    (the job is over: nothing lays it out again). Each gather is a collective (JAX's
+    `process_allgather`: one variable replicated at a time, then copied off the devices), so
+    every process calls this in the same variable order; the decision is the sharding's, the
+    same everywhere. Returns the gathered variables' paths."""
+    from jax.experimental import multihost_utils
+
+    gathered = []
+    for v in model_variables(model):
+        if readable_here(v.value):
+            continue
+        whole = multihost_utils.process_allgather(v.value, tiled=True)
+        # Keras keeps a variable's value in `_value` and reads it through `value` (numpy(),
+        # model.save); `assign` would lay it out on the devices again (a collective, and the
+        # whole model on each device). A host array read through `value` is what the save needs.
+        v._value = whole
+        gathered.append(v.path)
+    return gathered
+
+
+def model_variables(model: Any) -> list[Any]:
+    """The model's, its optimizer's and its compiled metrics' variables, once each, in one
+    order (the same in every process)."""
+    optimizer = getattr(model, "optimizer", None)
+    found = [
+        *model.variables,
+        *(optimizer.variables if optimizer is not None else []),
+        *getattr(model, "metrics_variables", []),
+    ]
+    return list({id(v): v for v in found}.values())  # dicts keep the first insertion order
+
+
 class Sharding:
     """A job's mesh in one process: set up by `setup` (ModelParallel with an empty layout
     until `shard` gives it one), its data share and the layout guard."""

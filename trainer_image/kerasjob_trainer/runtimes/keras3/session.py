@@ -239,6 +239,15 @@ class Session(Lifecycle):
     def classify(self, error: BaseException) -> ExitCode:
         return errors.classify(error, multi_process=True)
 
+    def before_final_save(self, model: Any) -> None:
+        """A variable split across processes (a mesh) is gathered whole first: every process
+        reads every value in `model.save`, and JAX cannot read another process's shards."""
+        if self.sharding is None:
+            return
+        gathered = k3mesh.gather_to_host(model)
+        if gathered:
+            say(f"final save: {len(gathered)} variable(s) split across processes gathered whole")
+
     def after_final_save(self) -> None:
         shutil.rmtree(os.path.join(self.checkpoint_dir, JAX_CACHE_SUBDIR), ignore_errors=True)
 
