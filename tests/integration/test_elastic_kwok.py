@@ -278,3 +278,96 @@ def test_twenty_elastic_jobs_follow_the_capacity(
         f"{statistics.median(lost_s):.1f}s, max {max(lost_s):.1f}s; capacity back -> all at "
         f"3 workers: median {statistics.median(back_s):.1f}s, max {max(back_s):.1f}s"
     )
+
+
+def _impossible_jobs() -> dict[str, dict[str, Any]]:
+    """Jobs whose Pods no node will ever take, for their own reasons (issue 36): a
+    checkpoint claim that does not exist, a node selector no node has."""
+    no_claim = job_manifest(
+        "no-claim",
+        workers=1,
+        checkpoint={"volume": {"persistentVolumeClaim": {"claimName": "does-not-exist"}}},
+    )
+    nowhere = job_manifest("nowhere", workers=1)
+    nowhere["spec"]["template"]["spec"]["nodeSelector"] = {"type": "kwok", "pool": "none"}
+    for body in (no_claim, nowhere):  # they would take a slot, were there a node for them
+        body["spec"]["template"]["spec"]["containers"] = [
+            {"name": "trainer", "resources": {"requests": {SLOT: "1"}, "limits": {SLOT: "1"}}}
+        ]
+    return {"no-claim": no_claim, "nowhere": nowhere}
+
+
+def _unschedulable(kube: Any, ns: str, pod: str) -> str | None:
+    """The scheduler's message for a Pod it could not place (None while it has none)."""
+    found = pods(kube, ns).get(pod)
+    for c in (found.status.conditions or []) if found is not None else []:
+        if c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable":
+            return str(c.message)
+    return None
+
+
+def test_an_impossible_job_does_not_hold_an_elastic_jobs_growth_back(
+    kube: Any, cluster: Cluster, operator: OperatorProcess, namespace: str
+) -> None:
+    """An elastic job shrinks to the 2 slots there are; two jobs that can never start wait
+    beside it; a third slot comes back and the elastic job grows into it at once (before
+    issue 36 it never grew: any waiting Pod held every elastic job's growth back)."""
+    ns = namespace
+    nodes = _kwok_nodes(kube)
+    if len(nodes) < 3:
+        pytest.skip("needs 3 KWOK nodes (hack/cluster/up.sh makes 4)")
+    _set_slots(kube, {nodes[0]: 1, nodes[1]: 1, **dict.fromkeys(nodes[2:], 0)})
+    impossible = _impossible_jobs()
+    try:
+        create_job(kube, ns, _elastic_job("grows"))
+        wait_for(
+            lambda: (
+                (s := job_status(kube, ns, "grows")).get("phase") == "Running"
+                and s["elastic"]["workers"] == 2
+            ),
+            timeout=120,
+            interval=0.5,
+            what="the elastic job shrunk to 2 workers, running",
+        )
+        for body in impossible.values():
+            create_job(kube, ns, body)
+        why = {
+            name: wait_for(
+                lambda name=name: _unschedulable(kube, ns, f"{name}-worker-0"),
+                timeout=60,
+                interval=0.5,
+                what=f"{name}'s Pod unschedulable",
+            )
+            for name in impossible
+        }
+        print("the scheduler's words:", why)
+        _set_slots(kube, {nodes[2]: 1})
+        start = time.monotonic()
+        wait_for(
+            lambda: (
+                (s := job_status(kube, ns, "grows")).get("phase") == "Running"
+                and s["elastic"]["workers"] == PREFERRED
+                and s.get("replicaStatuses", {}).get("worker", {}).get("ready") == PREFERRED
+            ),
+            timeout=90,
+            interval=0.5,
+            what="the elastic job grown back to 3 beside the impossible jobs",
+        )
+        print(f"slot back -> grown to 3 beside 2 impossible jobs: {time.monotonic() - start:.1f}s")
+        # They still wait, for their own reasons: nothing was taken from them.
+        assert all(_unschedulable(kube, ns, f"{n}-worker-0") for n in impossible)
+    except BaseException:
+        print(_describe_one(kube, ns), operator.log_tail(), sep="\n")
+        raise
+    finally:
+        for name in ("grows", *impossible):
+            delete_job(kube, ns, name)
+        _set_slots(kube, dict.fromkeys(nodes, None))
+    wait_for(lambda: not pods(kube, ns), timeout=120, interval=0.5, what="every Pod gone")
+
+
+def _describe_one(kube: Any, ns: str) -> str:
+    lines = [f"grows: {job_status(kube, ns, 'grows').get('elastic')}"]
+    for name, p in sorted(pods(kube, ns).items()):
+        lines.append(f"  {name}: {p.status.phase} {p.spec.node_name}")
+    return "\n".join(lines)

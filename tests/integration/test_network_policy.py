@@ -6,6 +6,7 @@ Pods, owned by the job, garbage-collected with it; none when switched off.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,6 +19,7 @@ from kerasjob_dev.harness import (
     OperatorProcess,
     create_job,
     delete_job,
+    events_for,
     get_job,
     install_crds,
     isolated_namespace,
@@ -68,6 +70,70 @@ def test_each_job_gets_its_own_network_policy(
         timeout=30,
         what="the NetworkPolicy garbage-collected with its job",
     )
+
+
+def service_of(kube: Any, ns: str, name: str) -> Any | None:
+    try:
+        return client.CoreV1Api(kube).read_namespaced_service(name, ns)
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+
+
+def _pod_uids(kube: Any, ns: str) -> set[str]:
+    return {p.metadata.uid for p in client.CoreV1Api(kube).list_namespaced_pod(ns).items}
+
+
+def _recreated(kube: Any, ns: str, job: str, count: int) -> list[tuple[str, str]] | None:
+    """The job's ChildRecreated events (type, message), once there are ``count``."""
+    found = sorted(
+        (e.type, e.message) for e in events_for(kube, ns, job) if e.reason == "ChildRecreated"
+    )
+    return found if len(found) == count else None
+
+
+def test_a_deleted_service_and_network_policy_come_back_with_a_warning(
+    operator: OperatorProcess, kube: Any, namespace: str
+) -> None:
+    """Deleted while the job runs (by hand, a clean-up, a GitOps prune): both are made again
+    and a Warning ChildRecreated event names each; no Pod is touched (issue 36)."""
+    create_job(kube, namespace, job_manifest("kept", workers=2))
+    wait_phase(kube, namespace, "kept", "Running")
+    old = {
+        "Service": service_of(kube, namespace, "kept").metadata.uid,
+        "NetworkPolicy": policy_of(kube, namespace, "kept").metadata.uid,
+    }
+    pods_before = _pod_uids(kube, namespace)
+    client.NetworkingV1Api(kube).delete_namespaced_network_policy("kept", namespace)
+    client.CoreV1Api(kube).delete_namespaced_service("kept", namespace)
+    start = time.monotonic()
+    back = wait_for(
+        lambda: (
+            (svc := service_of(kube, namespace, "kept")) is not None
+            and (pol := policy_of(kube, namespace, "kept")) is not None
+            and {"Service": svc.metadata.uid, "NetworkPolicy": pol.metadata.uid}
+        ),
+        timeout=30,
+        interval=0.2,
+        what="the Service and the NetworkPolicy made again",
+    )
+    took = time.monotonic() - start
+    assert not set(back.values()) & set(old.values())  # new objects, not the old ones
+    messages = wait_for(
+        lambda: _recreated(kube, namespace, "kept", 2),
+        timeout=30,
+        interval=0.2,
+        what="two ChildRecreated events",
+    )
+    assert messages == [
+        ("Warning", f"NetworkPolicy {namespace}/kept was missing; re-created"),
+        ("Warning", f"Service {namespace}/kept was missing; re-created"),
+    ]
+    assert _pod_uids(kube, namespace) == pods_before
+    assert get_job(kube, namespace, "kept")["status"]["phase"] == "Running"
+    print(f"Service and NetworkPolicy deleted -> both back: {took:.2f}s")
+    delete_job(kube, namespace, "kept")
 
 
 def test_no_network_policy_when_switched_off(cluster: Cluster, kube: Any) -> None:
