@@ -145,3 +145,39 @@ def test_a_batch_axis_smaller_than_the_devices_keeps_the_global_batch(tmp_path: 
     assert len(weights["mesh"]) == len(weights["dp"]) > 0
     for a, b in zip(weights["mesh"], weights["dp"], strict=True):
         np.testing.assert_allclose(a, b, rtol=0, atol=2e-4)
+
+
+def test_the_keras_hub_lora_example_trains_sharded_from_arrayrecord_files(tmp_path: Path) -> None:
+    """kerasjob_trainer.examples.keras_hub_lora on mesh batch=2 x model=2 (its backbone's own
+    layout) with spec.trainer.dataset naming ArrayRecord files: the model function returns
+    the model alone and the trainer reads the files through Grain (64 windows there, 4096 in
+    the example's own arrays: every index the processes fed is below 64)."""
+    from kerasjob_trainer.examples import keras_hub_lora
+    from kerasjob_trainer.runtimes.keras3 import records
+
+    x, y = keras_hub_lora.byte_windows(keras_hub_lora.SEQUENCE, limit=64)
+    records.write_split(str(tmp_path / "data"), "train", x, y, shards=2)
+    config = {
+        "model": "kerasjob_trainer.examples.keras_hub_lora:build",
+        "mesh": MESH_2X2,
+        "devicesPerProcess": 2,
+        "epochs": 1,
+        "stepsPerEpoch": 6,
+        "batchSizePerReplica": 4,
+        "saveFreq": 3,
+        "dataset": {"source": "path", "path": str(tmp_path / "data"), "format": "arrayrecord"},
+    }
+    env = {**TWO_DEVICES, "KERASJOB_AUDIT_DIR": str(tmp_path / "audit")}
+    with group(tmp_path, config, backend="jax", env=env) as g:
+        g.start()
+        assert g.wait_all(TIMEOUT) == [0, 0], g.logs()
+        chief = g.trainers[0].text()
+        assert "mesh batch=2 x model=2" in chief and "global batch 8" in chief, chief
+        assert f"dataset {tmp_path / 'data'}: 64 examples in ArrayRecord files (Grain)" in chief
+        assert progress(g)["step"] == 6 and progress(g)["done"] is True
+        for worker in ("worker0", "worker1"):
+            fed = {r["step"]: r["indices"] for r in g.audit_records(f"data-{worker}.jsonl")}
+            assert sorted(fed) == list(range(6)), (worker, fed)
+            # half of each global batch of 8, from the 64 examples in the files
+            assert all(len(i) == 4 and max(i) < 64 for i in fed.values()), (worker, fed)
+        assert (g.output / "model.keras").is_file()

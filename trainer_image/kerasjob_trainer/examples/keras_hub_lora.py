@@ -13,12 +13,18 @@
   training data: next-byte prediction over windows of UTF-8 text in every Python image (the
   stdlib's pydoc topics), tokenized as bytes (vocabulary 256: no tokenizer, no TensorFlow).
 
+- Data from files: with `spec.trainer.dataset` naming a path (e.g. `{source: path, path:
+  /data/hub-lora, format: arrayrecord}`), `build` returns the model alone and the trainer reads
+  the ArrayRecord files there through Grain; `python -m kerasjob_trainer.examples.keras_hub_lora
+  DIRECTORY` writes the byte windows as such files (`records.write_split`).
+
 A real fine-tune replaces `_backbone()` with a preset and the byte windows with the preset's
 tokenizer (see the comments there).
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
@@ -58,8 +64,9 @@ def _backbone() -> Any:
     return keras_hub.models.GemmaBackbone(**TINY_GEMMA)
 
 
-def build(config: dict[str, Any]) -> tuple[Any, tuple[np.ndarray, np.ndarray]]:
-    """The compiled causal LM (LoRA on) and its training data (token ids, next token ids)."""
+def build(config: dict[str, Any]) -> Any:
+    """The compiled causal LM (LoRA on) and its training data (token ids, next token ids);
+    the model alone when spec.trainer.dataset names files (the trainer reads them)."""
     import keras
     import keras_hub
 
@@ -79,7 +86,24 @@ def build(config: dict[str, Any]) -> tuple[Any, tuple[np.ndarray, np.ndarray]]:
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=["accuracy"],
     )
+    if reads_files(config):
+        return model
     return model, byte_windows(SEQUENCE)
+
+
+def reads_files(config: dict[str, Any]) -> bool:
+    """Whether spec.trainer.dataset names a path (files the trainer reads through Grain)."""
+    dataset = config.get("dataset")
+    return isinstance(dataset, dict) and bool(dataset.get("path"))
+
+
+def write_dataset(directory: str, shards: int = 2) -> list[str]:
+    """The byte windows as ArrayRecord files `train-NNNNN-of-SSSSS.array_record` in
+    `directory` (what `dataset: {source: path, path: directory}` reads)."""
+    from kerasjob_trainer.runtimes.keras3 import records
+
+    x, y = byte_windows(SEQUENCE)
+    return records.write_split(directory, "train", x, y, shards)
 
 
 def byte_windows(sequence: int, limit: int = 4096) -> tuple[np.ndarray, np.ndarray]:
@@ -94,3 +118,10 @@ def byte_windows(sequence: int, limit: int = 4096) -> tuple[np.ndarray, np.ndarr
     x = np.stack([tokens[s : s + sequence] for s in starts])
     y = np.stack([tokens[s + 1 : s + sequence + 1] for s in starts])
     return x, y
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit(f"usage: python -m {__spec__.name if __spec__ else __name__} DIRECTORY")
+    for written in write_dataset(sys.argv[1]):
+        print(written)

@@ -12,6 +12,7 @@ from kerasjob_trainer.core.lifecycle import guarded
 from kerasjob_trainer.runtimes.keras3 import errors, records
 from kerasjob_trainer.runtimes.keras3.context import Context
 from kerasjob_trainer.shared.data import Indexed, load_arrays
+from kerasjob_trainer.shared.faults import say
 
 
 def run(ctx: Context) -> int:
@@ -35,6 +36,7 @@ def _run(ctx: Context) -> int:
     elif cfg.dataset.source == "arrayrecord":  # files on a volume, read through Grain
         assert cfg.dataset.path is not None  # parse_dataset requires it
         examples, test = records.open_dataset(cfg.dataset.path, tuple(model.input_shape[1:]))
+        say(f"dataset {cfg.dataset.path}: {len(examples)} examples in ArrayRecord files (Grain)")
     else:
         arrays = load_arrays(
             cfg.dataset, tuple(model.input_shape[1:]), int(model.output_shape[-1]), cfg.seed
