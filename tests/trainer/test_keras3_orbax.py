@@ -2,8 +2,9 @@
 KERAS_BACKEND=jax: this pytest process may hold TensorFlow's Keras): a restore is bit for bit
 into a model rebuilt in the same process under other names and in a fresh process (keras
 #23251's shape: a rebuilt Sequential), the metrics' totals and the data position come back,
-a model of another shape is refused naming the variable, and an npz backup of the trainer
-before Orbax is restored once."""
+a model of another shape is refused naming the variable, a backup of kernels sharded over 2
+devices restores into a replicated model (Orbax reshards to the live sharding), and an npz
+backup of the trainer before Orbax is restored once."""
 
 from __future__ import annotations
 
@@ -103,6 +104,35 @@ print("NPZ")
 """
 
 
+SHARDED_SAVE = """
+dist = keras.distribution
+mesh = dist.DeviceMesh((1, 2), ("batch", "model"), dist.list_devices())
+layout = dist.LayoutMap(mesh)
+layout["sequential/dense/kernel"] = (None, "model")  # 8 units: 2 shards
+dist.set_distribution(dist.ModelParallel(layout_map=layout, batch_dim_name="batch"))
+m = trained()
+kernel = state.variables(m)[0].value
+assert not kernel.sharding.is_fully_replicated and len(kernel.addressable_shards) == 2
+b = checkpoint.Backups(backup)
+b.save(m, checkpoint.Header(step=3, processes=1))
+b.close()
+np.savez(os.path.join(backup, "expected.npz"), *values(m))
+print("SHARDED")
+"""
+
+RESHARD = """
+dist = keras.distribution
+dist.set_distribution(dist.DataParallel(devices=dist.list_devices()))
+m = build()  # replicated on both devices now: Orbax reshards the saved kernels
+r = checkpoint.Backups(backup).restore(m)
+assert r.matched_by == "path" and r.header.step == 3, r
+assert all(v.value.sharding.is_fully_replicated for v in state.variables(m))
+with np.load(os.path.join(backup, "expected.npz")) as f:
+    same(values(m), [f[k] for k in f.files])
+print("RESHARDED")
+"""
+
+
 def _run(code: str, backup: Path) -> str:
     env = {
         **os.environ,
@@ -135,3 +165,10 @@ def test_a_rebuilt_sequential_restores_bit_for_bit_in_the_same_and_a_fresh_proce
 
 def test_an_npz_backup_from_before_orbax_is_restored_once(tmp_path: Path) -> None:
     assert "NPZ" in _run(NPZ, tmp_path)
+
+
+def test_a_sharded_backup_restores_into_a_replicated_model_by_resharding(tmp_path: Path) -> None:
+    """Saved with the Dense kernels split over 2 devices (ModelParallel), restored in a fresh
+    process into the same model replicated on both (DataParallel): bit for bit."""
+    assert "SHARDED" in _run(SHARDED_SAVE, tmp_path)
+    assert "RESHARDED" in _run(RESHARD, tmp_path)

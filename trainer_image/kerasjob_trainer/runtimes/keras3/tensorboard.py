@@ -1,34 +1,40 @@
 """TensorBoard scalars of the Keras 3 runtime, without TensorFlow: the chief writes the
 step lines' scalars (loss, metrics, samples/s) to `<output>/tensorboard/` every log interval,
-as the tf-keras runtime does, through tensorboardX's event writer (protobuf only;
+as the tf-keras runtime does, through tensorboardX's event file writer (protobuf only;
 `keras.callbacks.TensorBoard` needs TensorFlow). Each incarnation adds an event file; a
 resumed run goes on from the step it resumed at."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import time
 
 from kerasjob_trainer.shared.faults import say
 
 SUBDIR = "tensorboard"
 
-Write = Callable[[int, dict[str, float | None]], None]
-
 
 class Scalars:
-    """The chief's event file; `write(step, scalars)` flushes at once (a Pod may end any time)."""
+    """The chief's event file, written in the calling thread: `write(step, scalars)` is on
+    disk when it returns (a trainer may end with os._exit at any step; SummaryWriter's own
+    queue thread would lose what it still holds)."""
 
     def __init__(self, output_dir: str) -> None:
-        from tensorboardX import SummaryWriter
+        from tensorboardX.event_file_writer import EventsWriter
 
         self.logdir = os.path.join(output_dir, SUBDIR)
-        self._writer = SummaryWriter(self.logdir)
+        os.makedirs(self.logdir, exist_ok=True)
+        self._writer = EventsWriter(os.path.join(self.logdir, "events"))
 
     def write(self, step: int, scalars: dict[str, float | None]) -> None:
+        from tensorboardX.proto import event_pb2
+        from tensorboardX.summary import scalar
+
+        now = time.time()
         for name, value in scalars.items():
             if value is not None:
-                self._writer.add_scalar(name, value, step)
+                summary = scalar(name, float(value))
+                self._writer.write_event(event_pb2.Event(wall_time=now, step=step, summary=summary))
         self._writer.flush()
 
     def close(self) -> None:
