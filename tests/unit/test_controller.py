@@ -83,7 +83,13 @@ class Operator:
             ("Service", self.services, self.cluster.services),
             ("NetworkPolicy", self.policies, self.cluster.network_policies),
         ):
-            sync_children(index, store, lambda key, k=kind: self.controller.child_changed(key, k))
+            sync_children(  # after the index took it in: a key it lacks now is a DELETE
+                index,
+                store,
+                lambda key, k=kind, i=index: self.controller.child_changed(
+                    key, k, gone=key not in i
+                ),
+            )
 
     async def reconcile(self) -> float | None:
         return await self.controller.reconcile(KEY)

@@ -124,9 +124,13 @@ class Controller:
         self.ready.set()
         self.queue.add(key)
 
-    def child_changed(self, key: Key, kind: str) -> None:
-        """A watch event for job ``key``'s Service or NetworkPolicy (`SHARED_CHILDREN`)."""
-        self.expectations.seen(key, SHARED_CHILDREN[kind])
+    def child_changed(self, key: Key, kind: str, *, gone: bool = False) -> None:
+        """A watch event for job ``key``'s Service or NetworkPolicy (`SHARED_CHILDREN`).
+        Its deletion ends the expectation of one just made (else the index showing it
+        does: an ADDED event may be handled before the index holds the object, and the
+        reconcile it wakes would see it missing and make it, and say so, twice)."""
+        if gone:
+            self.expectations.seen(key, SHARED_CHILDREN[kind])
         self.notify(key)
 
     def pod_changed(self, key: Key, pod_name: str, uid: str | None = None) -> None:
@@ -274,12 +278,13 @@ class Controller:
         """The watched kinds of child the job has none of, nor was just made (read from
         the indices: no request)."""
         wanted = [k for k in self.children if k != "NetworkPolicy" or self.config.network_policy]
-        return tuple(
-            kind
-            for kind in wanted
-            if not any(True for _ in self.children[kind].get(key, ()))
-            and SHARED_CHILDREN[kind] not in expected
-        )
+        missing: list[str] = []
+        for kind in wanted:
+            if any(True for _ in self.children[kind].get(key, ())):
+                self.expectations.seen(key, SHARED_CHILDREN[kind])  # shown: no longer expected
+            elif SHARED_CHILDREN[kind] not in expected:
+                missing.append(kind)
+        return tuple(missing)
 
     def _parse(self, body: Mapping[str, Any]) -> ParsedJob:
         meta = body.get("metadata") or {}

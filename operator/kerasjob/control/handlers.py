@@ -83,8 +83,11 @@ async def kerasjob_services(namespace: str | None, name: str, labels: Any, **_: 
 
 
 @kopf.on.event("services", labels={lbl.JOB_NAME: kopf.PRESENT})
-async def service_event(namespace: str | None, labels: Any, memo: Any, **_: Any) -> None:
-    memo.controller.child_changed((namespace or "", labels[lbl.JOB_NAME]), "Service")
+async def service_event(
+    namespace: str | None, labels: Any, type: str | None, memo: Any, **_: Any
+) -> None:
+    key = (namespace or "", labels[lbl.JOB_NAME])
+    memo.controller.child_changed(key, "Service", gone=type == "DELETED")
 
 
 def register_network_policies() -> None:
@@ -99,8 +102,11 @@ def register_network_policies() -> None:
         return {(namespace, labels[lbl.JOB_NAME]): name}
 
     @kopf.on.event("networking.k8s.io", "v1", "networkpolicies", labels=labels)
-    async def network_policy_event(namespace: str | None, labels: Any, memo: Any, **_: Any) -> None:
-        memo.controller.child_changed((namespace or "", labels[lbl.JOB_NAME]), "NetworkPolicy")
+    async def network_policy_event(
+        namespace: str | None, labels: Any, type: str | None, memo: Any, **_: Any
+    ) -> None:
+        key = (namespace or "", labels[lbl.JOB_NAME])
+        memo.controller.child_changed(key, "NetworkPolicy", gone=type == "DELETED")
 
 
 @kopf.on.event(API_GROUP, API_VERSION, PLURAL)
