@@ -108,6 +108,7 @@ bench: venv binaries ## Benchmarks: print figures, write JSON to bench/results/
 	$(BIN)/python bench/operator.py
 	$(BIN)/python bench/recovery.py
 	$(BIN)/python bench/keras3.py
+	$(BIN)/python bench/keras3_orbax.py
 	# one accelerator's figures: full size on a GPU (hack/gpu/check.sh); here, CPU: quick sizes
 	$(BIN)/python bench/keras3_device.py --quick
 

@@ -41,6 +41,24 @@ def test_keras3_bench_quick(tmp_path: Path) -> None:
     assert "| mnist-mlp | 2 |" in benchpage.render_keras3(result)
 
 
+def test_keras3_orbax_bench_quick(tmp_path: Path) -> None:
+    result = _quick("keras3_orbax.py", tmp_path / "keras3_orbax.json")
+    assert result["quick"] and [r["model"] for r in result["overhead"]] == [
+        "mnist-mlp",
+        "transformer",
+    ]
+    for r in result["overhead"]:
+        assert r["step_s"] > 0 and "orbax_overhead_pct_at_10" in r and "npz_save_cost_s" in r
+    assert len(result["restore"]) == 2 and all(r["restore_s"] > 0 for r in result["restore"])
+    assert {(r["source"], r["workers"]) for r in result["grain"]} == {
+        ("memory", 0),
+        ("arrayrecord", 0),
+        ("arrayrecord", 1),
+    }
+    assert all(r["examples_per_s"] > 0 for r in result["grain"])
+    assert result["run"]["cpus"] >= 1
+
+
 def test_gpu_check_runs_on_cpu_in_its_dry_mode(tmp_path: Path) -> None:
     """hack/gpu/prepare.sh + check.sh as on a GPU machine (wheels from .whl/, no network, the
     interpreter's own JAX), here on CPU (KERASJOB_GPU_CHECK_ALLOW_CPU=1) at quick sizes."""
