@@ -107,6 +107,7 @@ bench: venv binaries ## Benchmarks: print figures, write JSON to bench/results/
 	$(BIN)/python bench/trainer.py
 	$(BIN)/python bench/operator.py
 	$(BIN)/python bench/recovery.py
+	$(BIN)/python bench/strategies.py
 	$(BIN)/python bench/keras3.py
 	$(BIN)/python bench/keras3_orbax.py
 	# one accelerator's figures: full size on a GPU (hack/gpu/check.sh); here, CPU: quick sizes

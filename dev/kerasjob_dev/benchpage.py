@@ -288,6 +288,37 @@ def render_scale(r: dict[str, Any]) -> str:
     )
 
 
+def render_strategies(r: dict[str, Any]) -> str:
+    """bench/strategies.py: all-reduce vs parameter servers, and what a loss costs."""
+    mwms, ps = r["mwms_2_workers"], r["ps_2_workers_1_ps"]
+    loss, ps_loss = r["ps_worker_loss"], r["ps_loss"]
+
+    def rate(x: float | None) -> str:
+        return _n(x) if x is not None else "-"
+
+    speed = _table(
+        ["strategy (mnist-mlp, CPU)", "steps/s", "examples/step", "examples/s"],
+        [
+            ["MultiWorkerMirroredStrategy, 2 workers", _n(mwms["steps_per_s"]),
+             str(mwms["examples_per_step"]), _n(mwms["examples_per_s"])],
+            ["ParameterServerStrategy, chief + 2 workers + 1 ps", _n(ps["steps_per_s"]),
+             str(ps["examples_per_step"]), _n(ps["examples_per_s"])],
+        ],
+    )  # fmt: skip
+    disruption = _table(
+        ["parameter servers", "figure"],
+        [
+            ["steps/s before a worker's loss", rate(loss["before"])],
+            [f"steps/s while it is gone ({loss['gone_s']:.0f} s)", rate(loss["during"])],
+            ["steps/s once it is back", rate(loss["after"])],
+            ["a ps's SIGKILL -> the group's first resumed step, median", _s(ps_loss["median_s"])],
+            ["  each", ", ".join(_s(s) for s in ps_loss["seconds_to_first_step"])],
+            ["  steps redone (from the last backup)", ", ".join(map(str, ps_loss["steps_redone"]))],
+        ],
+    )  # fmt: skip
+    return f"{measured(r['run'])}\n\n{speed}\n\n{disruption}\n"
+
+
 #: The plots some benches draw beside their JSON (bench/results/NAME.svg).
 PLOTS = {"scale": "scale.svg"}
 
@@ -296,6 +327,7 @@ RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "keras3": render_keras3,
     "operator": render_operator,
     "scale": render_scale,
+    "strategies": render_strategies,
 }
 
 

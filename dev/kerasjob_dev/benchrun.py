@@ -4,6 +4,7 @@ load. Every bench writes it as its JSON's ``run`` object, and the benchmarks pag
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import shlex
@@ -66,3 +67,19 @@ def finish(run: dict[str, Any], started: float) -> dict[str, Any]:
         "loadavg_end": [round(x, 2) for x in os.getloadavg()],
         "wall_s": round(time.monotonic() - started, 1),
     }
+
+
+def run_quick(script: str, out: Path, timeout: float) -> dict[str, Any]:
+    """`python bench/<script> --quick --out <out>` (a bench's test: it runs, writes its
+    JSON); the JSON, or AssertionError with the bench's output tail."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / script), "--quick", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise AssertionError(proc.stdout[-3000:] + proc.stderr[-3000:])
+    result: dict[str, Any] = json.loads(out.read_text())
+    return result

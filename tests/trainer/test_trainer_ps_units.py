@@ -15,6 +15,7 @@ from kerasjob_trainer.runtimes.tf_ps import stop
 from kerasjob_trainer.runtimes.tf_ps.backup import latest_step
 from kerasjob_trainer.runtimes.tf_ps.cluster import parse_ps_tf_config
 from kerasjob_trainer.runtimes.tf_ps.session import fit_calls
+from kerasjob_trainer.runtimes.tf_ps.workers import _disruption
 
 CLUSTER = {
     "chief": ["c:2222"],
@@ -104,3 +105,12 @@ def test_a_sigterm_to_the_ps_is_answered_by_the_chiefs_save(tmp_path: Path) -> N
     assert stop.wait_saved(ckpt, since, deadline=1) == 110
     assert stop.requested(ckpt) is None  # answered
     assert stop.wait_saved(ckpt, since + 3600, deadline=0.1) is None  # an older save
+
+
+def test_a_lost_workers_cost_is_the_speed_lost_while_it_was_gone() -> None:
+    # Gone 20 s at 10 steps/s before: 100 steps trained in the gap took 10 s of it.
+    d = _disruption("worker1", 1000.0, 300, 10.0, 1020.0, 400)
+    assert (d.cause, d.steps_redone, d.downtime_s, d.lost_s) == ("worker-lost:worker1", 0, 0, 10)
+    assert (d.last_step, d.resumed_step) == (300, 400)
+    # Faster in the gap than before (noise): nothing lost, never negative.
+    assert _disruption("worker0", 0.0, 0, 1.0, 5.0, 10).lost_s == 0

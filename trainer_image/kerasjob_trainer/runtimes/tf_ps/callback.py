@@ -50,6 +50,9 @@ def ps_callback(
             first = steplog.counted()
             steplog.beat(step)
             session.peers.arm()
+            session.workers.note_step(step)
+            if session.workers.settle(session.goodput.ledger) and session.reporter:
+                session.reporter.update(goodput=session.goodput.ledger.totals())
             if first or step // steplog.interval > session.logged // steplog.interval:
                 session.logged = step
                 values = tf_utils.sync_to_numpy_or_python_type(logs or {})

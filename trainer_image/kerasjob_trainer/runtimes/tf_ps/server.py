@@ -14,7 +14,7 @@ import os
 import signal
 import threading
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 from kerasjob_contract import PROGRESS_FILE, ExitCode
 from kerasjob_trainer.runtimes.tf_ps import stop
@@ -25,7 +25,7 @@ from kerasjob_trainer.shared.faults import hard_exit, say
 DONE_POLL_SECONDS = 0.5
 
 
-def serve(ctx: PsContext) -> int:
+def serve(ctx: PsContext) -> NoReturn:
     """Start the server, then wait: for the chief's done (0), a lost chief or ps (43)."""
     import tensorflow as tf
 
@@ -51,11 +51,16 @@ def serve(ctx: PsContext) -> int:
 
 
 def _arm_when_up(peers: faults.PeerMonitor, chief: str) -> None:
-    """Watch the chief and the ps once the chief is up (a restarting chief is no loss)."""
+    """Watch the chief and the ps once the chief is up (a restarting chief is no loss).
+    Serving a chief is this task's work: its `startup` line then tells the container's
+    supervisor that the incarnation was productive (in-place restarts are bounded by
+    incarnations in a row without one)."""
     host, _, port = chief.rpartition(":")
     while not faults.listening(host, int(port), 0.5):
         time.sleep(0.2)
     peers.arm()
+    startup.mark("first_step")
+    say(startup.line())
 
 
 def _done_check(output_dir: str) -> Any:

@@ -3,14 +3,16 @@
 
     from kerasjob_trainer.runtimes.tf_ps import session
 
-    job = session.start()                       # TF_CONFIG with ps tasks; the chief only
+    job = session.start()                       # TF_CONFIG with ps tasks; on a ps or a
+                                                # worker it serves and never returns
     with job.strategy.scope():
         model = build_and_compile()             # tf_keras
     job.fit(model, dataset_fn, epochs=3, steps_per_epoch=200)
     job.finish(model)
 
-`dataset_fn(input_context)` returns each worker's batched, repeated tf.data.Dataset. The ps
-and worker tasks run no user code: `python -m kerasjob_trainer` serves them (`server`).
+`dataset_fn(input_context)` returns each worker's batched, repeated tf.data.Dataset. One
+script runs in every Pod (`spec.trainer.command`): on a ps or worker task `start()` serves
+the chief (`server`) and exits 0 once it is done; the rest runs on the chief only.
 
 What holds (asynchronous training): the job trains exactly epochs x stepsPerEpoch steps as
 `fit` schedules them; a backup is taken at a step boundary with every scheduled step done,
@@ -33,7 +35,7 @@ from kerasjob_trainer.core import lifecycle
 from kerasjob_trainer.core.lifecycle import Lifecycle
 from kerasjob_trainer.core.steplog import StepLog
 from kerasjob_trainer.runtimes.tf_keras import errors
-from kerasjob_trainer.runtimes.tf_ps import stop
+from kerasjob_trainer.runtimes.tf_ps import server, stop, workers
 from kerasjob_trainer.runtimes.tf_ps.backup import Backup, latest_step
 from kerasjob_trainer.runtimes.tf_ps.callback import Position, ps_callback
 from kerasjob_trainer.runtimes.tf_ps.context import PsContext, build_context
@@ -55,6 +57,7 @@ class Session(Lifecycle):
         self.strategy, self.logged = strategy, 0  # logged: the step of the last step line
         # A lost ps: restart from the backup at once (its variables are gone).
         self.peers = faults.PeerMonitor(ctx.identity.addresses("ps"))
+        self.workers = workers.watch(ctx.identity)  # a lost worker: its cost in goodput
 
     def global_batch_size(self, per_replica: int) -> int:
         """The batch of one step (one worker's): `per_replica` x its replicas."""
@@ -163,7 +166,7 @@ def session_for(ctx: PsContext) -> Session:
     startup.mark("tensorflow")
     me = ctx.identity
     if not me.is_chief:
-        hard_exit(ExitCode.INVALID_CONFIG, f"{me.name}: only the chief runs a training session")
+        server.serve(ctx)  # never returns: exit 0 when the chief is done, 42/43 else
     if ctx.config.deterministic:
         make_deterministic()
     leader.before_the_group_forms(own=me.own_address, leader=None)
