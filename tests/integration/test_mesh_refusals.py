@@ -41,9 +41,9 @@ def _refusal(kube: Any, ns: str, body: dict[str, Any]) -> str:
         (
             2,
             {"mesh": [*MESH[:1], {"name": "model", "size": 4}], "devicesPerProcess": 2},
-            "trainer.mesh needs 8 devices, but workers x trainer.devicesPerProcess = 2 x 2",
+            "the product of its axis sizes must equal workers x trainer.devicesPerProcess",
         ),
-        (3, {"mesh": MESH}, "trainer.mesh needs 4 devices: not a multiple of workers (3)"),
+        (3, {"mesh": MESH}, "the product of its axis sizes must be a multiple of workers"),
         (
             2,
             {"mesh": [{"name": "batch", "size": 4}], "devicesPerProcess": 2},
