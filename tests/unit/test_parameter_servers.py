@@ -198,17 +198,30 @@ def _all(**replace: PodView) -> list[PodView]:
     return [replace.get(f"{r}{i}", _pod(r, i)) for r, i in ROLES]
 
 
-def test_a_lost_worker_is_recreated_alone_and_nobody_restarts() -> None:
+def _killed(role: str, i: int) -> tuple[planning.JobView, planning.Plan]:
+    """A running PS job whose Pod (role, i) was SIGKILLed: the plan, counted once."""
     j = _ps_job()
     s = settle(j, _all(), settle(j, _all()))
-    killed = _pod("worker", 1, phase="Failed", termination=Termination(137, "Error"))
-    p = run(j, s, _all(worker1=killed))
+    killed = _pod(role, i, phase="Failed", termination=Termination(137, "Error"))
+    p = run(j, s, _all(**{f"{role}{i}": killed}))
     assert p.status["restarts"] == {"disruptions": 1, "failures": 0}
+    return j, p
+
+
+def test_a_lost_worker_is_recreated_alone_and_nobody_restarts() -> None:
+    j, p = _killed("worker", 1)
     last = p.status["lastRestart"]
     assert last["pod"] == "j-worker-1" and "restartedInPlace" not in last
     event = next(e for e in p.events if e.reason == "PodDisrupted")
     assert "restart in place" not in event.message
     assert deletes(p) == ["j-worker-1"]  # the chief, the ps and worker 0 are left alone
+    # The job runs on: phase Running, condition Running True saying without which Pod.
+    assert p.status["phase"] == "Running"
+    (running,) = [c for c in p.status["conditions"] if c["type"] == "Running"]
+    assert running["status"] == "True" and running["message"] == (
+        "3 of 4 Pods running and ready: training goes on without j-worker-1 "
+        "(re-created, it rejoins)"
+    )
     gone = [x for x in _all() if x.name != "j-worker-1"]
     p = run(j, p.status, gone)
     assert creates(p) == ["j-worker-1"] and not deletes(p)
@@ -243,13 +256,17 @@ def test_a_lost_ps_restarts_the_group_and_is_counted_once() -> None:
 
 
 def test_a_lost_chief_restarts_the_group() -> None:
-    j = _ps_job()
-    s = settle(j, _all(), settle(j, _all()))
-    killed = _pod("chief", 0, phase="Failed", termination=Termination(137, "Error"))
-    p = run(j, s, _all(chief0=killed))
-    assert p.status["restarts"] == {"disruptions": 1, "failures": 0}
+    _, p = _killed("chief", 0)
+    assert p.status["phase"] == "Restarting"
     assert p.status["lastRestart"]["restartedInPlace"] == [
         "j-worker-0",
         "j-worker-1",
         "j-ps-0",
     ]
+
+
+def test_a_ps_job_without_any_worker_is_not_running() -> None:
+    j = _ps_job()
+    s = settle(j, _all(), settle(j, _all()))
+    gone = [x for x in _all() if x.role != "worker"]
+    assert run(j, s, gone).status["phase"] == "Restarting"

@@ -50,7 +50,8 @@ def active(s: PlanState) -> None:
         # further Pod is made outside it.
         epoch = int((s.status.get("elastic") or {}).get("resizes") or 0)
         s.pod_group = s.job.placement.pod_group_for(len(s.job.tasks), epoch)
-    phase_and_conditions(s, wanted, all_ready)
+    without = [] if all_ready else trains_without(s, wanted)
+    phase_and_conditions(s, wanted, all_ready or bool(without), without)
 
 
 def admitted_and_resumed(s: PlanState) -> None:
@@ -212,9 +213,26 @@ def readiness(s: PlanState, wanted: list[Task]) -> bool:
     return all_ready and not s.resized_now  # its Pods go: restarting at a new size
 
 
-def phase_and_conditions(s: PlanState, wanted: list[Task], all_ready: bool) -> None:
+def trains_without(s: PlanState, wanted: list[Task]) -> list[str]:
+    """The Pods a group trains on without (`GroupPolicy`: a parameter-server job's lost
+    workers, while the chief, the ps and another worker run), or none."""
+    group = s.job.group
+    optional = group.members - group.breaks_group
+    ready = {t.name for t in wanted if (p := s.owned.get(t.name)) is not None and p.running_ready}
+    missing = [t for t in wanted if t.name not in ready]
+    if not optional or not missing or any(t.role not in optional for t in missing):
+        return []
+    if any(not any(r.role == t.role and r.name in ready for r in wanted) for t in missing):
+        return []  # not one of that role left
+    return [t.name for t in missing]
+
+
+def phase_and_conditions(
+    s: PlanState, wanted: list[Task], all_ready: bool, without: list[str] | None = None
+) -> None:
     """Phase Pending, Running or Restarting, conditions Running and Restarting, and why the
-    job waits when it is not running."""
+    job waits when it is not running. ``without``: Pods the job runs without (see
+    `trains_without`)."""
     phase = st.active_phase(
         s.prev_phase,
         all_ready=all_ready,
@@ -223,6 +241,11 @@ def phase_and_conditions(s: PlanState, wanted: list[Task], all_ready: bool) -> N
     s.status["phase"] = phase
     if phase == st.RUNNING:
         message = f"All {len(wanted)} Pods are running and ready"
+        if without:
+            message = (
+                f"{len(wanted) - len(without)} of {len(wanted)} Pods running and ready: "
+                f"training goes on without {', '.join(without)} (re-created, it rejoins)"
+            )
         s.cond(ConditionType.RUNNING, True, Reason.PODS_READY.value, message)
         s.cond(ConditionType.RESTARTING, False, Reason.PODS_READY.value, message)
         if s.prev_phase != st.RUNNING:
