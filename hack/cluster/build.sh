@@ -119,15 +119,10 @@ build containerd "-X github.com/containerd/containerd/v2/version.Version=$CONTAI
 build coredns "" github.com/coredns/coredns
 
 # Sanity: the binaries run and report the pinned versions.
-# The whole output is captured before it is matched: `cmd | grep -q` under pipefail fails when
-# grep exits at its first match and the writer dies of SIGPIPE (1 run in 10 for etcd).
-version_of() { "$BIN/$1" --version 2>&1 || true; }
-apiserver_version="$(version_of kube-apiserver)"
-[[ "$apiserver_version" == *"$KUBE_VERSION"* ]] \
-  || die "built kube-apiserver does not report $KUBE_VERSION: ${apiserver_version%%$'\n'*}"
-etcd_version="$(version_of etcd)"
-[[ "$etcd_version" == *"${ETCD_VERSION#v}"* ]] \
-  || die "built etcd does not report $ETCD_VERSION: ${etcd_version%%$'\n'*}"
+got="$(reports_version "$BIN/kube-apiserver" "$KUBE_VERSION")" \
+  || die "built kube-apiserver does not report $KUBE_VERSION: $got"
+got="$(reports_version "$BIN/etcd" "${ETCD_VERSION#v}")" \
+  || die "built etcd does not report $ETCD_VERSION: $got"
 for b in "${BINARIES[@]}"; do [ -x "$BIN/$b" ] || die "build finished but $BIN/$b is missing"; done
 {
   echo "kubernetes=$KUBE_VERSION etcd=$ETCD_VERSION helm=$HELM_VERSION kwok=$KWOK_VERSION"
