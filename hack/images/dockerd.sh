@@ -174,8 +174,15 @@ start() {
   write_config "$PRIVATE_RUN_DIR" || true
   log "starting a private dockerd (data root $PRIVATE_DATA_ROOT, log $PRIVATE_LOG)"
   # setsid: its own session, so that the caller's Ctrl-C or job control does not reach it.
-  # 9>&-: not the build lock (fd 9), which would otherwise stay held as long as it runs.
-  setsid dockerd \
+  # Every descriptor above 2 closed first: a lock its caller holds (the build's fd 9, a
+  # `flock FILE make images` around the whole command) would otherwise stay held as long as
+  # the daemon runs, and every later taker of that lock would wait for it forever.
+  (
+  for fd in /proc/"$BASHPID"/fd/*; do
+    fd="${fd##*/}"
+    [ "$fd" -le 2 ] || eval "exec $fd>&-"
+  done
+  exec setsid dockerd \
     --config-file "$PRIVATE_RUN_DIR/daemon.json" \
     --data-root "$PRIVATE_DATA_ROOT" \
     --exec-root "$PRIVATE_RUN_DIR/exec" \
@@ -185,7 +192,8 @@ start() {
     --userland-proxy=false \
     --cgroup-parent "$CGROUP_PARENT" \
     --log-level info \
-    </dev/null >>"$PRIVATE_LOG" 2>&1 9>&- &
+    </dev/null >>"$PRIVATE_LOG" 2>&1
+  ) &
   pid=$!
   if ! wait_ready "$pid" "$PRIVATE_SOCKET"; then
     tail -n 20 "$PRIVATE_LOG" >&2
