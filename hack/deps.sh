@@ -45,10 +45,17 @@ if [ ${#need[@]} -gt 0 ] || [ ${#lean[@]} -gt 0 ]; then
   [ "$check_only" = 0 ] || fail "missing Debian packages: ${missing# }"
   [ "$(id -u)" = 0 ] || fail "missing Debian packages: ${missing# } (run as root, or: sudo apt-get install ${missing# })"
   say "installing Debian packages: ${missing# } (once; about a minute)"
-  apt-get update -qq
-  [ ${#need[@]} -eq 0 ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
-  [ ${#lean[@]} -eq 0 ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-    --no-install-recommends "${lean[@]}" >/dev/null
+  # apt's chatter (debconf's "delaying package configuration", needrestart's Perl warnings
+  # without a terminal) goes to a log, shown only when the install fails.
+  apt_log="$(mktemp)"
+  apt_get() {
+    DEBIAN_FRONTEND=noninteractive NEEDRESTART_SUSPEND=1 apt-get "$@" >>"$apt_log" 2>&1 \
+      || { tail -n 20 "$apt_log" >&2; fail "apt-get $1 failed (log: $apt_log)"; }
+  }
+  apt_get update -qq
+  [ ${#need[@]} -eq 0 ] || apt_get install -y -qq "${need[@]}"
+  [ ${#lean[@]} -eq 0 ] || apt_get install -y -qq --no-install-recommends "${lean[@]}"
+  rm -f "$apt_log"
 fi
 
 [ "$(id -u)" = 0 ] || fail "the local cluster's real node needs root (containers, network namespaces, cgroups)"

@@ -87,7 +87,9 @@ build() {
   rm -rf "$tmp"; mkdir -p "$tmp"
   local out="$tmp/"
   [ "$dir" != etcd ] || out="$tmp/etcd"    # the etcd main package's path ends in /v3
-  if ! (cd "$GOMOD_DIR/$dir" && "$GOBIN_" build -trimpath -ldflags "-s -w $ldflags" -o "$out" "$@"); then
+  # Go's "go: downloading MODULE" lines (hundreds on a cold build) are left out; errors are not.
+  if ! (cd "$GOMOD_DIR/$dir" && "$GOBIN_" build -trimpath -ldflags "-s -w $ldflags" -o "$out" "$@" \
+    2> >(grep -v '^go: downloading ' >&2)); then
     rm -rf "$tmp"
     die "go build failed for $dir ($*); see the errors above. Check network access to \$GOPROXY and disk space, then rerun 'make binaries'"
   fi
