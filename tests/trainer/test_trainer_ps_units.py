@@ -105,6 +105,11 @@ def test_a_sigterm_to_the_ps_is_answered_by_the_chiefs_save(tmp_path: Path) -> N
     assert stop.wait_saved(ckpt, since, deadline=1) == 110
     assert stop.requested(ckpt) is None  # answered
     assert stop.wait_saved(ckpt, since + 3600, deadline=0.1) is None  # an older save
+    # A request the chief never answered (it died) does not stop the next chief.
+    stop.request(ckpt, "ps0")
+    stop.forget(ckpt)
+    assert stop.requested(ckpt) is None
+    stop.forget(str(tmp_path / "nothing-here"))  # no directory yet: nothing to forget
 
 
 def test_a_lost_workers_cost_is_the_speed_lost_while_it_was_gone() -> None:

@@ -42,19 +42,21 @@ from kerasjob.api.base import (
     _Model,
 )
 from kerasjob.api.elastic import BatchPolicy, ElasticSpec, ElasticStatus, Resize
-from kerasjob.api.spec import (
-    JAX_NO_CHIEF,
-    JAX_NO_EVALUATOR,
+from kerasjob.api.parameter_servers import (
     MAX_PS_REPLICAS,
-    MOUNT_PATH_NOT_NORMAL,
-    MOUNT_PATH_SYSTEM,
     PS_NEEDS_CHIEF,
     PS_NEEDS_TENSORFLOW,
     PS_NO_EVALUATOR,
     PS_NOT_ELASTIC,
+    ParameterServerSpec,
+)
+from kerasjob.api.spec import (
+    JAX_NO_CHIEF,
+    JAX_NO_EVALUATOR,
+    MOUNT_PATH_NOT_NORMAL,
+    MOUNT_PATH_SYSTEM,
     CheckpointSpec,
     KerasJobSpec,
-    ParameterServerSpec,
     ReplicaSpec,
     mount_path_problem,
 )

@@ -20,6 +20,7 @@ from kerasjob.api.base import (
     _Model,
 )
 from kerasjob.api.elastic import ElasticSpec
+from kerasjob.api.parameter_servers import PS_RULES, ParameterServerSpec
 from kerasjob.api.trainer import MESH_RULES, TrainerSpec
 from kerasjob_contract import DEFAULT_TF_PORT
 from kerasjob_contract.trainer_config import DEFAULTS as TRAINER_DEFAULTS
@@ -40,34 +41,6 @@ class ReplicaSpec(_Model):
             "A PodTemplateSpec (metadata and spec) merged over spec.template for this role "
             "only (e.g. no GPU for the evaluator), with the same merge rules. Changes apply "
             "to Pods created afterwards."
-        ),
-        json_schema_extra=_TEMPLATE_SCHEMA,
-    )
-
-
-#: The most parameter servers a job may have.
-MAX_PS_REPLICAS = 100
-
-
-class ParameterServerSpec(ReplicaSpec):
-    """spec.ps: the parameter servers of a ParameterServerStrategy job."""
-
-    replicas: int = Field(
-        1,
-        ge=1,
-        le=MAX_PS_REPLICAS,
-        description=(
-            "Number of parameter-server Pods (ps tasks in TF_CONFIG), 1 to 100. They hold the "
-            "model's variables; the chief coordinates the workers through "
-            "ClusterCoordinator. Immutable. Default: 1."
-        ),
-    )
-    template: dict[str, Any] | None = Field(
-        None,
-        description=(
-            "A PodTemplateSpec merged over spec.template for the parameter servers only "
-            "(e.g. more memory, no GPU), with the same merge rules. Changes apply to Pods "
-            "created afterwards."
         ),
         json_schema_extra=_TEMPLATE_SCHEMA,
     )
@@ -212,22 +185,6 @@ JAX_NO_EVALUATOR = (
 )
 
 
-#: spec.ps (parameter servers): the CRD's CEL rules and the operator's validation say so in
-#: the same words.
-PS_NEEDS_CHIEF = (
-    "spec.ps needs spec.chief with 1 replica: the chief coordinates parameter-server training"
-)
-PS_NEEDS_TENSORFLOW = "spec.ps needs backend tensorflow (tf-keras ParameterServerStrategy)"
-PS_NOT_ELASTIC = (
-    "spec.ps and spec.elastic do not go together: a parameter-server job already trains on "
-    "through a lost worker"
-)
-PS_NO_EVALUATOR = (
-    "spec.ps and spec.evaluator do not go together: the side-car evaluator reads "
-    "MultiWorkerMirroredStrategy backups"
-)
-
-
 def _immutable(field: str) -> JsonDict:
     return _cel("self == oldSelf", f"{field} is immutable")
 
@@ -251,16 +208,7 @@ class KerasJobSpec(_Model):
                 _immutable_optional("chief"),
                 _immutable_optional("evaluator"),
                 _immutable_optional("ps"),
-                _cel(
-                    "!has(self.ps) || (has(self.chief) && self.chief.replicas == 1)",
-                    PS_NEEDS_CHIEF,
-                ),
-                _cel("!has(self.ps) || self.trainer.backend == 'tensorflow'", PS_NEEDS_TENSORFLOW),
-                _cel("!has(self.ps) || !has(self.elastic)", PS_NOT_ELASTIC),
-                _cel(
-                    "!has(self.ps) || !has(self.evaluator) || self.evaluator.replicas == 0",
-                    PS_NO_EVALUATOR,
-                ),
+                *PS_RULES,
                 _cel(
                     "has(self.elastic) == has(oldSelf.elastic) && "
                     "(!has(self.elastic) || self.elastic == oldSelf.elastic)",
@@ -490,7 +438,7 @@ class KerasJobSpec(_Model):
         """Every (role, index) Pod of the job, in a stable order."""
         return [(role, i) for role, n in self.replicas().items() for i in range(n)]
 
-    def role_spec(self, role: ReplicaRole) -> ReplicaSpec | None:
+    def role_spec(self, role: ReplicaRole) -> ReplicaSpec | ParameterServerSpec | None:
         """The ReplicaSpec of a dedicated role (None for workers)."""
         if role is ReplicaRole.CHIEF:
             return self.chief

@@ -58,6 +58,7 @@ class Session(Lifecycle):
         # A lost ps: restart from the backup at once (its variables are gone).
         self.peers = faults.PeerMonitor(ctx.identity.addresses("ps"))
         self.workers = workers.watch(ctx.identity)  # a lost worker: its cost in goodput
+        stop.forget(ctx.checkpoint_dir)
 
     def global_batch_size(self, per_replica: int) -> int:
         """The batch of one step (one worker's): `per_replica` x its replicas."""

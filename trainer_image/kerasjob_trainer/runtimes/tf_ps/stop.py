@@ -41,6 +41,15 @@ def request(checkpoint_dir: str, name: str) -> float:
     return at
 
 
+def forget(checkpoint_dir: str) -> None:
+    """A new chief: requests left by an earlier generation's ps were for a chief that is
+    gone (that ps left after SAVE_WAIT_SECONDS at most); they must not stop this one."""
+    d = _dir(checkpoint_dir)
+    for n in os.listdir(d) if os.path.isdir(d) else []:
+        if n.startswith("request-"):
+            os.remove(os.path.join(d, n))
+
+
 def requested(checkpoint_dir: str) -> str | None:
     """Why the chief must save and stop now (a SIGTERM, a ps's request), or None."""
     if _signalled.is_set():
