@@ -235,7 +235,7 @@ class Group:
     def logs(self) -> str:
         return "\n".join(f"--- {t.name}\n{t.tail()}" for t in self.trainers)
 
-    # -- what the trainers recorded (KERASJOB_AUDIT_DIR=<tmp>/audit, kerasjob_trainer.shared.audit) --
+    # -- what the trainers recorded (KERASJOB_AUDIT_DIR=<tmp>/audit; kerasjob_trainer.shared.audit)
 
     def audit_records(self, filename: str) -> list[dict[str, Any]]:
         """The JSON lines of one audit file, e.g. ``steps-worker0.jsonl``."""
