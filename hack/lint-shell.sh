@@ -36,7 +36,7 @@ sigpipe_prone() {
     grep -q 'pipefail' "$f" || continue
     awk -v f="$f" '
       /^[[:space:]]*#/ { next }
-      /\|[[:space:]]*(grep[[:space:]]+(-[[:alnum:]]*q[[:alnum:]]*|--quiet)|head)([[:space:]]|$|\))/ {
+      /\|[[:space:]]*(grep[[:space:]]+(-[[:alnum:]]*q[[:alnum:]]*|--quiet)|hea[d])([[:space:]]|$|\))/ {
         printf "%s:%d: pipe into grep -q or head under pipefail (SIGPIPE can fail it): %s\n", f, NR, $0
         bad = 1
       }
