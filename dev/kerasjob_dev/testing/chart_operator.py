@@ -22,10 +22,10 @@ from typing import Any
 
 import yaml
 
+from kerasjob_dev import REPO_ROOT
 from kerasjob_dev.cluster import Cluster
 
-ROOT = Path(__file__).resolve().parents[2]
-CHART = ROOT / "charts" / "kerasjob-operator"
+CHART = REPO_ROOT / "charts" / "kerasjob-operator"
 GROUP, VERSION, PLURAL = "kerasjob.dev", "v1alpha1", "kerasjobs"
 
 #: Keeps the chart's own operator Pod Pending: no node has this label. The test runs the
@@ -141,7 +141,7 @@ def operator_process(release: Release, kubeconfig: Path, log_path: Path) -> Iter
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
-            cwd=ROOT,
+            cwd=REPO_ROOT,
             start_new_session=True,
         )
     metrics_port = env.get("KERASJOB_METRICS_PORT")
