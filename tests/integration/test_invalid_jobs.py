@@ -120,6 +120,24 @@ def test_a_huge_label_value_is_refused_at_apply_naming_the_label(
     assert "xxxxxxxxxx" not in message  # the value is not echoed back
 
 
+def test_annotations_over_256_kib_fail_the_job_naming_the_field(
+    operator: OperatorProcess, kube: Any, corpus_ns: str
+) -> None:
+    """300 kB of template annotations: the operator refuses the spec (InvalidSpec naming
+    metadata.annotations) before any Pod, instead of the API server refusing every Pod."""
+    body = job_manifest("huge-annotation", workers=2)
+    body["spec"]["template"]["metadata"] = {"annotations": {"big": "x" * 300_000}}
+    custom(kube).create_namespaced_custom_object(
+        GROUP, VERSION, corpus_ns, PLURAL, body, field_validation="Strict"
+    )
+    status = wait_phase(kube, corpus_ns, "huge-annotation", "Failed", timeout=20)
+    failed = condition(status, "Failed")
+    assert failed is not None and failed["reason"] == "InvalidSpec", status
+    assert "metadata.annotations" in failed["message"] and "256 KiB" in failed["message"]
+    assert "xxxxxxxxxx" not in failed["message"]
+    assert not pods(kube, corpus_ns, "huge-annotation")
+
+
 def test_operator_keeps_serving_and_does_not_hot_loop(
     operator: OperatorProcess, kube: Any, corpus_ns: str
 ) -> None:

@@ -125,11 +125,6 @@ INVALID_PODS: list[tuple[str, dict[str, Any], str]] = [
         {"spec": {"containers": [{"name": "trainer", "resources": {"requests": {"cpu": "lots"}}}]}},
         "quantities must match the regular expression",
     ),
-    (
-        "annotation-300kb",
-        {"metadata": {"annotations": {"big": "x" * 300_000}}},
-        "metadata.annotations: Too long",
-    ),
     ("no-container", {"spec": {"containers": None}}, "spec.containers: Required value"),
     (
         "image-removed",
