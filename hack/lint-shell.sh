@@ -4,7 +4,7 @@
 #
 # The rule: under `set -o pipefail`, no pipe into `grep -q` or `head`. Both exit at their
 # first match or line; a writer that is still writing then dies of SIGPIPE, and pipefail
-# turns that into the pipeline's failure (`etcd --version | grep -qF v3.6` failed 8-11 % of
+# turns that into the pipeline's failure (etcd's version piped into a quiet grep failed 8-11 % of
 # runs on an idle machine and so failed a cold `make demo`). Capture the output first
 # (`[[ "$(cmd)" == *x* ]]`, `grep -q x <<<"$(cmd)"`), or use a reader that reads to the end
 # (`grep x >/dev/null`, `sed -n 1p`).
