@@ -626,6 +626,38 @@ def test_a_deleted_service_and_network_policy_are_made_again_with_a_warning() ->
     run(scenario())
 
 
+def test_a_service_deleted_while_its_create_is_answered_409_is_made_again() -> None:
+    """The NetworkPolicy is deleted, then the Service: the reconcile that makes the policy
+    again also POSTs the Service, which still exists (409), and the Service's DELETE event
+    is handled before that answer is read. An expectation set for the 409 would outlive the
+    DELETE that should have ended it, and the Service would stay missing with no event left
+    to wake the job (CI, the real API server: the test timed out at 30 s)."""
+
+    async def scenario() -> None:
+        cluster = FakeCluster()
+        cluster.add_job(workers=2)
+        op = Operator(cluster, "a")
+        await settle(cluster, [op])
+        assert running(cluster)
+        cluster.delete_child("networkpolicies", "job")
+        op.sync()
+
+        def service_deleted_meanwhile(resource: str) -> None:
+            if resource == "services" and "job" in cluster.services:
+                op.api.after_create = None
+                cluster.delete_child("services", "job")
+                op.sync()  # its DELETE event, handled before the 409 is read
+
+        op.api.after_create = service_deleted_meanwhile
+        await op.reconcile()
+        assert "job" not in cluster.services and "job" in cluster.network_policies
+        await settle(cluster, [op])
+        assert set(cluster.services) == {"job"} and set(cluster.network_policies) == {"job"}
+        assert running(cluster) and cluster.restarts() == {"disruptions": 0, "failures": 0}
+
+    run(scenario())
+
+
 def test_no_network_policy_when_switched_off() -> None:
     from dataclasses import replace
 

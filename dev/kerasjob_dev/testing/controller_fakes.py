@@ -241,6 +241,9 @@ class FakeApi:
         self.loose_creates: list[str] = []
         #: Runs while a status patch is awaited (a watch event handled meanwhile).
         self.during_patch: Callable[[], None] | None = None
+        #: Runs once a create was answered, before the controller reads the answer (with the
+        #: resource's name: a watch event handled meanwhile).
+        self.after_create: Callable[[str], None] | None = None
 
     def _reachable(self) -> None:
         if self.cluster.down:
@@ -265,7 +268,10 @@ class FakeApi:
         self._reachable()
         if not strict and resource != "events":
             self.loose_creates.append(resource)
-        return self.cluster.create(path, obj)
+        created = self.cluster.create(path, obj)
+        if self.after_create is not None:
+            self.after_create(resource)
+        return created
 
     async def delete(
         self,
