@@ -108,16 +108,21 @@ def test_a_deleted_service_and_network_policy_come_back_with_a_warning(
     client.NetworkingV1Api(kube).delete_namespaced_network_policy("kept", namespace)
     client.CoreV1Api(kube).delete_namespaced_service("kept", namespace)
     start = time.monotonic()
-    back = wait_for(
-        lambda: (
-            (svc := service_of(kube, namespace, "kept")) is not None
-            and (pol := policy_of(kube, namespace, "kept")) is not None
-            and {"Service": svc.metadata.uid, "NetworkPolicy": pol.metadata.uid}
-        ),
-        timeout=30,
-        interval=0.2,
-        what="the Service and the NetworkPolicy made again",
-    )
+    try:
+        back = wait_for(
+            lambda: (
+                (svc := service_of(kube, namespace, "kept")) is not None
+                and (pol := policy_of(kube, namespace, "kept")) is not None
+                and {"Service": svc.metadata.uid, "NetworkPolicy": pol.metadata.uid}
+            ),
+            timeout=30,
+            interval=0.2,
+            what="the Service and the NetworkPolicy made again",
+        )
+    except TimeoutError as e:
+        raise AssertionError(
+            f"{e}; the operator's log of {namespace}:\n" + operator.log_lines(namespace)
+        ) from e
     took = time.monotonic() - start
     assert not set(back.values()) & set(old.values())  # new objects, not the old ones
     messages = wait_for(
