@@ -192,6 +192,14 @@ class OperatorProcess:
         except OSError:
             return "(no log)"
 
+    def log_lines(self, containing: str, n: int = 60) -> str:
+        """The last ``n`` lines of its log that contain ``containing`` (a namespace, a job)."""
+        try:
+            lines = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return "(no log)"
+        return "\n".join([line for line in lines if containing in line][-n:])
+
     def __enter__(self) -> OperatorProcess:
         return self.start()
 
@@ -322,6 +330,21 @@ def core(kube: Any) -> Any:
     from kubernetes import client
 
     return client.CoreV1Api(kube)
+
+
+def as_a_kubelet_finishes(pod: Any) -> Any:
+    """Delete options that end ``pod`` the way a kubelet finishes a deletion: grace 0 and
+    its UID as a precondition, so a late call never meets a replacement of the same name.
+
+    The tests use them instead of a graceful delete or eviction on KWOK nodes: KWOK v0.8.0's
+    pod-delete stage finishes graceful deletions with a DELETE by name, and when that comes
+    after the operator has force-deleted the Pod and made its replacement, it deletes the
+    replacement too -- a second real loss the test's ledger cannot know of."""
+    from kubernetes import client
+
+    return client.V1DeleteOptions(
+        grace_period_seconds=0, preconditions=client.V1Preconditions(uid=pod.metadata.uid)
+    )
 
 
 def create_job(kube: Any, namespace: str, body: dict[str, Any]) -> dict[str, Any]:

@@ -15,11 +15,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kubernetes import client
 
 from kerasjob_dev.cluster import Cluster, wait_for
 from kerasjob_dev.harness import (
     OperatorProcess,
+    as_a_kubelet_finishes,
     core,
     create_job,
     install_crds,
@@ -149,13 +149,7 @@ def total_requests(op: OperatorProcess) -> float:
 
 def delete_a_pod(kube: Any, ns: str, name: str) -> None:
     pod = core(kube).read_namespaced_pod(name, ns)
-    core(kube).delete_namespaced_pod(
-        name,
-        ns,
-        body=client.V1DeleteOptions(
-            grace_period_seconds=0, preconditions=client.V1Preconditions(uid=pod.metadata.uid)
-        ),
-    )
+    core(kube).delete_namespaced_pod(name, ns, body=as_a_kubelet_finishes(pod))
 
 
 @pytest.mark.parametrize("component", ["kube-apiserver", "etcd"])

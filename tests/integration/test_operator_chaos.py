@@ -23,6 +23,7 @@ from kubernetes.client.rest import ApiException
 from kerasjob_dev.cluster import Cluster, wait_for
 from kerasjob_dev.harness import (
     OperatorProcess,
+    as_a_kubelet_finishes,
     core,
     create_job,
     delete_job,
@@ -115,19 +116,16 @@ def inject(kube: Any, cluster: Cluster, ns: str, ledger: Ledger, rng: random.Ran
         return f"{action} {job}: no tracked running Pod yet"
     name = pod.metadata.name
     try:
+        # Both end the Pod as a kubelet finishes a deletion (why: as_a_kubelet_finishes).
         if action == "delete":
-            core(kube).delete_namespaced_pod(
-                name,
-                ns,
-                body=client.V1DeleteOptions(
-                    preconditions=client.V1Preconditions(uid=pod.metadata.uid)
-                ),
-            )
+            core(kube).delete_namespaced_pod(name, ns, body=as_a_kubelet_finishes(pod))
             ledger.expected[job]["disruptions"] += 1
         elif action == "evict":
-            core(kube).create_namespaced_pod_eviction(
-                name, ns, client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=ns))
+            eviction = client.V1Eviction(
+                metadata=client.V1ObjectMeta(name=name, namespace=ns),
+                delete_options=as_a_kubelet_finishes(pod),
             )
+            core(kube).create_namespaced_pod_eviction(name, ns, eviction)
             ledger.expected[job]["disruptions"] += 1
         else:
             count = (pod.status.container_statuses or [None])[0]
@@ -200,12 +198,21 @@ def test_operator_killed_at_random_moments_converges(
     try:
         wait_for(converged, timeout=60, interval=0.5, what="every job Running with exact counts")
     except TimeoutError:
-        got = {j: job_status(kube, chaos_ns, j).get("restarts") for j in ledger.live()}
+        got = {
+            j: {
+                **((s := job_status(kube, chaos_ns, j)).get("restarts") or {}),
+                "phase": s.get("phase"),
+            }
+            for j in ledger.live()
+        }
+        workers = {j: sorted(pods(kube, chaos_ns, j)) for j in ledger.live()}
+        # The counts last: a CI log that cuts a long message keeps its end.
         pytest.fail(
-            f"not converged: expected {ledger.expected}, got {got}\n"
+            "not converged\n"
             + "\n".join(log)
             + "\n--- operator log ---\n"
             + chaos_operator.log_tail(80)
+            + f"\n--- Pods: {workers}\n--- expected {ledger.expected}\n--- got {got}"
         )
     check_no_duplicates_or_orphans(kube, chaos_ns)
     # The deleted job's children are garbage-collected: no orphans.
@@ -267,12 +274,7 @@ def test_two_operators_at_once_still_count_every_restart_once(
             assert pod is not None
             if rng.random() < 0.5:
                 core(kube).delete_namespaced_pod(
-                    pod.metadata.name,
-                    chaos_ns,
-                    body=client.V1DeleteOptions(
-                        grace_period_seconds=0,
-                        preconditions=client.V1Preconditions(uid=pod.metadata.uid),
-                    ),
+                    pod.metadata.name, chaos_ns, body=as_a_kubelet_finishes(pod)
                 )
                 ledger.expected[job]["disruptions"] += 1
             else:
