@@ -427,13 +427,31 @@ def test_restart_policy_never_fails_on_the_first_failure_but_survives_disruption
     assert status["restarts"] == {"disruptions": 1, "failures": 1}
 
 
+@pytest.fixture
+def lost_node(kube: Any, namespace: str) -> Iterator[str]:
+    """A Node object with no kubelet behind it (nor KWOK: not annotated as a fake node):
+    it exists, so the Pod garbage collector leaves its Pods alone, but nothing ever runs
+    or finishes them. Tainted so that no other test's Pod is scheduled there."""
+    name = f"lost-{namespace}"[:63]
+    body = {
+        "metadata": {"name": name, "labels": {"kerasjob.dev/test": "lost-node"}},
+        "spec": {"taints": [{"key": "kerasjob.dev/lost", "effect": "NoSchedule"}]},
+    }
+    core(kube).create_node(body)
+    try:
+        yield name
+    finally:
+        core(kube).delete_node(name)
+
+
 def test_pod_stuck_terminating_on_a_lost_node_is_force_deleted_and_replaced(
-    operator: OperatorProcess, kube: Any, namespace: str
+    operator: OperatorProcess, kube: Any, namespace: str, lost_node: str
 ) -> None:
     """A Pod bound to a node whose kubelet is gone never finishes terminating; the operator
     force-deletes it once its deletionTimestamp (grace included) is past by the margin
-    (3 s for the tests' operators) and re-creates it."""
-    template = {"spec": {"nodeName": "lost-node", "terminationGracePeriodSeconds": 1}}
+    (3 s for the tests' operators) and re-creates it. (A node that never existed is another
+    case: the Pod garbage collector deletes such Pods and the job fails NodeNotFound.)"""
+    template = {"spec": {"nodeName": lost_node, "terminationGracePeriodSeconds": 1}}
     create_job(kube, namespace, job_manifest("lost", workers=1, checkpoint={}, template=template))
     uid = wait_for(
         lambda: pod_uid(kube, namespace, "lost-worker-0"),
