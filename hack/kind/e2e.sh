@@ -135,6 +135,12 @@ cleanup() {
     kubectl -n "$NAMESPACE" logs deployment/kerasjob-operator --tail=200 2>/dev/null || true
     kubectl get nodes,kerasjobs,pods,pvc -A -o wide 2>/dev/null || true
     kubectl describe kerasjob -n "$SMOKE_NS" 2>/dev/null | tail -40 || true
+    # Last: what the example's trainers said (a CI log keeps the end of a long output).
+    local pod
+    for pod in $(kubectl get pods -n "$SMOKE_NS" -o name 2>/dev/null); do
+      log "the last lines of $pod (every incarnation)"
+      kubectl logs -n "$SMOKE_NS" "$pod" --all-containers --tail=25 2>&1 | cut -c1-300 || true
+    done
   fi
   if [ "${KEEP_CLUSTER:-0}" = 1 ]; then
     log "keeping cluster '$CLUSTER': export KUBECONFIG=$KUBECONFIG PATH=$RUN_DIR/bin:\$PATH"
