@@ -251,3 +251,35 @@ def test_peer_monitor_exits_43_when_a_peer_port_closes(
         assert "is gone" in out.stderr and time.monotonic() - started < 2.2
     else:
         assert "still alive" in out.stdout
+
+
+WATCHDOG_SCRIPT = """
+import sys, time
+from kerasjob_trainer.shared.faults import Watchdog
+dog = Watchdog(timeout=0.3, poll=0.05)
+dog.until_first_step(1.0)
+if sys.argv[1] == "steps":  # a first step in time, then steps faster than 0.3 s
+    time.sleep(0.6)
+    for _ in range(10):
+        dog.beat(); time.sleep(0.1)
+    dog.pause()
+time.sleep(1.5)
+print("still alive", flush=True)
+"""
+
+
+@pytest.mark.parametrize(("mode", "code"), [("no-first-step", 43), ("steps", 0)])
+def test_watchdog_bounds_the_way_to_the_first_step(mode: str, code: int) -> None:
+    """Armed before the first step (a tf-keras fit that began), no step for its own
+    timeout is a lost peer; once the first step came, the steady-state timeout judges."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", WATCHDOG_SCRIPT, mode], capture_output=True, text=True, timeout=30
+    )
+    assert out.returncode == code, out.stderr
+    if code:
+        assert "no first step since fit began for 1s" in out.stderr
+    else:
+        assert "still alive" in out.stdout

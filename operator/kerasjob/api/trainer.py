@@ -177,7 +177,8 @@ class TrainerSpec(_Model):
         gt=0,
         description=(
             "No finished step for this long, after the first one, is treated as a silent "
-            "peer: the worker exits so the group restarts. When unset the trainer's default "
+            "peer: the worker exits so the group restarts (backend tensorflow: also no "
+            "first step this long after fit began). When unset the trainer's default "
             f"({TRAINER_DEFAULTS.stall_timeout_seconds:g}s)."
         ),
     )

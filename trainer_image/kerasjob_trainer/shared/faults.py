@@ -73,20 +73,30 @@ class Watchdog:
     """Exit PEER_LOST when no training step finishes for `timeout` seconds.
 
     Armed by the first `beat()` (tracing and the first collective can be slow), so it only
-    judges steady-state training. `pause()` while doing long local work (final save).
+    judges steady-state training; or earlier by `until_first_step`, with a timeout of its
+    own for the way to the first step. `pause()` while doing long local work (final save).
     """
 
     def __init__(self, timeout: float, poll: float = 1.0) -> None:
         self.timeout = timeout
         self._poll = poll
         self._last: float | None = None
+        #: The timeout until the first beat, when armed before it (`until_first_step`).
+        self._first: float | None = None
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="kerasjob-watchdog", daemon=True)
         self._thread.start()
 
+    def until_first_step(self, timeout: float) -> None:
+        """Armed from now (fit begins): no first step within `timeout` seconds is a lost peer
+        too (a group that formed and then trains nothing: a first collective waiting on a
+        task that is gone, which nothing else would ever end)."""
+        with self._lock:
+            self._last, self._first = time.monotonic(), timeout
+
     def beat(self) -> None:
         with self._lock:
-            self._last = time.monotonic()
+            self._last, self._first = time.monotonic(), None
 
     def pause(self) -> None:
         with self._lock:
@@ -96,11 +106,13 @@ class Watchdog:
         while True:
             time.sleep(self._poll)
             with self._lock:
-                last = self._last
-            if last is not None and time.monotonic() - last > self.timeout:
+                last, first = self._last, self._first
+            timeout = self.timeout if first is None else first
+            if last is not None and time.monotonic() - last > timeout:
+                what = "training step" if first is None else "first step since fit began"
                 hard_exit(
                     ExitCode.PEER_LOST,
-                    f"no training step for {self.timeout:.0f}s: a peer is silent; "
+                    f"no {what} for {timeout:.0f}s: a peer is silent; "
                     f"exiting {int(ExitCode.PEER_LOST)}",
                 )
 

@@ -103,6 +103,11 @@ class Session(Lifecycle):
             # "first" logs the local replica's own batch, the honest per-step figure.
             model.distribute_reduction_method = "first"
         self.peers.quiet_when(lambda: preemption.preemption_in_progress(model))
+        if self.ctx.identity.multi_process:
+            # From here (fit about to start: model and data made) to the first step, too,
+            # a silent peer must end the process: the peer monitor is armed only after the
+            # first step, and a first collective has no timeout of its own (`strategy`).
+            self.watchdog.until_first_step(self.config.stall_timeout_seconds)
         if self.config.deterministic and preemption.checkpoint_random_state(model):
             say("deterministic: the random layers' generator state is in every backup")
         # Before BackupAndRestore restores (on_train_begin): the running metrics' state is
