@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 # Trainer image variants `make images` builds (kind-e2e builds cpu and jax-cpu).
 IMAGE_VARIANTS ?= cpu gpu
 
-.PHONY: help deps venv lint fmt test test-unit test-trainer test-integration test-e2e test-gpu-image \
+.PHONY: help deps venv lint fmt test test-bench test-unit test-trainer test-integration test-e2e test-gpu-image \
         binaries cluster-up cluster-down cluster-env crds demo bench bench-scale bench-gang bench-tfjob bench-docs images \
         helm-lint kind-e2e clean docs docs-ref docs-serve
 
@@ -68,8 +68,13 @@ binaries: ## Build etcd, kube-*, kubectl, helm, kwok from the Go module proxy (c
 # tests/gpu_image reads the 6.3 GB gpu trainer image's archive: `make test-gpu-image` (opt-in).
 # Then the kind path (hack/kind/README.md): 5-12 min here, within CI's 90 min next to the rest.
 test: deps venv binaries lint ## Everything CI runs: lint, unit, trainer, integration and e2e tests, then kind-e2e
-	$(BIN)/pytest $(PYTEST_ARGS) tests --ignore=tests/gpu_image
+	$(BIN)/pytest $(PYTEST_ARGS) -m "not bench" tests --ignore=tests/gpu_image
 	hack/kind/e2e.sh
+
+# The benchmarks' quick modes (pytest marker `bench`): they check that bench/ does not rot
+# (each script runs and writes its JSON); figures come from `make bench`. Not in `make test`.
+test-bench: venv binaries ## The benchmarks' quick modes as smoke tests (pytest -m bench; not in make test)
+	$(BIN)/pytest $(PYTEST_ARGS) -m bench tests --ignore=tests/gpu_image
 
 test-unit: venv ## Unit tests (no cluster, no TensorFlow processes)
 	$(BIN)/pytest $(PYTEST_ARGS) tests/unit

@@ -2,7 +2,7 @@
 
 For a GPU machine that has CUDA and JAX but no TensorFlow and no network (hack/gpu/README.md
 says how to bring the project and a Keras wheel along). Runs on any JAX device, so it is
-also checked on CPU (`--quick`, in `make test`).
+also checked on CPU (`--quick`, in `make test-bench`).
 
     KERAS_BACKEND=jax python bench/keras3_device.py [--quick] [--out FILE]
 

@@ -23,7 +23,13 @@ import pytest
 from kerasjob_dev import localdeploy
 from kerasjob_dev.cluster import REPO_ROOT, Cluster
 
-pytestmark = [pytest.mark.cluster, pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [
+    pytest.mark.bench,  # make test-bench, not make test
+    pytest.mark.cluster,
+    pytest.mark.e2e,
+    pytest.mark.slow,
+    pytest.mark.timeout(900),
+]
 
 
 def test_recovery_bench_quick(

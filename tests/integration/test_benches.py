@@ -23,7 +23,12 @@ import pytest
 from kerasjob_dev import benchpage
 from kerasjob_dev.cluster import Cluster
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [
+    pytest.mark.bench,  # make test-bench, not make test
+    pytest.mark.cluster,
+    pytest.mark.slow,
+    pytest.mark.timeout(600),
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,7 +13,11 @@ import pytest
 
 from kerasjob_dev import benchpage
 
-pytestmark = [pytest.mark.tf, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.bench,  # make test-bench, not make test
+    pytest.mark.tf,
+    pytest.mark.slow,
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,7 +9,12 @@ import pytest
 
 from kerasjob_dev import benchpage, benchrun
 
-pytestmark = [pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [
+    pytest.mark.bench,  # make test-bench, not make test
+    pytest.mark.tf,
+    pytest.mark.slow,
+    pytest.mark.timeout(900),
+]
 
 
 def test_strategies_bench_quick(tmp_path: Path) -> None:

@@ -13,7 +13,12 @@ import pytest
 
 from kerasjob_dev import benchpage
 
-pytestmark = [pytest.mark.tf, pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [
+    pytest.mark.bench,  # make test-bench, not make test
+    pytest.mark.tf,
+    pytest.mark.slow,
+    pytest.mark.timeout(600),
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 
