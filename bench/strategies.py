@@ -4,13 +4,14 @@
     python bench/strategies.py --quick  # small sizes: checks that it runs (~3-4 min here)
 
 Real trainer processes on 127.0.0.1 (`kerasjob_dev.trainer_procs`, as in tests/trainer),
-mnist-mlp on the MNIST sample, batchSizePerReplica 64, CPU, a step line every 10 steps
-(the chief's; timed as this script sees it appear, polled every 20 ms):
+mnist-mlp (and for throughput mnist-cnn) on the MNIST sample, batchSizePerReplica 64, CPU, a
+step line every 10 steps (the chief's; timed as this script sees it appear, polled every 20 ms):
 
 - steps/s and examples/s of MultiWorkerMirroredStrategy with 2 workers (a step: both
   workers' batches, 128 examples) and of ParameterServerStrategy with a chief, 2 workers and
   1 ps (a step: one worker's batch, 64 examples): median over windows of WINDOW steps after
-  WARMUP steps;
+  WARMUP steps; for mnist-mlp (the JSON's top level) and each of OTHER_MODELS (mnist-cnn,
+  under "models"; not in --quick);
 - a parameter-server job through a worker's loss: steps/s before it, while worker 1 is gone
   (SIGKILLed, started again GONE_SECONDS later, as the operator re-creates a Pod) and after
   it is back (once its server serves, plus SETTLE_SECONDS);
@@ -42,11 +43,20 @@ WINDOW = 50
 STEPS = 1000
 GONE_SECONDS = 15.0
 SETTLE_SECONDS = 5.0
-PS_LOSSES = 3
+PS_LOSSES = 5
+#: Models measured for throughput besides mnist-mlp (the disruption runs use mnist-mlp).
+OTHER_MODELS: tuple[str, ...] = ("mnist-cnn",)
 SAVE_FREQ = 100
 #: The disruption runs' length: never reached (they stop once measured).
 ENDLESS = 100_000
-QUICK = {"WARMUP": 20, "WINDOW": 20, "STEPS": 300, "GONE_SECONDS": 5.0, "PS_LOSSES": 1}
+QUICK = {
+    "WARMUP": 20,
+    "WINDOW": 20,
+    "STEPS": 300,
+    "GONE_SECONDS": 5.0,
+    "PS_LOSSES": 1,
+    "OTHER_MODELS": (),
+}
 
 
 class Steps:
@@ -94,8 +104,9 @@ def windows(steps: Steps, first: int, last: int) -> list[float]:
     return rates
 
 
-def config(steps: int) -> dict[str, Any]:
+def config(steps: int, model: str = "mnist-mlp") -> dict[str, Any]:
     return {
+        "model": model,
         "epochs": 1,
         "stepsPerEpoch": steps,
         "saveFreq": SAVE_FREQ,
@@ -104,11 +115,11 @@ def config(steps: int) -> dict[str, Any]:
     }
 
 
-def throughput(tmp: Path, ps: bool) -> dict[str, Any]:
+def throughput(tmp: Path, ps: bool, model: str = "mnist-mlp") -> dict[str, Any]:
     from kerasjob_dev.trainer_procs import group
 
     kind = {"workers": 2, "chief": True, "ps": 1} if ps else {"workers": 2}
-    with group(tmp, config(STEPS), **kind) as g:
+    with group(tmp, config(STEPS, model), **kind) as g:
         steps = Steps(g.start()[0])
         steps.until(STEPS)
         rates = windows(steps, WARMUP, STEPS)
@@ -209,6 +220,15 @@ def main() -> int:
             "ps_worker_loss": worker_loss(tmp / "worker-loss"),
             "ps_loss": ps_loss(tmp / "ps-loss"),
         }
+        if OTHER_MODELS:
+            figures["models"] = {}
+        for model in OTHER_MODELS:
+            for part in ("mwms", "ps"):
+                (tmp / model / part).mkdir(parents=True)
+            figures["models"][model] = {
+                "mwms_2_workers": throughput(tmp / model / "mwms", ps=False, model=model),
+                "ps_2_workers_1_ps": throughput(tmp / model / "ps", ps=True, model=model),
+            }
     figures["run"] = benchrun.finish(stamp, started)
     print(json.dumps(figures, indent=1))
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -296,15 +296,20 @@ def render_strategies(r: dict[str, Any]) -> str:
     def rate(x: float | None) -> str:
         return _n(x) if x is not None else "-"
 
-    speed = _table(
-        ["strategy (mnist-mlp, CPU)", "steps/s", "examples/step", "examples/s"],
-        [
-            ["MultiWorkerMirroredStrategy, 2 workers", _n(mwms["steps_per_s"]),
-             str(mwms["examples_per_step"]), _n(mwms["examples_per_s"])],
-            ["ParameterServerStrategy, chief + 2 workers + 1 ps", _n(ps["steps_per_s"]),
-             str(ps["examples_per_step"]), _n(ps["examples_per_s"])],
-        ],
-    )  # fmt: skip
+    # mnist-mlp at the top level; the other models (the full run's mnist-cnn) under "models".
+    models = {"mnist-mlp": (mwms, ps)} | {
+        name: (m["mwms_2_workers"], m["ps_2_workers_1_ps"])
+        for name, m in (r.get("models") or {}).items()
+    }
+    rows = []
+    for name, (a, b) in models.items():
+        rows += [
+            [name, "MultiWorkerMirroredStrategy, 2 workers", _n(a["steps_per_s"]),
+             str(a["examples_per_step"]), _n(a["examples_per_s"])],
+            [name, "ParameterServerStrategy, chief + 2 workers + 1 ps", _n(b["steps_per_s"]),
+             str(b["examples_per_step"]), _n(b["examples_per_s"])],
+        ]  # fmt: skip
+    speed = _table(["model (CPU)", "strategy", "steps/s", "examples/step", "examples/s"], rows)
     disruption = _table(
         ["parameter servers", "figure"],
         [

@@ -121,3 +121,26 @@ def test_a_scale_run_from_before_the_survivors_exit_phase_says_not_run() -> None
     old = {k: v for k, v in LEVEL.items() if not k.startswith(("pods_", "disrupt_survivors"))}
     table = benchpage.render_scale({"run": RUN, "levels": [old]})
     assert "| 1,000 | 240.4 s | 73.0 s | not run | 20.2 s |" in table
+
+
+def test_strategies_renders_each_model_measured() -> None:
+    def speed(steps: float, per_step: int) -> dict[str, Any]:
+        return {"steps_per_s": steps, "examples_per_step": per_step, "examples_per_s": 0}
+
+    result = {
+        "run": RUN,
+        "mwms_2_workers": speed(29.0, 128),
+        "ps_2_workers_1_ps": speed(66.5, 64),
+        "models": {
+            "mnist-cnn": {"mwms_2_workers": speed(25.8, 128), "ps_2_workers_1_ps": speed(39.9, 64)}
+        },
+        "ps_worker_loss": {"before": 1.0, "during": None, "after": 2.0, "gone_s": 15.0},
+        "ps_loss": {"median_s": 21.0, "seconds_to_first_step": [21.0], "steps_redone": [50]},
+    }
+    page = benchpage.render_strategies(result)
+    assert "| mnist-mlp | MultiWorkerMirroredStrategy, 2 workers | 29.0 |" in page
+    assert "| mnist-cnn | ParameterServerStrategy, chief + 2 workers + 1 ps | 39.9 |" in page
+    # A result of a quick run (no "models") renders mnist-mlp alone.
+    assert "mnist-cnn" not in benchpage.render_strategies(
+        {k: v for k, v in result.items() if k != "models"}
+    )
