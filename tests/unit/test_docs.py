@@ -189,3 +189,14 @@ def test_page_renders_in_a_browser(site: Path, tmp_path: Path) -> None:
     assert differing > 0.01, f"screenshot nearly one colour: {differing:.2%} of pixels differ"
     # The theme's header colour (deep orange) is there: the stylesheet loaded from file://.
     assert sum(1 for p in pixels if p[0] > 200 and 60 < p[1] < 140 and p[2] < 110) > 1200 * 30
+
+
+def test_the_from_horovod_page_shows_the_shipped_script() -> None:
+    """docs/from-horovod.md shows the tf-keras port exactly as examples/from-horovod.yaml
+    ships it (the script tests/trainer/test_from_horovod.py runs)."""
+    import yaml
+
+    docs = [d for d in yaml.safe_load_all((ROOT / "examples" / "from-horovod.yaml").read_text())]
+    (cm,) = [d for d in docs if d and d["kind"] == "ConfigMap"]
+    page = (ROOT / "docs" / "from-horovod.md").read_text()
+    assert f"```python\n{cm['data']['train_tf_keras.py']}```" in page
