@@ -658,6 +658,42 @@ def test_a_service_deleted_while_its_create_is_answered_409_is_made_again() -> N
     run(scenario())
 
 
+def test_a_service_made_again_unplanned_gets_its_warning_too() -> None:
+    """Both deleted at once, the index showing only the policy's deletion: the plan makes the
+    policy again (its Warning planned) and its Service create makes the Service too (201, not
+    409). That one gets its Warning from the create's outcome: one event for each."""
+
+    async def scenario() -> None:
+        cluster = FakeCluster()
+        cluster.add_job(workers=2)
+        op = Operator(cluster, "a")
+        await settle(cluster, [op])
+        assert running(cluster)
+        await op.controller.events.drain()
+        cluster.delete_child("networkpolicies", "job")
+        op.sync()
+
+        def service_deleted_unseen(resource: str) -> None:
+            if resource == "networkpolicies":  # made first; the index still shows the Service
+                op.api.after_create = None
+                cluster.delete_child("services", "job")
+
+        op.api.after_create = service_deleted_unseen
+        await op.reconcile()
+        assert set(cluster.services) == {"job"} and set(cluster.network_policies) == {"job"}
+        await settle(cluster, [op])
+        await op.controller.events.drain()
+        recreated = sorted(
+            (e["type"], e["message"]) for e in cluster.events if e["reason"] == "ChildRecreated"
+        )
+        assert recreated == [
+            ("Warning", "NetworkPolicy ns/job was missing; re-created"),
+            ("Warning", "Service ns/job was missing; re-created"),
+        ]
+
+    run(scenario())
+
+
 def test_no_network_policy_when_switched_off() -> None:
     from dataclasses import replace
 

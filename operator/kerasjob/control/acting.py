@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kerasjob.config import OperatorConfig
@@ -99,9 +100,18 @@ Call = tuple[str | None, Any]
 """(the child a create makes, or None; the call, not awaited yet)"""
 
 
-async def act(
-    ctx: Acting, key: Key, seen: Observed, plan: Plan, actions: list[Action]
-) -> Rejection | None:
+@dataclass(frozen=True)
+class Acted:
+    """What carrying out a plan's actions came to."""
+
+    refused: Rejection | None = None
+    """A child the API server refused to create (kept for the next plan)."""
+    made_shared: tuple[str, ...] = ()
+    """The job's Service and NetworkPolicy kinds these creates made (not 409: they were
+    missing, whether or not the plan knew it)."""
+
+
+async def act(ctx: Acting, key: Key, seen: Observed, plan: Plan, actions: list[Action]) -> Acted:
     """Carry out the actions; a child the API server refused to create is returned (and
     kept for the next plan) instead of raised."""
     # What must exist before the Pods (the gang's PodGroup), and what each integration adds
@@ -119,7 +129,12 @@ async def act(
     first = sum(1 for name, _ in calls if name in (SERVICE, NETWORK_POLICY))
     results = await gather_limited([c for _, c in calls[:first]])
     results += await gather_limited([c for _, c in calls[first:]])
-    return _outcome(ctx, key, seen, calls, results, probes)
+    shared = tuple(
+        _SHARED_KINDS[name]
+        for (name, _), result in zip(calls, results, strict=True)
+        if name in _SHARED_KINDS and result is True
+    )
+    return Acted(_outcome(ctx, key, seen, calls, results, probes), shared)
 
 
 async def _call(

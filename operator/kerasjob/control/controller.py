@@ -49,6 +49,7 @@ from kerasjob.planner import reconcile as rc
 from kerasjob.planner.planning import Event, JobView
 from kerasjob.planner.podview import PodView
 from kerasjob.planner.rejection import Rejection
+from kerasjob.planner.running import recreated_unplanned
 from kerasjob.planner.status import merge_patch
 from kerasjob_contract.times import utcnow
 
@@ -367,7 +368,9 @@ class Controller:
         )
         if actions:
             log.debug("%s/%s: %s", *key, ", ".join(type(a).__name__ for a in actions))
-            refused = await self._act(key, seen, plan, actions)
+            acted = await self._act(key, seen, plan, actions)
+            self.post(seen.job, recreated_unplanned(seen.job, seen.status, acted.made_shared), now)
+            refused = acted.refused
             if refused is not None:  # plan again with it: fail the job, or show the wait
                 return 0.0 if refused.permanent else refused.retry_after
         delay = (
@@ -439,7 +442,7 @@ class Controller:
 
     async def _act(
         self, key: Key, seen: Observed, plan: planning.Plan, actions: list[planning.Action]
-    ) -> Rejection | None:
+    ) -> acting.Acted:
         return await acting.act(self, key, seen, plan, actions)
 
     # -- progress --------------------------------------------------------------------------

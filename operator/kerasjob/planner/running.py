@@ -9,12 +9,14 @@ elastic resizes (`elastic`).
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from datetime import timedelta
+from typing import Any
 
 from kerasjob.api import ConditionType, Reason
 from kerasjob.planner import accounting, conditions, elastic, finishing, restart_loop
 from kerasjob.planner import status as st
-from kerasjob.planner.planning import Action, CreatePod, CreateService, Task
+from kerasjob.planner.planning import Action, CreatePod, CreateService, Event, JobView, Task
 from kerasjob.planner.planstate import PlanState
 from kerasjob_contract.times import format_time, parse_time
 
@@ -191,11 +193,30 @@ def recreate_children(s: PlanState) -> None:
     if not any(isinstance(a, CreateService) for a in s.actions):
         s.actions.insert(0, CreateService())
     for kind in missing:
-        s.event(
-            "Warning",
-            Reason.CHILD_RECREATED.value,
-            f"{kind} {s.job.namespace}/{s.job.name} was missing; re-created",
-        )
+        s.events.append(child_recreated(s.job, kind))
+
+
+def recreated_unplanned(
+    job: JobView, status: Mapping[str, Any], made: Iterable[str]
+) -> list[Event]:
+    """The Warnings for the job's Service or NetworkPolicy that a create made although the
+    plan believed them present (`made`: the kinds the creates made; the index had not shown
+    their deletion yet, e.g. both deleted at once and the plan saw one gone). Only once the
+    job's children were first made, as `recreate_children`."""
+    if conditions.get_condition(status.get("conditions") or [], CREATED) is None:
+        return []
+    return [child_recreated(job, k) for k in made if k not in job.missing_children]
+
+
+def child_recreated(job: JobView, kind: str) -> Event:
+    """The Warning that the job's `kind` ("Service", "NetworkPolicy") was made again. Also
+    posted for one the plan believed present but its create made (the index had not shown
+    its deletion yet: `control.acting.Acted.made_shared`)."""
+    return Event(
+        "Warning",
+        Reason.CHILD_RECREATED.value,
+        f"{kind} {job.namespace}/{job.name} was missing; re-created",
+    )
 
 
 def readiness(s: PlanState, wanted: list[Task]) -> bool:
