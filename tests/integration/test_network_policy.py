@@ -125,12 +125,19 @@ def test_a_deleted_service_and_network_policy_come_back_with_a_warning(
         ) from e
     took = time.monotonic() - start
     assert not set(back.values()) & set(old.values())  # new objects, not the old ones
-    messages = wait_for(
-        lambda: _recreated(kube, namespace, "kept", 2),
-        timeout=30,
-        interval=0.2,
-        what="two ChildRecreated events",
-    )
+    try:
+        messages = wait_for(
+            lambda: _recreated(kube, namespace, "kept", 2),
+            timeout=30,
+            interval=0.2,
+            what="two ChildRecreated events",
+        )
+    except TimeoutError as e:
+        found = [(x.type, x.reason, x.message) for x in events_for(kube, namespace, "kept")]
+        raise AssertionError(
+            f"{e}; the job's events: {found}\nthe operator's log of {namespace}:\n"
+            + operator.log_lines(namespace)
+        ) from e
     assert messages == [
         ("Warning", f"NetworkPolicy {namespace}/kept was missing; re-created"),
         ("Warning", f"Service {namespace}/kept was missing; re-created"),

@@ -694,6 +694,46 @@ def test_a_service_made_again_unplanned_gets_its_warning_too() -> None:
     run(scenario())
 
 
+def test_the_replaced_services_late_delete_keeps_the_new_one_expected() -> None:
+    """As above, and then the old Service's DELETE is handled while the index does not show
+    the new one yet: that DELETE is of another incarnation (its UID), so the new Service
+    stays expected: no second create and no second Warning for it."""
+
+    async def scenario() -> None:
+        cluster = FakeCluster()
+        cluster.add_job(workers=2)
+        op = Operator(cluster, "a")
+        await settle(cluster, [op])
+        await op.controller.events.drain()
+        old_uid = cluster.services["job"]["metadata"]["uid"]
+        cluster.delete_child("networkpolicies", "job")
+        op.sync()
+
+        def service_deleted_unseen(resource: str) -> None:
+            if resource == "networkpolicies":
+                op.api.after_create = None
+                cluster.delete_child("services", "job")
+
+        op.api.after_create = service_deleted_unseen
+        await op.reconcile()
+        assert cluster.services["job"]["metadata"]["uid"] != old_uid  # made again
+        # The old one's DELETE, the new one not in the index yet.
+        op.services.replace({})
+        op.controller.child_changed(KEY, "Service", gone=True, uid=old_uid)
+        creates = op.api.calls.count("create services")
+        await op.reconcile()
+        assert op.api.calls.count("create services") == creates
+        await settle(cluster, [op])
+        await op.controller.events.drain()
+        recreated = [e["message"] for e in cluster.events if e["reason"] == "ChildRecreated"]
+        assert sorted(recreated) == [
+            "NetworkPolicy ns/job was missing; re-created",
+            "Service ns/job was missing; re-created",
+        ]
+
+    run(scenario())
+
+
 def test_no_network_policy_when_switched_off() -> None:
     from dataclasses import replace
 

@@ -85,7 +85,7 @@ async def probe_priority_class(ctx: Acting) -> str | None:
 
 
 def _uid(created: Any) -> str | None:
-    """The UID of a child just created (None: it existed already, or is not a Pod)."""
+    """The UID of a child just created (None: it existed already)."""
     if isinstance(created, Mapping):
         return (created.get("metadata") or {}).get("uid") or None
     return None
@@ -132,7 +132,7 @@ async def act(ctx: Acting, key: Key, seen: Observed, plan: Plan, actions: list[A
     shared = tuple(
         _SHARED_KINDS[name]
         for (name, _), result in zip(calls, results, strict=True)
-        if name in _SHARED_KINDS and result is True
+        if name in _SHARED_KINDS and isinstance(result, Mapping)
     )
     return Acted(_outcome(ctx, key, seen, calls, results, probes), shared)
 
@@ -161,12 +161,14 @@ async def _call(
         # The job's shared children: its Service and, unless switched off, the
         # NetworkPolicy that keeps its TF port to its own Pods (before any Pod).
         calls: list[Call] = []
+        # The created objects (None: 409, it exists), for their UIDs (`Expectations.seen`).
         if ctx.config.network_policy:
             policy = children.build_network_policy(model, metrics_from=ctx.config.metrics_from)
-            create = ctx.api.create(network_policy_path(ns), policy, "networkpolicies", strict=True)
+            path = network_policy_path(ns)
+            create = ctx.api.create_object(path, policy, "networkpolicies", strict=True)
             calls.append((NETWORK_POLICY, create))
         service = children.build_service(model)
-        create = ctx.api.create(service_path(ns), service, "services", strict=True)
+        create = ctx.api.create_object(service_path(ns), service, "services", strict=True)
         return [*calls, (SERVICE, create)]
     if isinstance(action, CreatePod):
         manifest = children.build_pod(
@@ -211,7 +213,7 @@ def _outcome(
             _probe_outcome(ctx, job.namespace, job.name, name, result)
             if isinstance(result, ApiError):
                 continue
-        if name in _SHARED_KINDS and result is False:
+        if name in _SHARED_KINDS and result is None:
             # It already exists (409): nothing was made, so nothing is expected. Expecting
             # it would hide its deletion if that came between the 409 and here: the DELETE
             # event would find no expectation to end, and the next plan would skip it.

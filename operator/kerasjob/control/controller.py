@@ -125,13 +125,16 @@ class Controller:
         self.ready.set()
         self.queue.add(key)
 
-    def child_changed(self, key: Key, kind: str, *, gone: bool = False) -> None:
-        """A watch event for job ``key``'s Service or NetworkPolicy (`SHARED_CHILDREN`).
-        Its deletion ends the expectation of one just made (else the index showing it
-        does: an ADDED event may be handled before the index holds the object, and the
-        reconcile it wakes would see it missing and make it, and say so, twice)."""
+    def child_changed(
+        self, key: Key, kind: str, *, gone: bool = False, uid: str | None = None
+    ) -> None:
+        """A watch event for job ``key``'s Service or NetworkPolicy (`SHARED_CHILDREN`),
+        incarnation ``uid``. Its deletion ends the expectation of one just made (else the
+        index showing it does: an ADDED event may be handled before the index holds the
+        object, and the reconcile it wakes would see it missing and make it, and say so,
+        twice) -- unless it is the DELETE of the one that the new one replaced."""
         if gone:
-            self.expectations.seen(key, SHARED_CHILDREN[kind])
+            self.expectations.seen(key, SHARED_CHILDREN[kind], uid)
         self.notify(key)
 
     def pod_changed(self, key: Key, pod_name: str, uid: str | None = None) -> None:

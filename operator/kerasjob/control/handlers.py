@@ -84,10 +84,10 @@ async def kerasjob_services(namespace: str | None, name: str, labels: Any, **_: 
 
 @kopf.on.event("services", labels={lbl.JOB_NAME: kopf.PRESENT})
 async def service_event(
-    namespace: str | None, labels: Any, type: str | None, memo: Any, **_: Any
+    namespace: str | None, labels: Any, type: str | None, uid: str | None, memo: Any, **_: Any
 ) -> None:
     key = (namespace or "", labels[lbl.JOB_NAME])
-    memo.controller.child_changed(key, "Service", gone=type == "DELETED")
+    memo.controller.child_changed(key, "Service", gone=type == "DELETED", uid=uid)
 
 
 def register_network_policies() -> None:
@@ -103,10 +103,15 @@ def register_network_policies() -> None:
 
     @kopf.on.event("networking.k8s.io", "v1", "networkpolicies", labels=labels)
     async def network_policy_event(
-        namespace: str | None, labels: Any, type: str | None, memo: Any, **_: Any
+        namespace: str | None,
+        labels: Any,
+        type: str | None,
+        uid: str | None,
+        memo: Any,
+        **_: Any,
     ) -> None:
         key = (namespace or "", labels[lbl.JOB_NAME])
-        memo.controller.child_changed(key, "NetworkPolicy", gone=type == "DELETED")
+        memo.controller.child_changed(key, "NetworkPolicy", gone=type == "DELETED", uid=uid)
 
 
 @kopf.on.event(API_GROUP, API_VERSION, PLURAL)
