@@ -192,11 +192,12 @@ def test_page_renders_in_a_browser(site: Path, tmp_path: Path) -> None:
 
 
 def test_the_from_horovod_page_shows_the_shipped_script() -> None:
-    """docs/from-horovod.md shows the tf-keras port exactly as examples/from-horovod.yaml
-    ships it (the script tests/trainer/test_from_horovod.py runs)."""
+    """docs/from-horovod.md shows both ports exactly as examples/from-horovod.yaml ships
+    them (the scripts tests/trainer/test_from_horovod.py runs)."""
     import yaml
 
     docs = [d for d in yaml.safe_load_all((ROOT / "examples" / "from-horovod.yaml").read_text())]
     (cm,) = [d for d in docs if d and d["kind"] == "ConfigMap"]
     page = (ROOT / "docs" / "from-horovod.md").read_text()
-    assert f"```python\n{cm['data']['train_tf_keras.py']}```" in page
+    for script in ("train_tf_keras.py", "train_keras3.py"):
+        assert f"```python\n{cm['data'][script]}```" in page, script
