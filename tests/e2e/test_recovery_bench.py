@@ -1,5 +1,5 @@
 """bench/recovery.py's quick mode runs on this session's real node (issue 26: every bench's
-quick mode runs in `make test`, so none rots unnoticed).
+quick mode runs in `make test-bench`, so none rots unnoticed).
 
 The bench is run as users run it, a subprocess of its own: it joins the local cluster this
 session holds (its lease keeps the cluster up for the session), loads the images the session
