@@ -1,7 +1,7 @@
 """Keras 3 on JAX vs tf-keras: throughput, disruption cost, start-up, image sizes.
 
     python bench/keras3.py          # (make bench) figures; bench/results/keras3.json
-    python bench/keras3.py --quick  # small sizes: checks that it runs
+    python bench/keras3.py --quick  # jax's recovery only (1 disruption): checks that it runs
 
 Every figure comes from real trainer processes (`python -m kerasjob_trainer`, the operator's
 environment, 127.0.0.1), as in tests/trainer:
@@ -17,6 +17,9 @@ environment, 127.0.0.1), as in tests/trainer:
   (framework import, cluster formed, restore, first step);
 - image sizes: the exported archives of `make images IMAGE_VARIANTS="cpu jax-cpu"`, where built.
 The machine's load average is recorded next to the figures.
+
+--quick measures jax's recovery only, one disruption (TensorFlow's recovery is measured by
+bench/trainer.py and bench/recovery.py): no throughput, no tensorflow row.
 """
 
 from __future__ import annotations
@@ -147,28 +150,28 @@ def image_sizes() -> dict[str, int]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small sizes: checks it runs")
+    parser.add_argument(
+        "--quick", action="store_true", help="jax's recovery only, 1 disruption: checks it runs"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     quick = args.quick
-    steps, warmup, window = (60, 10, 10) if quick else (400, 50, 50)
     count = 1 if quick else 5
     stamp = benchrun.stamp()
     began = time.monotonic()
     started = time.time()
     load = os.getloadavg()[0]
-    rates = [
-        throughput(m, n, steps, warmup, window)
-        for m in (("mnist-mlp",) if quick else ("mnist-mlp", "mnist-cnn"))
-        for n in (1, 2)
-    ]
+    # --quick: jax's recovery only (TensorFlow's: bench/trainer.py and bench/recovery.py).
+    models = () if quick else ("mnist-mlp", "mnist-cnn")
+    rates = [throughput(m, n, steps=400, warmup=50, window=50) for m in models for n in (1, 2)]
     for r in rates:
         print(
             f"jax {r['model']:10s} x{r['processes']}: {r['steps_per_s']:7.1f} steps/s "
             f"{r['samples_per_s']:7d} samples/s"
         )
     # Each generation trains ~1 s before its SIGTERM, and JAX agrees on the step ~1 s later.
-    recovery = [disruptions(b, count, 400 * (count + 1)) for b in ("jax", "tensorflow")]
+    backends = ("jax",) if quick else ("jax", "tensorflow")
+    recovery = [disruptions(b, count, 400 * (count + 1)) for b in backends]
     for r in recovery:
         print(
             f"{r['backend']:10s} disruption -> first resumed step: median "

@@ -1,7 +1,7 @@
 """All-reduce or parameter servers: what each trains per second, and what a disruption costs.
 
     python bench/strategies.py          # prints figures, writes bench/results/strategies.json
-    python bench/strategies.py --quick  # small sizes: checks that it runs (~3-4 min here)
+    python bench/strategies.py --quick  # mnist-mlp only, 200 steps: checks that it runs
 
 Real trainer processes on 127.0.0.1 (`kerasjob_dev.trainer_procs`, as in tests/trainer),
 mnist-mlp (and for throughput mnist-cnn) on the MNIST sample, batchSizePerReplica 64, CPU, a
@@ -52,7 +52,7 @@ ENDLESS = 100_000
 QUICK = {
     "WARMUP": 20,
     "WINDOW": 20,
-    "STEPS": 300,
+    "STEPS": 200,
     "GONE_SECONDS": 5.0,
     "PS_LOSSES": 1,
     "OTHER_MODELS": (),

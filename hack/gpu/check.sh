@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # On the GPU machine (CUDA + JAX installed, no TensorFlow, no network), from the repository
 # root with .whl/ carried along (hack/gpu/prepare.sh): the Keras 3 trainer on the GPU.
-#   1. the carried wheels into a private --target folder (no network, no venv: the machine's
+#   1. JAX sees a GPU (else it says so in one line and stops, before installing anything:
+#      CPU figures are not GPU figures);
+#   2. the carried wheels into a private --target folder (no network, no venv: the machine's
 #      own CUDA build of JAX is what runs, with Keras and our two packages on PYTHONPATH);
-#   2. JAX sees a GPU (else it says so and stops: CPU figures are not GPU figures);
 #   3. bench/keras3_device.py: MNIST CNN and a ResNet-style model, steps/s, backup overhead
 #      at saveFreq 100, save/restore seconds and a bit-exact restore check -> $OUT or
 #      bench/results/keras3_device.json.
@@ -17,12 +18,7 @@ cd "$(dirname "$0")/../.."
 python=${PYTHON:-python3}
 [ -d .whl ] || { echo "gpu check: no .whl/ (run hack/gpu/prepare.sh where PyPI is reachable)" >&2; exit 2; }
 "$python" -c "import jax" 2>/dev/null || { echo "gpu check: $python has no JAX" >&2; exit 2; }
-target=$(mktemp -d "${TMPDIR:-/tmp}/kerasjob-gpu-check.XXXXXX")
-trap 'rm -rf "$target"' EXIT
-"$python" -m pip install -q --no-index --no-deps --find-links .whl --target "$target" \
-  keras absl-py namex optree rich markdown-it-py mdurl pygments h5py kerasjob-contract \
-  kerasjob-trainer
-export PYTHONPATH="$target${PYTHONPATH:+:$PYTHONPATH}" KERAS_BACKEND=jax
+# The machine's own JAX alone (nothing installed yet): a GPU, or one line and exit 1.
 "$python" - <<'PY'
 import os, sys, jax
 gpus = [d for d in jax.devices() if d.platform == "gpu"]
@@ -31,6 +27,12 @@ if not gpus and os.environ.get("KERASJOB_GPU_CHECK_ALLOW_CPU") != "1":
     sys.exit("gpu check: JAX sees no GPU here (KERASJOB_GPU_CHECK_ALLOW_CPU=1 to try the script on CPU)")
 PY
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || true
+target=$(mktemp -d "${TMPDIR:-/tmp}/kerasjob-gpu-check.XXXXXX")
+trap 'rm -rf "$target"' EXIT
+"$python" -m pip install -q --no-index --no-deps --find-links .whl --target "$target" \
+  keras absl-py namex optree rich markdown-it-py mdurl pygments h5py kerasjob-contract \
+  kerasjob-trainer
+export PYTHONPATH="$target${PYTHONPATH:+:$PYTHONPATH}" KERAS_BACKEND=jax
 out=${OUT:+$OUT/keras3_device.json}
 "$python" bench/keras3_device.py ${out:+--out "$out"} "$@"
 # 4. a sharded model (ModelParallel over this machine's devices, one process): hack/gpu/sharded.py

@@ -20,10 +20,19 @@ pytestmark = [
 def test_strategies_bench_quick(tmp_path: Path) -> None:
     result = benchrun.run_quick("strategies.py", tmp_path / "strategies.json", timeout=900)
     assert result["quick"] and result["run"]["command"].startswith("python bench/strategies.py")
-    assert result["mwms_2_workers"]["steps_per_s"] > 0
-    assert result["ps_2_workers_1_ps"]["steps_per_s"] > 0
+    # --quick: mnist-mlp only (no "models"), 200 steps: 9 windows of 20 after 20 of warm-up
+    assert "models" not in result
+    for key, per_step in (("mwms_2_workers", 128), ("ps_2_workers_1_ps", 64)):
+        r = result[key]
+        assert r["windows"] == 9 and r["examples_per_step"] == per_step, r
+        assert r["steps_per_s"] > 0 and r["examples_per_s"] > 0, r
+        assert abs(r["examples_per_s"] - r["steps_per_s"] * per_step) <= per_step, r
     loss = result["ps_worker_loss"]
     assert loss["before"] and loss["during"] and loss["chief_restarts"] == 0
-    assert len(result["ps_loss"]["seconds_to_first_step"]) == 1
+    (seconds,) = result["ps_loss"]["seconds_to_first_step"]
+    assert seconds > 0 and result["ps_loss"]["median_s"] == seconds
+    (redone,) = result["ps_loss"]["steps_redone"]
+    assert redone >= 0  # from the last backup
     page = benchpage.render_strategies(result)
-    assert "| ParameterServerStrategy, chief + 2 workers + 1 ps |" in page
+    assert "| mnist-mlp | ParameterServerStrategy, chief + 2 workers + 1 ps |" in page
+    assert "mnist-cnn" not in page
