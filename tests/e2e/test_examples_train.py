@@ -1,7 +1,9 @@
 """Every example in examples/ that fits on CPUs, applied as a user applies it (`kubectl apply
 -f`), trains to Succeeded under the Helm-installed operator, in the trainer image, on the real
 node. The only thing the test provides is the ReadWriteMany claim the examples name
-(examples/checkpoint-pvc.yaml asks the cluster for it; here it is bound to a hostPath volume)."""
+(examples/checkpoint-pvc.yaml asks the cluster for it; here it is bound to a hostPath volume).
+The examples another e2e test already trains to Succeeded from the same file
+(TRAINED_ELSEWHERE) are not trained here again."""
 
 from __future__ import annotations
 
@@ -39,10 +41,25 @@ def _needs_gpu(docs: list[dict[str, Any]]) -> bool:
     )
 
 
+#: Examples another test in tests/e2e applies from the same file and trains to Succeeded
+#: (through a disruption): each with that test's file.
+TRAINED_ELSEWHERE = {
+    # test_the_sharded_keras_hub_lora_resumes_at_the_saved_step_after_an_eviction
+    "keras3-hub-lora.yaml": "test_sharded_training.py",
+    # test_keras3_jax_eviction_resumes_at_the_saved_step
+    "keras3-jax.yaml": "test_training.py",
+    # test_own_script_trains_through_an_eviction_via_the_sdk
+    "own-script.yaml": "test_sdk_own_script.py",
+    # test_a_worker_and_a_ps_deleted_the_job_trains_to_the_end
+    "parameter-server.yaml": "test_ps_training.py",
+}
+
 CPU_EXAMPLES = sorted(
     p.name
     for p in (REPO_ROOT / "examples").glob("*.yaml")
-    if any(d.get("kind") == "KerasJob" for d in _docs(p)) and not _needs_gpu(_docs(p))
+    if any(d.get("kind") == "KerasJob" for d in _docs(p))
+    and not _needs_gpu(_docs(p))
+    and p.name not in TRAINED_ELSEWHERE
 )
 
 
@@ -50,6 +67,11 @@ def test_the_cpu_examples_are_found() -> None:
     assert "mnist.yaml" in CPU_EXAMPLES and "user-code-configmap.yaml" in CPU_EXAMPLES
     assert "cifar10-gpu.yaml" not in CPU_EXAMPLES
     assert "gpu-dra.yaml" not in CPU_EXAMPLES
+    # Each example trained elsewhere exists and is named by the test that trains it.
+    for example, test in TRAINED_ELSEWHERE.items():
+        assert (REPO_ROOT / "examples" / example).exists(), example
+        assert f'"{example}"' in (Path(__file__).parent / test).read_text(), (example, test)
+        assert example not in CPU_EXAMPLES
     # By its DRA claims, not its image name alone.
     (dra_job,) = [
         d for d in _docs(REPO_ROOT / "examples" / "gpu-dra.yaml") if d.get("kind") == "KerasJob"
