@@ -27,8 +27,8 @@ from kerasjob_dev.synckube import pod_path
 
 pytestmark = [pytest.mark.cluster, pytest.mark.e2e, pytest.mark.slow]
 
-# Not the example's own name: test_examples_train runs examples/own-script.yaml in the same
-# namespace just before, and its Pods may still be terminating (garbage collection).
+# Not the example's own name: a user may have applied examples/own-script.yaml in the same
+# namespace, and its Pods may still be terminating (garbage collection).
 NAME, CLAIM = "own-sdk", "own-ckpt"
 # Longer than the example's 120 steps: those take ~10 s on a quiet machine, and the eviction
 # (after step 30 and the first scraped progress) once came only after the last step.
