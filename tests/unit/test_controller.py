@@ -593,6 +593,49 @@ def test_the_network_policy_is_created_with_the_service_before_any_pod() -> None
     run(scenario())
 
 
+#: Both children made again, a Warning naming each.
+BOTH_RECREATED = [
+    ("Warning", "NetworkPolicy ns/job was missing; re-created"),
+    ("Warning", "Service ns/job was missing; re-created"),
+]
+
+
+async def _recreated_warnings(op: Operator, cluster: FakeCluster) -> list[tuple[str, str]]:
+    """The ChildRecreated events posted so far (type, message), sorted."""
+    await op.controller.events.drain()
+    return sorted(
+        (e["type"], e["message"]) for e in cluster.events if e["reason"] == "ChildRecreated"
+    )
+
+
+async def _policy_deleted(cluster: FakeCluster) -> Operator:
+    """A running 2-worker job whose NetworkPolicy was just deleted (its DELETE delivered)."""
+    cluster.add_job(workers=2)
+    op = Operator(cluster, "a")
+    await settle(cluster, [op])
+    assert running(cluster)
+    assert await _recreated_warnings(op, cluster) == []
+    cluster.delete_child("networkpolicies", "job")
+    op.sync()
+    return op
+
+
+def _delete_service_after_create(
+    op: Operator, cluster: FakeCluster, resource: str, *, delivered: bool
+) -> None:
+    """Once the next create of ``resource`` is answered, the Service is deleted; its DELETE
+    event handled before the controller reads that answer (``delivered``), or not yet."""
+
+    def delete(created: str) -> None:
+        if created == resource and "job" in cluster.services:
+            op.api.after_create = None
+            cluster.delete_child("services", "job")
+            if delivered:
+                op.sync()
+
+    op.api.after_create = delete
+
+
 def test_a_deleted_service_and_network_policy_are_made_again_with_a_warning() -> None:
     async def scenario() -> None:
         cluster = FakeCluster()
@@ -600,8 +643,7 @@ def test_a_deleted_service_and_network_policy_are_made_again_with_a_warning() ->
         op = Operator(cluster, "a")
         await settle(cluster, [op])
         assert running(cluster)
-        await op.controller.events.drain()
-        assert not [e for e in cluster.events if e["reason"] == "ChildRecreated"]
+        assert await _recreated_warnings(op, cluster) == []
         made = op.api.calls.count("create services"), op.api.calls.count("create pods")
         cluster.delete_child("networkpolicies", "job")
         cluster.delete_child("services", "job")
@@ -611,14 +653,7 @@ def test_a_deleted_service_and_network_policy_are_made_again_with_a_warning() ->
         assert op.api.calls.count("create services") == made[0] + 1
         assert op.api.calls.count("create pods") == made[1]
         assert running(cluster) and cluster.restarts() == {"disruptions": 0, "failures": 0}
-        await op.controller.events.drain()
-        recreated = sorted(
-            (e["type"], e["message"]) for e in cluster.events if e["reason"] == "ChildRecreated"
-        )
-        assert recreated == [
-            ("Warning", "NetworkPolicy ns/job was missing; re-created"),
-            ("Warning", "Service ns/job was missing; re-created"),
-        ]
+        assert await _recreated_warnings(op, cluster) == BOTH_RECREATED
         # The index catching up later is no news: nothing more is made or said.
         await settle(cluster, [op])
         assert op.api.calls.count("create services") == made[0] + 1
@@ -635,20 +670,8 @@ def test_a_service_deleted_while_its_create_is_answered_409_is_made_again() -> N
 
     async def scenario() -> None:
         cluster = FakeCluster()
-        cluster.add_job(workers=2)
-        op = Operator(cluster, "a")
-        await settle(cluster, [op])
-        assert running(cluster)
-        cluster.delete_child("networkpolicies", "job")
-        op.sync()
-
-        def service_deleted_meanwhile(resource: str) -> None:
-            if resource == "services" and "job" in cluster.services:
-                op.api.after_create = None
-                cluster.delete_child("services", "job")
-                op.sync()  # its DELETE event, handled before the 409 is read
-
-        op.api.after_create = service_deleted_meanwhile
+        op = await _policy_deleted(cluster)
+        _delete_service_after_create(op, cluster, "services", delivered=True)
         await op.reconcile()
         assert "job" not in cluster.services and "job" in cluster.network_policies
         await settle(cluster, [op])
@@ -665,31 +688,13 @@ def test_a_service_made_again_unplanned_gets_its_warning_too() -> None:
 
     async def scenario() -> None:
         cluster = FakeCluster()
-        cluster.add_job(workers=2)
-        op = Operator(cluster, "a")
-        await settle(cluster, [op])
-        assert running(cluster)
-        await op.controller.events.drain()
-        cluster.delete_child("networkpolicies", "job")
-        op.sync()
-
-        def service_deleted_unseen(resource: str) -> None:
-            if resource == "networkpolicies":  # made first; the index still shows the Service
-                op.api.after_create = None
-                cluster.delete_child("services", "job")
-
-        op.api.after_create = service_deleted_unseen
+        op = await _policy_deleted(cluster)
+        # The policy is made first; the index still shows the Service.
+        _delete_service_after_create(op, cluster, "networkpolicies", delivered=False)
         await op.reconcile()
         assert set(cluster.services) == {"job"} and set(cluster.network_policies) == {"job"}
         await settle(cluster, [op])
-        await op.controller.events.drain()
-        recreated = sorted(
-            (e["type"], e["message"]) for e in cluster.events if e["reason"] == "ChildRecreated"
-        )
-        assert recreated == [
-            ("Warning", "NetworkPolicy ns/job was missing; re-created"),
-            ("Warning", "Service ns/job was missing; re-created"),
-        ]
+        assert await _recreated_warnings(op, cluster) == BOTH_RECREATED
 
     run(scenario())
 
@@ -701,20 +706,9 @@ def test_the_replaced_services_late_delete_keeps_the_new_one_expected() -> None:
 
     async def scenario() -> None:
         cluster = FakeCluster()
-        cluster.add_job(workers=2)
-        op = Operator(cluster, "a")
-        await settle(cluster, [op])
-        await op.controller.events.drain()
+        op = await _policy_deleted(cluster)
         old_uid = cluster.services["job"]["metadata"]["uid"]
-        cluster.delete_child("networkpolicies", "job")
-        op.sync()
-
-        def service_deleted_unseen(resource: str) -> None:
-            if resource == "networkpolicies":
-                op.api.after_create = None
-                cluster.delete_child("services", "job")
-
-        op.api.after_create = service_deleted_unseen
+        _delete_service_after_create(op, cluster, "networkpolicies", delivered=False)
         await op.reconcile()
         assert cluster.services["job"]["metadata"]["uid"] != old_uid  # made again
         # The old one's DELETE, the new one not in the index yet.
@@ -724,12 +718,7 @@ def test_the_replaced_services_late_delete_keeps_the_new_one_expected() -> None:
         await op.reconcile()
         assert op.api.calls.count("create services") == creates
         await settle(cluster, [op])
-        await op.controller.events.drain()
-        recreated = [e["message"] for e in cluster.events if e["reason"] == "ChildRecreated"]
-        assert sorted(recreated) == [
-            "NetworkPolicy ns/job was missing; re-created",
-            "Service ns/job was missing; re-created",
-        ]
+        assert await _recreated_warnings(op, cluster) == BOTH_RECREATED
 
     run(scenario())
 
