@@ -188,7 +188,7 @@ def recreate_children(s: PlanState) -> None:
     clean-up, a GitOps prune): made again, with a Warning event naming each. Not before the
     job's children were first made (condition Created in the stored status)."""
     missing = s.job.missing_children
-    if not missing or conditions.get_condition(s.old.get("conditions") or [], CREATED) is None:
+    if not missing or not _children_made_before(s.old):
         return
     if not any(isinstance(a, CreateService) for a in s.actions):
         s.actions.insert(0, CreateService())
@@ -203,9 +203,15 @@ def recreated_unplanned(
     plan believed them present (`made`: the kinds the creates made; the index had not shown
     their deletion yet, e.g. both deleted at once and the plan saw one gone). Only once the
     job's children were first made, as `recreate_children`."""
-    if conditions.get_condition(status.get("conditions") or [], CREATED) is None:
+    if not _children_made_before(status):
         return []
     return [child_recreated(job, k) for k in made if k not in job.missing_children]
+
+
+def _children_made_before(status: Mapping[str, Any]) -> bool:
+    """Whether the stored status says the job's children were first made (condition
+    Created): a Service or NetworkPolicy made after that was made again."""
+    return conditions.get_condition(status.get("conditions") or [], CREATED) is not None
 
 
 def child_recreated(job: JobView, kind: str) -> Event:
