@@ -91,18 +91,51 @@ def test_a_layout_that_shards_nothing_exits_78_naming_the_paths(tmp_path: Path) 
         assert not (g.ckpt / "backup").exists() or not any((g.ckpt / "backup").iterdir())
 
 
+MESH_2X4 = [{"name": "batch", "size": 2}, {"name": "model", "size": 4}]
+NOT_FIT = (
+    "kerasjob: invalid configuration: mesh batch=2 x model=4 needs 8 devices, but the "
+    "job has 2 process(es) x 2 device(s) = 4"
+)
+
+#: Process 1 reaches the mesh check 5 s after process 0 (which serves JAX's coordination
+#: service): process 0 must not take the service down under it before it finds the same.
+SLOW_PEER = """
+import time
+from kerasjob_trainer.runtimes.keras3 import mesh
+
+setup = mesh.Sharding.setup.__func__
+
+def slow(cls, *args, **kwargs):
+    import jax
+    if jax.process_index() == 1:
+        time.sleep(5)
+    return setup(cls, *args, **kwargs)
+
+mesh.Sharding.setup = classmethod(slow)
+from kerasjob_trainer.keras3 import session
+session.start()
+"""
+
+
 def test_a_mesh_that_does_not_fit_exits_78(tmp_path: Path) -> None:
-    config = {
-        "model": "mnist-mlp",
-        "mesh": [{"name": "batch", "size": 2}, {"name": "model", "size": 4}],
-    }
+    config = {"model": "mnist-mlp", "mesh": MESH_2X4}
     with group(tmp_path, config, backend="jax", env=TWO_DEVICES) as g:
         g.start()
         assert g.wait_all(TIMEOUT) == [78, 78], g.logs()
-        assert (
-            "kerasjob: invalid configuration: mesh batch=2 x model=4 needs 8 devices, but the "
-            "job has 2 process(es) x 2 device(s) = 4"
-        ) in g.trainers[0].text(), g.logs()
+        assert NOT_FIT in g.trainers[0].text(), g.logs()
+
+
+def test_every_process_exits_78_when_a_peer_reaches_the_check_late(tmp_path: Path) -> None:
+    """CI once saw [78, 43]: process 0 exited at its check while process 1 was still on its
+    way to the same one, and JAX's runtime aborted process 1 (a lost peer)."""
+    script = tmp_path / "slow_peer.py"
+    script.write_text(SLOW_PEER)
+    config = {"command": [sys.executable, str(script)], "mesh": MESH_2X4}
+    with group(tmp_path, config, backend="jax", env=TWO_DEVICES) as g:
+        g.start()
+        assert g.wait_all(TIMEOUT) == [78, 78], g.logs()
+        for t in g.trainers:
+            assert NOT_FIT in t.text(), g.logs()
 
 
 BUILTIN = {"model": "mnist-mlp", "epochs": 1, "stepsPerEpoch": 30, "saveFreq": 10, "seed": 7}
