@@ -149,8 +149,7 @@ class Lifecycle:
         assert elastic is not None
         global_batch = int(per_replica) * preferred
         if global_batch % now:
-            hard_exit(
-                ExitCode.INVALID_CONFIG,
+            self.exit_invalid(
                 f"elastic: the global batch {global_batch} ({per_replica} x {preferred} "
                 f"{unit}s at the preferred size) cannot be split evenly across the "
                 f"{now} {unit}s now in the job; choose a per-replica batch that "
@@ -246,6 +245,12 @@ class Lifecycle:
 
     def leave(self) -> None:
         """Leave the group (the runtime's; the teardown timer already runs)."""
+
+    def exit_invalid(self, message: str) -> NoReturn:
+        """Exit 78 for a configuration the group formed with but cannot train (one line
+        `kerasjob: invalid configuration: ...`); a runtime whose processes must leave
+        together first overrides it."""
+        hard_exit(ExitCode.INVALID_CONFIG, f"invalid configuration: {message}")
 
 
 def exit_after_teardown() -> None:

@@ -254,6 +254,9 @@ class Session(Lifecycle):
     def after_final_save(self) -> None:
         shutil.rmtree(os.path.join(self.checkpoint_dir, JAX_CACHE_SUBDIR), ignore_errors=True)
 
+    def exit_invalid(self, message: str) -> NoReturn:
+        exit_invalid(message)
+
     def leave(self) -> None:
         """Leave JAX's distributed runtime through its shutdown barrier (a process that
         simply left would make the others' clients abort)."""
