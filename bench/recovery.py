@@ -1,13 +1,15 @@
 """Recovery from repeated disruptions of one worker on the real node, per disruption.
 
     python bench/recovery.py [--disruptions 5] [--kinds sigterm,sigkill,evict,delete]
-                             [--backend tensorflow|jax] [--victim 1] [--workers 2]
+                             [--backend tensorflow|jax] [--victims 1] [--workers 2]
                                       # writes bench/results/recovery.json (--out)
     python bench/recovery.py --quick  # two disruptions: checks that it runs
 
 `--backend jax` runs examples/keras3-jax.yaml (Keras 3 on JAX) instead of examples/mnist.yaml;
-`--victim 0` disrupts worker 0 (the chief, JAX's coordinator) instead of worker 1; `--workers`
-sets the job's size. Below, "worker 1" is the victim and "worker 0" the survivors.
+`--victims 0` disrupts worker 0 (the chief, JAX's coordinator) instead of worker 1, and
+`--victims 0,1` alternates them in one run, so both see the same machine and their medians
+compare (the summary prints each victim's median and their ratio); `--workers` sets the job's
+size. Below, "worker 1" is the victim and "worker 0" the survivors.
 
 Everything as users run it: the local cluster with its real node (kubelet + containerd), the
 images built from this checkout, the operator installed by Helm, a 2-worker MNIST KerasJob
@@ -160,6 +162,29 @@ def kinds_of(text: str, n: int) -> list[str]:
     return [kinds[i % len(kinds)] for i in range(n)]
 
 
+def victims_of(text: str, workers: int, n: int) -> list[int]:
+    """`--victims 0,1`: n disruptions taking the workers in turn."""
+    try:
+        victims = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        victims = []
+    if not victims or any(not 0 <= v < workers for v in victims):
+        raise SystemExit(f"--victims: workers of 0..{workers - 1}, comma-separated, not {text!r}")
+    return [victims[i % len(victims)] for i in range(n)]
+
+
+def per_victim(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each victim's median disruption -> first new step, and worker 0's over worker 1's."""
+    medians = {
+        str(v): statistics.median(r["first_step_s"] for r in results if r["victim"] == v)
+        for v in sorted({r["victim"] for r in results})
+    }
+    out: dict[str, Any] = {"median_first_step_s_by_victim": medians}
+    if "0" in medians and "1" in medians:
+        out["victim0_over_victim1"] = round(medians["0"] / medians["1"], 2)
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--disruptions", type=int, default=5)
@@ -169,7 +194,9 @@ def main() -> int:
         help=f"disruptions to cycle through, of {', '.join(KINDS)} (default: all, in order)",
     )
     parser.add_argument("--backend", choices=("tensorflow", "jax"), default="tensorflow")
-    parser.add_argument("--victim", type=int, default=1, help="the worker disrupted (default 1)")
+    parser.add_argument(
+        "--victims", default="1", help="the workers disrupted, in turn (default 1; e.g. 0,1)"
+    )
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="two disruptions: checks it runs")
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -177,8 +204,7 @@ def main() -> int:
     if args.quick:
         args.disruptions = 2
     kinds = kinds_of(args.kinds, args.disruptions)
-    if not 0 <= args.victim < args.workers:
-        raise SystemExit(f"--victim: a worker of 0..{args.workers - 1}, not {args.victim}")
+    victims = victims_of(args.victims, args.workers, args.disruptions)
 
     cluster = LocalCluster(owner="bench", repo=ROOT)
     cluster.acquire()
@@ -208,16 +234,17 @@ def main() -> int:
         job["spec"].pop("ttlSecondsAfterFinished", None)
         job_path = f"/apis/kerasjob.dev/v1alpha1/namespaces/{NS}/kerasjobs"
         kube.request("POST", job_path, body=job)
-        # The chief prints the steps; the survivors must keep their Pods.
-        chief, victim = f"{JOB}-worker-0", f"{JOB}-worker-{args.victim}"
-        survivors = [f"{JOB}-worker-{i}" for i in range(args.workers) if i != args.victim]
+        chief = f"{JOB}-worker-0"  # it prints the steps
 
         def step() -> int:
             found = STEP.findall(log(kube, chief))
             return int(found[-1][0]) if found else 0
 
         resumed_at = wait(lambda: step() >= 60 and step(), 300, "the chief at step 60")
-        for i, kind in enumerate(kinds, 1):
+        for i, (kind, victim_index) in enumerate(zip(kinds, victims, strict=True), 1):
+            # The survivors must keep their Pods.
+            victim = f"{JOB}-worker-{victim_index}"
+            survivors = [f"{JOB}-worker-{n}" for n in range(args.workers) if n != victim_index]
             target = resumed_at + 40
             wait(lambda t=target: step() >= t, 300, f"the chief at step {target}")
             before = {p: identity(kube, p) for p in {chief, victim, *survivors}}
@@ -276,6 +303,7 @@ def main() -> int:
                 {
                     "disruption": i,
                     "kind": kind,
+                    "victim": victim_index,
                     "at_step": at_step,
                     "resumed_at": resumed_at,
                     "resumed_s": round(t_resumed, 2),
@@ -288,8 +316,9 @@ def main() -> int:
                 }
             )
             print(
-                f"disruption {i} ({kind} at step {at_step}): resumed at {resumed_at} "
-                f"after {t_resumed:.1f}s, first new step after {t_step:.1f}s; survivors "
+                f"disruption {i} ({kind} of worker {victim_index} at step {at_step}): "
+                f"resumed at {resumed_at} after {t_resumed:.1f}s, "
+                f"first new step after {t_step:.1f}s; survivors "
                 f"{'kept their Pods' if all(kept.values()) else f'changed: {kept}'}\n  "
                 + " ".join(f"{k}={v:.2f}s" for k, v in phases.items()),
                 flush=True,
@@ -317,6 +346,7 @@ def main() -> int:
             "last_over_first": round(last / first, 2),
             "chief_pod_kept_every_time": all(r["chief_pod_kept"] for r in results),
             "counted": counted,
+            **per_victim(results),
             "median_phases_s": {
                 k: round(statistics.median(r["phases_s"][k] for r in results), 2) for k in keys
             },
@@ -325,7 +355,9 @@ def main() -> int:
             f"median disruption -> first new step {summary['median_first_step_s']:.1f}s "
             f"(max {summary['max_first_step_s']:.1f}s); last/first "
             f"{summary['last_over_first']}; survivors kept their Pods every time: "
-            f"{summary['chief_pod_kept_every_time']}; counted {counted}; median phases: "
+            f"{summary['chief_pod_kept_every_time']}; counted {counted}; by victim: "
+            f"{summary['median_first_step_s_by_victim']} "
+            f"(worker 0 / worker 1: {summary.get('victim0_over_victim1', '-')}); median phases: "
             + " ".join(f"{k}={v:.2f}s" for k, v in summary["median_phases_s"].items())
         )
         args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -335,7 +367,7 @@ def main() -> int:
                     "machine": platform.node(),
                     "quick": args.quick,
                     "backend": args.backend,
-                    "victim": args.victim,
+                    "victims": sorted(set(victims)),
                     "workers": args.workers,
                     "disruptions": results,
                     **summary,

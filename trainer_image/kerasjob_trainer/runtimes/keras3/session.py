@@ -41,7 +41,7 @@ from kerasjob_contract import ExitCode
 from kerasjob_contract.trainer_config import ConfigError
 from kerasjob_trainer.core import lifecycle
 from kerasjob_trainer.core.lifecycle import Lifecycle
-from kerasjob_trainer.runtimes.keras3 import checkpoint, errors
+from kerasjob_trainer.runtimes.keras3 import checkpoint, errors, group
 from kerasjob_trainer.runtimes.keras3 import data as k3data
 from kerasjob_trainer.runtimes.keras3 import mesh as k3mesh
 from kerasjob_trainer.runtimes.keras3.callback import SIGTERM_SEEN, keras_callback
@@ -51,7 +51,7 @@ from kerasjob_trainer.runtimes.keras3.grain_input import (
     grain_source,
     workers_from_env,
 )
-from kerasjob_trainer.shared import faults, leader, startup
+from kerasjob_trainer.shared import faults, startup
 from kerasjob_trainer.shared.data import Indexed
 from kerasjob_trainer.shared.faults import hard_exit, say
 
@@ -315,24 +315,8 @@ def session_for(ctx: Context) -> Session:
     _compile_cache(jax, ctx.checkpoint_dir)
     identity = ctx.identity
     if identity.multi_process:
-        # Process 0 serves JAX's coordination service under its own name; the others connect
-        # to it. Both through gRPC with TensorFlow's 30 s re-resolution back-off: process 0
-        # first waits for its name to resolve to its own (new) address, the others for the
-        # service to accept connections (`leader.py`). Without it a re-created worker 0 cost
-        # 30 s in 4 of 5 container SIGTERMs on the real node.
-        leader.before_the_group_forms(
-            own=identity.coordinator if identity.is_chief else None,
-            leader=None if identity.is_chief else identity.coordinator,
-        )
-        try:
-            jax.distributed.initialize(
-                coordinator_address=identity.coordinator,
-                num_processes=identity.num_processes,
-                process_id=identity.process_id,
-                heartbeat_timeout_seconds=max(int(ctx.config.collective_timeout_seconds), 10),
-            )
-        except Exception as e:  # e.g. the coordinator went away while the group formed
-            faults.exit_for(e, ExitCode.PEER_LOST)
+        heartbeat = max(int(ctx.config.collective_timeout_seconds), 10)
+        group.form(jax, identity, ctx.checkpoint_dir, heartbeat)
     import keras
 
     if keras.backend.backend() != "jax":
