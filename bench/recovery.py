@@ -2,10 +2,13 @@
 
     python bench/recovery.py [--disruptions 5] [--kinds sigterm,sigkill,evict,delete]
                              [--backend tensorflow|jax] [--victims 1] [--workers 2]
+                             [--example keras3-hub-lora]
                                       # writes bench/results/recovery.json (--out)
     python bench/recovery.py --quick  # two disruptions: checks that it runs
 
 `--backend jax` runs examples/keras3-jax.yaml (Keras 3 on JAX) instead of examples/mnist.yaml;
+`--example keras3-hub-lora` runs that file of examples/ instead (there: the sharded KerasHub
+fine-tune, ModelParallel over 2 Pods x 2 devices; its backend is the file's);
 `--victims 0` disrupts worker 0 (the chief, JAX's coordinator) instead of worker 1, and
 `--victims 0,1` alternates them in one run, so both see the same machine and their medians
 compare (the summary prints each victim's median and their ratio); `--workers` sets the job's
@@ -162,6 +165,12 @@ def kinds_of(text: str, n: int) -> list[str]:
     return [kinds[i % len(kinds)] for i in range(n)]
 
 
+def example_file(args: argparse.Namespace) -> str:
+    if args.example:
+        return f"{args.example}.yaml"
+    return "keras3-jax.yaml" if args.backend == "jax" else "mnist.yaml"
+
+
 def victims_of(text: str, workers: int, n: int) -> list[int]:
     """`--victims 0,1`: n disruptions taking the workers in turn."""
     try:
@@ -198,6 +207,9 @@ def main() -> int:
         "--victims", default="1", help="the workers disrupted, in turn (default 1; e.g. 0,1)"
     )
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--example", help="a file of examples/ to run, without .yaml (default: by --backend)"
+    )
     parser.add_argument("--quick", action="store_true", help="two disruptions: checks it runs")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
@@ -225,8 +237,8 @@ def main() -> int:
         )
         ckpt = Path(os.environ.get("KERASJOB_RUN") or ROOT / ".run") / "bench" / "ckpt"
         pv = localdeploy.shared_claim(kube, NS, "ckpt", ckpt)
-        example = "keras3-jax.yaml" if args.backend == "jax" else "mnist.yaml"
-        job = yaml.safe_load((ROOT / "examples" / example).read_text())
+        job = yaml.safe_load((ROOT / "examples" / example_file(args)).read_text())
+        args.backend = job["spec"]["trainer"].get("backend", "tensorflow")
         job["metadata"]["name"] = JOB
         job["spec"]["workers"] = args.workers
         job["spec"]["checkpoint"]["volume"] = {"persistentVolumeClaim": {"claimName": "ckpt"}}
@@ -367,6 +379,7 @@ def main() -> int:
                     "machine": platform.node(),
                     "quick": args.quick,
                     "backend": args.backend,
+                    "example": example_file(args),
                     "victims": sorted(set(victims)),
                     "workers": args.workers,
                     "disruptions": results,
