@@ -115,6 +115,7 @@ bench: venv binaries ## Benchmarks: print figures, write JSON to bench/results/
 	$(BIN)/python bench/strategies.py
 	$(BIN)/python bench/keras3.py
 	$(BIN)/python bench/keras3_orbax.py
+	$(BIN)/python bench/keras3_mesh.py
 	# one accelerator's figures: full size on a GPU (hack/gpu/check.sh); here, CPU: quick sizes
 	$(BIN)/python bench/keras3_device.py --quick
 

@@ -3,9 +3,9 @@
     python bench/keras3_orbax.py [--quick] [--out FILE]      (make bench)
 
 One process, KERAS_BACKEND=jax, the default CPU device:
-- **overhead**: per model (the built-in mnist-mlp; `transformer`: a ~110 M-parameter
-  decoder, vocab 16,000, d_model 768, 12 blocks, batch 1 x 16 tokens) `model.fit` runs
-  windows of steps with no backup, with an Orbax backup every SAVE_EVERY steps
+- **overhead**: per model (the built-in mnist-mlp; `transformer`, kerasjob_dev.benchmodels':
+  a ~110 M-parameter decoder, vocab 16,000, d_model 768, 12 blocks, batch 1 x 16 tokens)
+  `model.fit` runs windows of steps with no backup, with an Orbax backup every SAVE_EVERY steps
   (`checkpoint.Backups`, async: the trainer's own), and with the trainer's former backup (one
   npz written by process 0, fsync'd and renamed: `npz_save` below, as it was). The cost of
   one backup is the window's time minus as many steps at the no-backup window's mean step
@@ -38,27 +38,6 @@ os.environ.setdefault("KERAS_BACKEND", "jax")
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "keras3_orbax.json"
 SAVE_EVERY = 10
-
-
-def transformer(vocab: int, width: int, blocks: int, heads: int) -> Any:
-    import keras
-    from keras import layers
-
-    tokens = keras.Input((None,), dtype="int32")
-    x = layers.Embedding(vocab, width)(tokens)
-    for _ in range(blocks):
-        y = layers.LayerNormalization()(x)
-        y = layers.MultiHeadAttention(heads, width // heads)(y, y, use_causal_mask=True)
-        x = layers.Add()([x, y])
-        y = layers.LayerNormalization()(x)
-        y = layers.Dense(width * 4, activation="gelu")(y)
-        x = layers.Add()([x, layers.Dense(width)(y)])
-    model = keras.Model(tokens, layers.Dense(vocab)(layers.LayerNormalization()(x)))
-    model.compile(
-        optimizer="adam",
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-    )
-    return model
 
 
 def npz_save(directory: str, model: Any) -> None:
@@ -207,6 +186,7 @@ def main() -> int:
 
     sys.path.insert(0, str(ROOT / "dev"))
     from kerasjob_dev import benchrun
+    from kerasjob_dev.benchmodels import transformer
     from kerasjob_trainer.runtimes.keras3.models import builtin
 
     run = benchrun.stamp()

@@ -66,6 +66,41 @@ def test_keras3_orbax_bench_quick(tmp_path: Path) -> None:
     assert result["run"]["cpus"] >= 1
 
 
+def test_keras3_mesh_bench_quick(tmp_path: Path) -> None:
+    result = _quick("keras3_mesh.py", tmp_path / "keras3_mesh.json")
+    sizes, rows = result["sizes"], result["meshes"]
+    assert result["quick"] and result["processes"] == 2 and result["devices_per_process"] == 2
+    assert [(r["mesh"], r["batch"], r["model"]) for r in rows] == [
+        ("4x1", 4, 1),
+        ("2x2", 2, 2),
+        ("1x4", 1, 4),
+    ]
+    # the layout shards 6 kernels per block, the embedding and the head; nothing on 4x1
+    layout = 6 * sizes["blocks"] + 2
+    assert [r["sharded_variables"] for r in rows] == [0, layout, layout]
+    # each process feeds its devices' rows of the same global batch (all of it on 1x4)
+    half = sizes["global_batch"] // 2
+    assert [r["local_batch"] for r in rows] == [[half, half], [half, half], [2 * half] * 2]
+    windows = sizes["windows"] * sizes["rounds"]
+    for r in rows:
+        assert r["step_s"] > 0 and len(r["window_steps_per_s"]) == windows, r
+        assert len(r["round_steps_per_s"]) == len(r["loadavg_1min_before"]) == sizes["rounds"]
+        assert r["steps_per_s"] == pytest.approx(1 / r["step_s"], rel=0.01), r
+        assert r["examples_per_s"] == pytest.approx(
+            sizes["global_batch"] * r["steps_per_s"], rel=0.01
+        ), r
+        assert r["vs_4x1"] == pytest.approx(r["steps_per_s"] / rows[0]["steps_per_s"], rel=0.01)
+        assert len(r["peak_rss_mib"]) == 2 and all(m > 0 for m in r["peak_rss_mib"]), r
+        # the same model, initial weights and batches: a mesh changes the layout, not the maths
+        for key in ("loss_first", "loss_last"):
+            assert r[key] == pytest.approx([rows[0][key][0]] * sizes["rounds"], rel=1e-3), r
+    assert rows[0]["vs_4x1"] == 1.0
+    assert result["jax"] and result["keras"].startswith("3.")
+    run = result["run"]
+    assert run["cpus"] >= 1 and len(run["loadavg_start"]) == len(run["loadavg_end"]) == 3
+    assert run["wall_s"] > 0
+
+
 def test_gpu_check_runs_on_cpu_in_its_dry_mode(tmp_path: Path) -> None:
     """hack/gpu/prepare.sh + check.sh as on a GPU machine (wheels from .whl/, no network, the
     interpreter's own JAX), here on CPU (KERASJOB_GPU_CHECK_ALLOW_CPU=1) at quick sizes."""
