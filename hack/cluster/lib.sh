@@ -81,9 +81,15 @@ COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
 ADDON_COMPONENTS=(kueue)
 # The real node's processes (node.sh starts and stops them; down.sh also finds strays).
 NODE_COMPONENTS=(containerd kubelet kube-proxy coredns)
-# Binaries build.sh produces.
-BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl helm kwok kwokctl
-          kubelet kube-proxy containerd containerd-shim-runc-v2 ctr coredns)
+# Binaries build.sh produces, in nested sets (hack/cluster/build.sh [demo|all]):
+# the cluster's: what up.sh and node.sh run or call (the control plane, kwok, kubectl, the real
+# node's containerd, kubelet, kube-proxy, CoreDNS); the demo's: the cluster's and helm
+# (dev/kerasjob_dev/demo.py installs the chart with it), all `make demo` builds; all: the
+# demo's and kwokctl, what `make binaries` (make test, the benchmarks) builds.
+CLUSTER_BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok
+                  kubelet kube-proxy containerd containerd-shim-runc-v2 ctr coredns)
+DEMO_BINARIES=("${CLUSTER_BINARIES[@]}" helm)
+BINARIES=("${DEMO_BINARIES[@]}" kwokctl)
 
 die() { echo "$(basename "$0"): $*" >&2; exit 1; }
 log() { echo "$(basename "$0"): $*" >&2; }
@@ -113,12 +119,41 @@ CONTAINERD_VERSION="$(pinned_version containerd github.com/containerd/containerd
 COREDNS_VERSION="$(pinned_version coredns github.com/coredns/coredns)"
 
 # The binary directory is keyed by the Kubernetes version and a hash of every pin
-# (go.mod + go.sum of the wrapper modules) and of the build recipe revision, so changing
-# any pin builds into a fresh directory and old ones stay usable until removed.
-BUILD_RECIPE_REV=1
+# (go.mod + go.sum of the wrapper modules), of their Go files (tools.go, CoreDNS's main
+# package with its plugin list) and of the build recipe revision, so changing any of them
+# builds into a fresh directory and old ones stay usable until removed.
+# Recipe 2: CoreDNS with our plugins only; a complete set marked per set (build.sh).
+BUILD_RECIPE_REV=2
 pin_hash() {
-  { echo "recipe=$BUILD_RECIPE_REV"; cat "$GOMOD_DIR"/*/go.mod "$GOMOD_DIR"/*/go.sum; } \
-    | sha256sum | cut -c1-12
+  local f
+  {
+    echo "recipe=$BUILD_RECIPE_REV"
+    cat "$GOMOD_DIR"/*/go.mod "$GOMOD_DIR"/*/go.sum
+    while IFS= read -r f; do echo "${f#"$GOMOD_DIR"/}"; cat "$f"; done \
+      < <(find "$GOMOD_DIR" -name '*.go' | LC_ALL=C sort)
+  } | sha256sum | cut -c1-12
+}
+
+# node_corefile BIND PORT HEALTH_PORT READY_PORT KUBECONFIG: the real node's Corefile (node.sh
+# runs CoreDNS with it; build.sh's sanity check serves it on loopback). CoreDNS is built with
+# the plugins it and kubeadm's Corefile (the kind node) name only: a directive added here must
+# be added to gomod/coredns/coredns/main.go too (tests/unit/test_coredns_plugins.py).
+node_corefile() {
+  cat <<EOF
+.:$2 {
+    bind $1
+    errors
+    health 127.0.0.1:$3
+    ready 127.0.0.1:$4
+    kubernetes cluster.local in-addr.arpa ip6.arpa {
+        kubeconfig $5 local
+        pods insecure
+        fallthrough in-addr.arpa ip6.arpa
+        ttl 5
+    }
+    cache 5
+}
+EOF
 }
 bin_dir() {
   if [ -n "${KERASJOB_BIN_DIR:-}" ]; then echo "$KERASJOB_BIN_DIR"; return; fi

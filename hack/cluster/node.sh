@@ -232,21 +232,8 @@ iptables: {localhostNodePorts: false, masqueradeAll: false, syncPeriod: 30s, min
 conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
 EOF
 
-  cat > "$NODE_DIR/Corefile" <<EOF
-.:$COREDNS_PORT {
-    bind $NODE_IP
-    errors
-    health 127.0.0.1:$COREDNS_HEALTH_PORT
-    ready 127.0.0.1:$COREDNS_READY_PORT
-    kubernetes cluster.local in-addr.arpa ip6.arpa {
-        kubeconfig $NODE_DIR/coredns.kubeconfig local
-        pods insecure
-        fallthrough in-addr.arpa ip6.arpa
-        ttl 5
-    }
-    cache 5
-}
-EOF
+  node_corefile "$NODE_IP" "$COREDNS_PORT" "$COREDNS_HEALTH_PORT" "$COREDNS_READY_PORT" \
+    "$NODE_DIR/coredns.kubeconfig" > "$NODE_DIR/Corefile"
 }
 
 # The cgroup root the kubelet puts Pods under must exist (with cpus/mems for cpuset).

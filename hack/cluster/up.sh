@@ -43,7 +43,7 @@ if [ "${1:-}" = --check ]; then  # exit 0 when up and healthy, 1 otherwise; no o
   exit
 fi
 [ -z "${1:-}" ] || die "unknown argument '$1' (usage: up.sh [--check])"
-for b in "${BINARIES[@]}"; do
+for b in "${CLUSTER_BINARIES[@]}"; do
   [ -x "$BIN/$b" ] || die "missing $BIN/$b: run 'make binaries' (hack/cluster/build.sh) first"
 done
 command -v openssl >/dev/null || die "openssl not found: apt-get install openssl"
