@@ -10,7 +10,7 @@ reads it with the trainer's `identity.parse_identity`, joins `jax.distributed.in
 the trainer does, and sets the mesh up with the trainer's own code (`mesh.Sharding.setup`:
 `check_fits`, `device_mesh`, `process_grid`, `data_shard`, `model_parallel`; then `shard`
 with the layout). The model is kerasjob_dev.benchmodels' `transformer` (vocab 8,192,
-d_model 256, 4 blocks of 8 heads, 64 tokens; ~7.5 M parameters), its layout
+d_model 256, 4 blocks of 8 heads, 64 tokens; 7.4 M parameters), its layout
 `transformer_layout` (embedding, attention, MLP and head kernels on the `model` axis); every
 process checks with `mesh.sharded_paths` that exactly the variables the layout names are
 sharded (none on 4x1, whose model axis has size 1) and exits 1 otherwise.
@@ -92,7 +92,7 @@ def worker(shape: tuple[int, int], sizes: Sizes, result: Path) -> None:
 
     identity = parse_identity()
     # As in the jax image, which has no TensorFlow: Keras would load this venv's
-    # (set_random_seed seeds it when it can import it), ~400 MiB more RSS per process.
+    # (set_random_seed seeds it when it can import it), ~350 MiB more RSS per process.
     sys.modules.setdefault("tensorflow", None)  # type: ignore[arg-type]
     import jax
 
