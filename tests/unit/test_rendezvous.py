@@ -101,11 +101,51 @@ def test_the_others_take_the_fresh_published_address_that_accepts(
 
 
 def test_a_published_address_that_refuses_is_not_taken(tmp_path: Path, server: int) -> None:
-    """The predecessor's address (its Pod gone) in a file still fresh: the name is taken once
-    it accepts, never the dead address."""
-    (tmp_path / rendezvous.FILE).write_text(json.dumps({"address": "127.0.0.3:1"}))
-    got = rendezvous.find_leader(str(tmp_path), f"{OWN}:{server}", deadline=5)
+    """The predecessor's address (its Pod gone) in a file still fresh: never taken; the
+    successor's, once it publishes, is."""
+    path = tmp_path / rendezvous.FILE
+    path.write_text(json.dumps({"address": "127.0.0.3:1"}))
+    reads: list[str | None] = []
+
+    def read(directory: str) -> str | None:
+        reads.append(rendezvous.read_fresh(directory))
+        if len(reads) == 5:  # the successor publishes
+            path.write_text(json.dumps({"address": f"{OWN}:{server}"}))
+        return reads[-1]
+
+    got = rendezvous.find_leader(str(tmp_path), "worker-0.job:1234", read=read, deadline=10)
     assert got == f"{OWN}:{server}"
+    assert reads[:5] == ["127.0.0.3:1"] * 5
+
+
+def test_with_no_fresh_file_the_name_is_taken_once_it_accepts(tmp_path: Path, server: int) -> None:
+    path = tmp_path / rendezvous.FILE
+    path.write_text(json.dumps({"address": "127.0.0.3:1"}))
+    _age(path, rendezvous.FRESH_SECONDS + 1)  # a group formed long ago
+    assert rendezvous.find_leader(str(tmp_path), f"{OWN}:{server}", deadline=5) == (
+        f"{OWN}:{server}"
+    )
+
+
+def test_while_the_file_is_fresh_the_name_is_not_tried(tmp_path: Path) -> None:
+    """The name may still resolve to the predecessor's address: a connect that times out."""
+    probed: list[str] = []
+    now = [0.0]
+
+    def probe(host: str, port: int, timeout: float) -> bool:
+        probed.append(host)
+        return False
+
+    rendezvous.find_leader(
+        str(tmp_path),
+        "worker-0.job:1234",
+        deadline=1,
+        probe=probe,
+        read=lambda directory: "10.0.0.9:1234",
+        clock=lambda: now[0],
+        sleep=lambda s: now.__setitem__(0, now[0] + s),
+    )
+    assert set(probed) == {"10.0.0.9"}
 
 
 def test_the_wait_ends_with_the_name_after_the_deadline(

@@ -14,8 +14,11 @@ publishes its own address in `<checkpoint dir>/coordinator.json` before its grou
 and touches the file every TOUCH_SECONDS until the group has formed (`Published`); its own
 client reaches its service through the loopback interface. The other processes take the
 published address when the file was touched in the last FRESH_SECONDS (by a process 0
-forming a group now, not a predecessor whose group formed long ago) and the address
-accepts a TCP connection; else the name, once it accepts one, as before (`find_leader`).
+forming a group now, not a predecessor whose group formed long ago) once the address
+accepts a TCP connection; with no fresh file, the name once it accepts one, as before
+(`find_leader`). While the file is fresh the name is not tried: it may still resolve to
+the predecessor's address, whose connects only time out (0.5 s a try slowed every look at
+the file when worker 0 was lost).
 Anything that goes wrong with the file (no shared volume, no own address, a read-only
 directory) leaves the name-based path exactly as it was.
 """
@@ -123,24 +126,28 @@ def find_leader(
     *,
     deadline: float = 60.0,
     interval: float = 0.1,
-    connect_timeout: float = 0.5,
+    connect_timeout: float = 0.2,
     probe: Callable[[str, int, float], bool] = listening,
     read: Callable[[str], str | None] = read_fresh,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> str:
-    """The coordinator's address to form the group with: the published one (fresh, and
-    accepting a connection), else `name` once it accepts one; `name` after `deadline`
-    seconds (a warning: the group then forms as it can)."""
+    """The coordinator's address to form the group with: the published one once it accepts
+    a connection while the file is fresh, else (no fresh file) `name` once it accepts one;
+    `name` after `deadline` seconds (a warning: the group then forms as it can). A connect
+    inside a cluster answers in well under `connect_timeout`; a dead address never does."""
     start = clock()
     while True:
         published = read(directory)
-        if published is not None and probe(*_split(published), connect_timeout):
-            waited = round(clock() - start, 2)
-            if waited >= 1:
-                say(f"the coordinator published at {published} accepted after {waited}s")
-            return published
-        if probe(*_split(name), connect_timeout):
+        if published is not None:
+            # A process 0 is forming a group now: wait for it, not for the name (which may
+            # still resolve to a predecessor's address: a connect that only times out).
+            if probe(*_split(published), connect_timeout):
+                waited = round(clock() - start, 2)
+                if waited >= 1:
+                    say(f"the coordinator published at {published} accepted after {waited}s")
+                return published
+        elif probe(*_split(name), connect_timeout):
             return name
         if clock() - start >= deadline:
             say(
