@@ -15,10 +15,13 @@ and touches the file every TOUCH_SECONDS until the group has formed (`Published`
 client reaches its service through the loopback interface. The other processes take the
 published address when the file was touched in the last FRESH_SECONDS (by a process 0
 forming a group now, not a predecessor whose group formed long ago) once the address
-accepts a TCP connection; with no fresh file, the name once it accepts one, as before
-(`find_leader`). While the file is fresh the name is not tried: it may still resolve to
-the predecessor's address, whose connects only time out (0.5 s a try slowed every look at
-the file when worker 0 was lost).
+accepts a TCP connection (`find_leader`). Once process 0 has published, the name is never
+tried again: it may still resolve to the predecessor's address, whose connects only time
+out (0.5 s a try slowed every look at the file when worker 0 was lost), and a lookup can
+itself stall for the resolver's 5 s retry (a dropped UDP answer: 2 group formations in 10
+took 5.6-7.2 s here while the others took 0.5 s). Where process 0 has never published (no
+file: the job's first group, or one that cannot publish), the name once it accepts a
+connection, as before.
 Anything that goes wrong with the file (no shared volume, no own address, a read-only
 directory) leaves the name-based path exactly as it was.
 """
@@ -120,6 +123,12 @@ def read_fresh(
     return str(address)
 
 
+def _ever_published(directory: str) -> bool:
+    """Whether this job's process 0 published (a file there, fresh or not): else it is the
+    job's first group, or one whose process 0 cannot publish."""
+    return os.path.exists(os.path.join(directory, FILE))
+
+
 def find_leader(
     directory: str,
     name: str,
@@ -133,21 +142,20 @@ def find_leader(
     sleep: Callable[[float], None] = time.sleep,
 ) -> str:
     """The coordinator's address to form the group with: the published one once it accepts
-    a connection while the file is fresh, else (no fresh file) `name` once it accepts one;
-    `name` after `deadline` seconds (a warning: the group then forms as it can). A connect
-    inside a cluster answers in well under `connect_timeout`; a dead address never does."""
+    a connection while the file is fresh; where process 0 has never published (no file),
+    `name` once it accepts one; `name` after `deadline` seconds (a warning: the group then
+    forms as it can). A connect inside a cluster answers in well under `connect_timeout`; a
+    dead address never does."""
     start = clock()
     while True:
         published = read(directory)
         if published is not None:
-            # A process 0 is forming a group now: wait for it, not for the name (which may
-            # still resolve to a predecessor's address: a connect that only times out).
             if probe(*_split(published), connect_timeout):
                 waited = round(clock() - start, 2)
                 if waited >= 1:
                     say(f"the coordinator published at {published} accepted after {waited}s")
                 return published
-        elif probe(*_split(name), connect_timeout):
+        elif not _ever_published(directory) and probe(*_split(name), connect_timeout):
             return name
         if clock() - start >= deadline:
             say(

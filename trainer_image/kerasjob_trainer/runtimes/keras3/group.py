@@ -39,6 +39,9 @@ def form(jax: Any, identity: Identity, directory: str, heartbeat_seconds: int) -
             num_processes=identity.num_processes,
             process_id=identity.process_id,
             heartbeat_timeout_seconds=heartbeat_seconds,
+            # Everything is given: no probing of SLURM, MPI, TPU or Kubernetes environments
+            # (on Kubernetes JAX warns in every incarnation that `kubernetes` is missing).
+            cluster_detection_method="deactivate",
         )
     except Exception as e:
         faults.exit_for(e, ExitCode.PEER_LOST)
