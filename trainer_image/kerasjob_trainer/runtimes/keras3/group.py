@@ -12,11 +12,16 @@ back-off in 4 of 5 container SIGTERMs on the real node.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from kerasjob_contract import ExitCode
 from kerasjob_trainer.runtimes.keras3.identity import Identity
 from kerasjob_trainer.shared import faults, leader, rendezvous
+from kerasjob_trainer.shared.faults import say
+
+#: A group formation slower than this is said in the log (most take well under a second).
+SLOW_SECONDS = 2.0
 
 
 def form(jax: Any, identity: Identity, directory: str, heartbeat_seconds: int) -> None:
@@ -33,6 +38,7 @@ def form(jax: Any, identity: Identity, directory: str, heartbeat_seconds: int) -
         address = identity.coordinator if published is None else f"127.0.0.1:{port}"
     else:
         address = rendezvous.find_leader(directory, identity.coordinator)
+    started = time.monotonic()
     try:
         jax.distributed.initialize(
             coordinator_address=address,
@@ -48,3 +54,6 @@ def form(jax: Any, identity: Identity, directory: str, heartbeat_seconds: int) -
     finally:
         if published is not None:
             published.done()
+    took = time.monotonic() - started
+    if took >= SLOW_SECONDS:  # the part no wait of ours explains: say it, with the address
+        say(f"jax.distributed.initialize with the coordinator at {address} took {took:.2f}s")
