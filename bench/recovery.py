@@ -2,7 +2,7 @@
 
     python bench/recovery.py [--disruptions 5] [--kinds sigterm,sigkill,evict,delete]
                              [--backend tensorflow|jax] [--victims 1] [--workers 2]
-                             [--example keras3-hub-lora]
+                             [--example keras3-hub-lora] [--cpu-request 250m]
                                       # writes bench/results/recovery.json (--out)
     python bench/recovery.py --quick  # two disruptions: checks that it runs
 
@@ -210,6 +210,11 @@ def main() -> int:
     parser.add_argument(
         "--example", help="a file of examples/ to run, without .yaml (default: by --backend)"
     )
+    parser.add_argument(
+        "--cpu-request",
+        help="each trainer's CPU request instead of the example's (e.g. 250m: 4 workers of "
+        "500m do not fit a 2-CPU node)",
+    )
     parser.add_argument("--quick", action="store_true", help="two disruptions: checks it runs")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
@@ -244,6 +249,9 @@ def main() -> int:
         job["spec"]["checkpoint"]["volume"] = {"persistentVolumeClaim": {"claimName": "ckpt"}}
         job["spec"]["trainer"]["epochs"] = 2 + args.disruptions
         job["spec"].pop("ttlSecondsAfterFinished", None)
+        if args.cpu_request:
+            for c in job["spec"]["template"]["spec"]["containers"]:
+                c.setdefault("resources", {}).setdefault("requests", {})["cpu"] = args.cpu_request
         job_path = f"/apis/kerasjob.dev/v1alpha1/namespaces/{NS}/kerasjobs"
         kube.request("POST", job_path, body=job)
         chief = f"{JOB}-worker-0"  # it prints the steps
@@ -380,6 +388,7 @@ def main() -> int:
                     "quick": args.quick,
                     "backend": args.backend,
                     "example": example_file(args),
+                    "cpu_request": args.cpu_request,
                     "victims": sorted(set(victims)),
                     "workers": args.workers,
                     "disruptions": results,
