@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -101,13 +102,29 @@ def test_keras3_mesh_bench_quick(tmp_path: Path) -> None:
     assert run["wall_s"] > 0
 
 
+def _bare_python(venv: Path) -> str:
+    """An interpreter with this venv's JAX, NumPy, SciPy and pip and nothing else (a venv whose
+    site-packages links those few), as on a GPU machine: Keras, Orbax, grain, ... come from
+    .whl/ alone. Made in milliseconds, without network."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    ours = Path(sysconfig.get_paths()["purelib"])
+    (theirs,) = venv.glob("lib/python3.*/site-packages")
+    for name in ("jax", "jaxlib", "numpy", "scipy", "ml_dtypes", "opt_einsum", "pip"):
+        for path in [ours / name, *ours.glob(f"{name}.libs"), *ours.glob(f"{name}-*.dist-info")]:
+            (theirs / path.name).symlink_to(path)
+    return str(venv / "bin" / "python")
+
+
 def test_gpu_check_runs_on_cpu_in_its_dry_mode(tmp_path: Path) -> None:
     """hack/gpu/prepare.sh + check.sh as on a GPU machine (wheels from .whl/, no network, the
-    interpreter's own JAX), here on CPU (KERASJOB_GPU_CHECK_ALLOW_CPU=1) at quick sizes."""
-    env = {**os.environ, "PYTHON": sys.executable}
-    prepare = subprocess.run(
+    interpreter's own JAX and nothing else), here on CPU (KERASJOB_GPU_CHECK_ALLOW_CPU=1) at
+    quick sizes."""
+    python = _bare_python(tmp_path / "venv")
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    env = {**os.environ, "PYTHON": python, "GPU_PYTHON_VERSIONS": version}
+    prepare = subprocess.run(  # downloads with this venv's pip
         ["bash", str(ROOT / "hack/gpu/prepare.sh")],
-        env=env,
+        env={**env, "PYTHON": sys.executable},
         capture_output=True,
         text=True,
         timeout=300,
