@@ -181,3 +181,42 @@ def test_the_published_address_wins_over_the_name_and_a_late_one_is_said(
     assert "the coordinator published at 10.0.0.9:1234 accepted after 1.5s" in (
         capsys.readouterr().out
     )
+
+
+def test_a_connect_says_what_happened(server: int) -> None:
+    assert rendezvous.connect_error(OWN, server, 1.0) is None
+    closed = socket.socket()
+    closed.bind((OWN, 0))
+    port = int(closed.getsockname()[1])
+    closed.close()  # bound once, nothing listens there now
+    assert rendezvous.connect_error(OWN, port, 1.0) == "refused"
+
+
+def test_a_late_accept_says_which_connects_failed_before(
+    tmp_path: Path, server: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A predecessor's dead address first (refused here), then the successor's."""
+    path = tmp_path / rendezvous.FILE
+    closed = socket.socket()
+    closed.bind((OWN, 0))
+    dead = f"{OWN}:{closed.getsockname()[1]}"
+    closed.close()
+    path.write_text(json.dumps({"address": dead}))
+    now = [0.0]
+    reads = 0
+
+    def read(directory: str) -> str | None:
+        nonlocal reads
+        reads += 1
+        if reads == 12:
+            path.write_text(json.dumps({"address": f"{OWN}:{server}"}))
+        return rendezvous.read_fresh(directory)
+
+    rendezvous.find_leader(
+        str(tmp_path),
+        "worker-0.job:1234",
+        read=read,
+        clock=lambda: now[0],
+        sleep=lambda s: now.__setitem__(0, now[0] + s),
+    )
+    assert f"(failed connects before: {dead} refused x11)" in capsys.readouterr().out

@@ -29,16 +29,27 @@ directory) leaves the name-based path exactly as it was.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import socket
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 
-from kerasjob_trainer.shared.faults import listening, say
+from kerasjob_trainer.shared.faults import say
 from kerasjob_trainer.shared.leader import LOOPBACK, own_addresses
 
-__all__ = ["FILE", "Published", "find_leader", "host_port", "publish", "read_fresh"]
+__all__ = [
+    "FILE",
+    "Published",
+    "connect_error",
+    "find_leader",
+    "host_port",
+    "publish",
+    "read_fresh",
+]
 
 FILE = "coordinator.json"
 #: How often process 0 touches the file while its group forms.
@@ -123,6 +134,20 @@ def read_fresh(
     return str(address)
 
 
+def connect_error(host: str, port: int, timeout: float) -> str | None:
+    """None when host:port accepts a TCP connection, else what happened to the connect
+    (refused: nothing listens; timed out or unreachable: no answer at that address)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return None
+    except TimeoutError:
+        return "timed out"
+    except ConnectionRefusedError:
+        return "refused"
+    except OSError as e:
+        return errno.errorcode.get(e.errno or 0, type(e).__name__)
+
+
 def _ever_published(directory: str) -> bool:
     """Whether this job's process 0 published (a file there, fresh or not): else it is the
     job's first group, or one whose process 0 cannot publish."""
@@ -136,7 +161,7 @@ def find_leader(
     deadline: float = 60.0,
     interval: float = 0.1,
     connect_timeout: float = 0.2,
-    probe: Callable[[str, int, float], bool] = listening,
+    probe: Callable[[str, int, float], bool] | None = None,
     read: Callable[[str], str | None] = read_fresh,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
@@ -145,17 +170,35 @@ def find_leader(
     a connection while the file is fresh; where process 0 has never published (no file),
     `name` once it accepts one; `name` after `deadline` seconds (a warning: the group then
     forms as it can). A connect inside a cluster answers in well under `connect_timeout`; a
-    dead address never does."""
+    dead address never does. `probe` (tests): whether host:port accepts; by default a TCP
+    connect whose failures are counted and said with a wait of a second or more."""
     start = clock()
+    failures: Counter[str] = Counter()
+
+    def accepts(address: str) -> bool:
+        host, port = _split(address)
+        error = (
+            connect_error(host, port, connect_timeout)
+            if probe is None
+            else (None if probe(host, port, connect_timeout) else "failed")
+        )
+        if error is not None:
+            failures[f"{address} {error}"] += 1
+        return error is None
+
     while True:
         published = read(directory)
         if published is not None:
-            if probe(*_split(published), connect_timeout):
+            if accepts(published):
                 waited = round(clock() - start, 2)
                 if waited >= 1:
-                    say(f"the coordinator published at {published} accepted after {waited}s")
+                    tries = "; ".join(f"{k} x{n}" for k, n in failures.items()) or "none"
+                    say(
+                        f"the coordinator published at {published} accepted after {waited}s "
+                        f"(failed connects before: {tries})"
+                    )
                 return published
-        elif not _ever_published(directory) and probe(*_split(name), connect_timeout):
+        elif not _ever_published(directory) and accepts(name):
             return name
         if clock() - start >= deadline:
             say(
