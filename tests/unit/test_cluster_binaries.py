@@ -9,12 +9,13 @@ own sanity check serves the node's Corefile with the built binary and queries it
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from kerasjob_dev.testing.shell import bash
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER = REPO / "hack" / "cluster"
@@ -30,17 +31,6 @@ KUBEADM_DIRECTIVES = {
 }  # fmt: skip
 #: A directive whose plugin package has another name.
 PACKAGE_OF = {"prometheus": "metrics"}
-
-
-def bash(script: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["bash", "-c", f"set -euo pipefail\n{script}"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-        env={**os.environ, **env},
-    )
 
 
 def server_block_directives(corefile: str) -> list[str]:

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from kerasjob_dev.testing.shell import bash
+
 REPO = Path(__file__).resolve().parents[2]
 LIB = REPO / "hack" / "cluster" / "lib.sh"
 LINT = REPO / "hack" / "lint-shell.sh"
@@ -34,16 +36,6 @@ def fake_etcd(tmp_path: Path) -> Path:
     path.write_text(FAKE_ETCD)
     path.chmod(0o755)
     return path
-
-
-def bash(script: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["bash", "-c", f"set -euo pipefail\n{script}"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
 
 
 def test_the_old_idiom_fails_on_such_a_writer(fake_etcd: Path) -> None:

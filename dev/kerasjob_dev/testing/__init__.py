@@ -5,5 +5,6 @@ folder, never one test module importing another):
 * `manifests` -- KerasJob bodies and readers of the Pods built from them (`manifests/` tests);
 * `controller_fakes` -- an in-memory API server and indices for the controller's tests;
 * `chart_operator` -- the operator installed by the Helm chart, run as a local process;
-* `training_run` -- one real training run on the cluster, for the e2e tests.
+* `training_run` -- one real training run on the cluster, for the e2e tests;
+* `shell` -- the project's shell scripts run as they run (`bash`).
 """
