@@ -55,6 +55,29 @@ def jax_identity(coordinator: str, processes: int, process_id: int) -> dict[str,
     }
 
 
+def own_keras3_script(epochs: int, steps_per_epoch: int, finish: str = "") -> str:
+    """A user's own Keras 3 script through the session (a small MLP on 512 random rows, global
+    batch 16 per process), as the tests start it: `finish` is job.finish's extra arguments."""
+    return f"""
+import numpy as np
+from kerasjob_trainer.keras3 import session
+
+job = session.start()
+import keras
+
+model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"),
+                          keras.layers.Dense(2)])
+model.compile(optimizer="adam", metrics=["accuracy"],
+              loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+rng = np.random.default_rng(0)
+x = rng.random((512, 8), dtype=np.float32)
+y = (x.sum(axis=1) > 4).astype(np.int64)
+job.fit(model, (x, y), epochs={epochs}, steps_per_epoch={steps_per_epoch},
+        global_batch_size=job.global_batch_size(16))
+job.finish(model{", " + finish if finish else ""})
+"""
+
+
 def keras3_weights(path: Path) -> list[Any]:
     """Every array in a Keras 3 .keras file's weights, in file order (no Keras needed)."""
     import io

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from kerasjob_contract import LOG_PREEMPTED_RE, LOG_RESUMED_RE
-from kerasjob_dev.trainer_procs import Group, Trainer, group, progress
+from kerasjob_dev.trainer_procs import Group, Trainer, group, own_keras3_script, progress
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
 
@@ -186,23 +186,7 @@ def test_elastic_resize_keeps_the_global_batch_and_the_data_position(tmp_path: P
             assert mine == expected.tolist(), step
 
 
-OWN_SCRIPT = """
-import numpy as np
-from kerasjob_trainer.keras3 import session
-
-job = session.start()
-import keras
-
-model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"),
-                          keras.layers.Dense(2)])
-model.compile(optimizer="adam", metrics=["accuracy"],
-              loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-rng = np.random.default_rng(0)
-x = rng.random((512, 8), dtype=np.float32)
-y = (x.sum(axis=1) > 4).astype(np.int64)
-job.fit(model, (x, y), epochs=4, steps_per_epoch=60, global_batch_size=job.global_batch_size(16))
-job.finish(model, metrics={"note": 1.0})
-"""
+OWN_SCRIPT = own_keras3_script(4, 60, finish='metrics={"note": 1.0}')
 
 
 def test_own_keras3_script_through_the_session_survives_sigterm(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from kerasjob_dev.trainer_procs import group, progress
+from kerasjob_dev.trainer_procs import group, own_keras3_script, progress
 from kerasjob_trainer.runtimes.keras3.checkpoint import committed_steps
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
@@ -27,28 +27,12 @@ TIMEOUT = 300.0
 
 SCRIPT = """
 import os
-import numpy as np
 from kerasjob_trainer.shared import rendezvous
 
 rendezvous.own_addresses = lambda: {"127.0.0.2"}
 for name in ("JAX_COORDINATOR_ADDRESS", "KERAS_DISTRIBUTION_JOB_ADDRESSES"):
     os.environ[name] = os.environ[name].replace("127.0.0.1:", "no-such-host.invalid:")
-
-from kerasjob_trainer.keras3 import session
-
-job = session.start()
-import keras
-
-model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"),
-                          keras.layers.Dense(2)])
-model.compile(optimizer="adam", metrics=["accuracy"],
-              loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-rng = np.random.default_rng(0)
-x = rng.random((512, 8), dtype=np.float32)
-y = (x.sum(axis=1) > 4).astype(np.int64)
-job.fit(model, (x, y), epochs=2, steps_per_epoch=100, global_batch_size=job.global_batch_size(16))
-job.finish(model)
-"""
+""" + own_keras3_script(2, 100)
 
 
 def _wait_for_a_backup(backup: Path) -> None:
