@@ -10,6 +10,7 @@ flushing), and a watchdog catches a silent stall that raises nothing.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import socket
 import sys
@@ -119,11 +120,22 @@ class Watchdog:
 
 def listening(host: str, port: int, timeout: float) -> bool:
     """Whether a server accepts a TCP connection at host:port (the name resolved afresh)."""
+    return connect_error(host, port, timeout) is None
+
+
+def connect_error(host: str, port: int, timeout: float) -> str | None:
+    """None when host:port accepts a TCP connection, else what happened to the connect
+    (refused: nothing listens; timed out or unreachable: no answer at that address; or no
+    such name)."""
     try:
         with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:  # refused (not up, or gone), no such name, unreachable, timeout
-        return False
+            return None
+    except TimeoutError:
+        return "timed out"
+    except ConnectionRefusedError:
+        return "refused"
+    except OSError as e:
+        return errno.errorcode.get(e.errno or 0, type(e).__name__)
 
 
 class PeerMonitor:

@@ -29,16 +29,14 @@ directory) leaves the name-based path exactly as it was.
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
-import socket
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 
-from kerasjob_trainer.shared.faults import say
+from kerasjob_trainer.shared.faults import connect_error, say
 from kerasjob_trainer.shared.leader import LOOPBACK, own_addresses
 
 __all__ = [
@@ -132,20 +130,6 @@ def read_fresh(
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return str(address)
-
-
-def connect_error(host: str, port: int, timeout: float) -> str | None:
-    """None when host:port accepts a TCP connection, else what happened to the connect
-    (refused: nothing listens; timed out or unreachable: no answer at that address)."""
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return None
-    except TimeoutError:
-        return "timed out"
-    except ConnectionRefusedError:
-        return "refused"
-    except OSError as e:
-        return errno.errorcode.get(e.errno or 0, type(e).__name__)
 
 
 def _ever_published(directory: str) -> bool:
