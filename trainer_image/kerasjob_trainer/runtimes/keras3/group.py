@@ -1,4 +1,4 @@
-"""How a Keras 3 process group forms: JAX's distributed runtime, coordinator first.
+"""How a Keras 3 process group forms and leaves: JAX's distributed runtime, coordinator first.
 
 Process 0 serves JAX's coordination service. Its address goes through the job's shared
 volume (`shared/rendezvous.py`), not the cluster DNS: process 0 publishes its own address
@@ -12,8 +12,10 @@ back-off in 4 of 5 container SIGTERMs on the real node.
 
 from __future__ import annotations
 
+import sys
+import threading
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 from kerasjob_contract import ExitCode
 from kerasjob_trainer.runtimes.keras3.identity import Identity
@@ -22,6 +24,9 @@ from kerasjob_trainer.shared.faults import say
 
 #: A group formation slower than this is said in the log (most take well under a second).
 SLOW_SECONDS = 2.0
+#: How long a process that found the configuration invalid waits at JAX's shutdown barrier for
+#: its peers before it exits 78 anyway.
+INVALID_LEAVE_SECONDS = 30.0
 
 
 def form(jax: Any, identity: Identity, directory: str, heartbeat_seconds: int) -> None:
@@ -57,3 +62,34 @@ def form(jax: Any, identity: Identity, directory: str, heartbeat_seconds: int) -
     took = time.monotonic() - started
     if took >= SLOW_SECONDS:  # the part no wait of ours explains: say it, with the address
         say(f"jax.distributed.initialize with the coordinator at {address} took {took:.2f}s")
+
+
+def leave(timeout: float | None = None) -> None:
+    """Leave JAX's distributed runtime through its shutdown barrier (a process that simply
+    left would make the others' clients abort), waiting at most `timeout` seconds (None: as
+    long as it takes). A failure is a warning: the peer it waited for is late or gone."""
+    import jax
+
+    if not jax.distributed.is_initialized():
+        return
+
+    def shutdown() -> None:
+        try:
+            jax.distributed.shutdown()
+        except Exception as e:
+            say(f"warning: leaving the JAX runtime: {faults.summary(e)}")
+
+    leaving = threading.Thread(target=shutdown, name="kerasjob-leave", daemon=True)
+    leaving.start()
+    leaving.join(timeout)
+
+
+def exit_invalid(message: str) -> NoReturn:
+    """Exit 78 for a configuration that every process of the group checks alike, once JAX's
+    runtime is up (the mesh against the devices, the layout, the elastic batch): leave
+    through JAX's shutdown barrier first (at most INVALID_LEAVE_SECONDS). Process 0 serves
+    the coordination service; had it simply exited, a peer still on its way to the same
+    check had its runtime abort it (exit 43, a lost peer, instead of 78: CI saw [78, 43])."""
+    print(f"kerasjob: invalid configuration: {message}", file=sys.stderr, flush=True)
+    leave(INVALID_LEAVE_SECONDS)
+    faults.hard_exit(ExitCode.INVALID_CONFIG)

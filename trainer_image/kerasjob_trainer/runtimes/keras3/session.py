@@ -30,11 +30,8 @@ The Keras 3 runtime's session (its lifecycle is the core's `Lifecycle`), in a fe
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import sys
-import threading
 from typing import Any, NoReturn
 
 from kerasjob_contract import ExitCode
@@ -51,7 +48,7 @@ from kerasjob_trainer.runtimes.keras3.grain_input import (
     grain_source,
     workers_from_env,
 )
-from kerasjob_trainer.shared import faults, startup
+from kerasjob_trainer.shared import startup
 from kerasjob_trainer.shared.data import Indexed
 from kerasjob_trainer.shared.faults import hard_exit, say
 
@@ -95,11 +92,11 @@ class Session(Lifecycle):
         """Shard the model by `layout_map` (a LayoutMap over `device_mesh`), before building
         it; `fit` refuses a layout that shards nothing (exit 78)."""
         if self.sharding is None:
-            exit_invalid("shard() needs a mesh")
+            group.exit_invalid("shard() needs a mesh")
         try:
             self.sharding.shard(layout_map)
         except ConfigError as e:
-            exit_invalid(str(e))
+            group.exit_invalid(str(e))
 
     def data_share(self) -> tuple[int, int]:
         """(index, count): this process feeds part `index` of `count` of each global batch."""
@@ -111,7 +108,7 @@ class Session(Lifecycle):
         try:
             unmatched = self.sharding.guard(model)
         except ConfigError as e:
-            exit_invalid(str(e))
+            group.exit_invalid(str(e))
         for key in unmatched:
             say(f"warning: layout key {key!r} matches no variable path (re.fullmatch)")
 
@@ -255,44 +252,12 @@ class Session(Lifecycle):
         shutil.rmtree(os.path.join(self.checkpoint_dir, JAX_CACHE_SUBDIR), ignore_errors=True)
 
     def exit_invalid(self, message: str) -> NoReturn:
-        exit_invalid(message)
+        group.exit_invalid(message)
 
     def leave(self) -> None:
-        """Leave JAX's distributed runtime through its shutdown barrier (a process that
-        simply left would make the others' clients abort)."""
+        """Leave JAX's distributed runtime (`group.leave`; the teardown timer bounds it)."""
         if self.identity.multi_process:
-            import jax
-
-            try:
-                jax.distributed.shutdown()
-            except Exception as e:  # training is done and saved: a late peer is not a failure
-                say(f"warning: leaving the JAX runtime: {faults.summary(e)}")
-
-
-#: How long a process that found the configuration invalid waits at JAX's shutdown barrier for
-#: its peers before it exits 78 anyway.
-INVALID_LEAVE_SECONDS = 30.0
-
-
-def exit_invalid(message: str) -> NoReturn:
-    """Exit 78 for a configuration that every process of the group checks alike, once JAX's
-    runtime is up (the mesh against the devices, the layout): leave through JAX's shutdown
-    barrier first (at most INVALID_LEAVE_SECONDS). Process 0 serves the coordination
-    service; had it simply exited, a peer still on its way to the same check had its runtime
-    abort it (exit 43, a lost peer, instead of 78: CI saw [78, 43])."""
-    print(f"kerasjob: invalid configuration: {message}", file=sys.stderr, flush=True)
-    import jax
-
-    if jax.distributed.is_initialized():
-        leaving = threading.Thread(target=_shutdown_quietly, args=(jax,), daemon=True)
-        leaving.start()
-        leaving.join(INVALID_LEAVE_SECONDS)
-    hard_exit(ExitCode.INVALID_CONFIG)
-
-
-def _shutdown_quietly(jax: Any) -> None:
-    with contextlib.suppress(Exception):  # a peer already gone: exit 78 all the same
-        jax.distributed.shutdown()
+            group.leave()
 
 
 def start(argv: list[str] | None = None) -> Session:
@@ -347,7 +312,7 @@ def _distribution(ctx: Context, keras: Any) -> k3mesh.Sharding | None:
     try:
         sharding = k3mesh.Sharding.setup(mesh, ctx.config.devices_per_process)
     except ConfigError as e:
-        exit_invalid(str(e))
+        group.exit_invalid(str(e))
     say(sharding.describe())
     return sharding
 
