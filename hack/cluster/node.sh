@@ -38,7 +38,7 @@ SYSCTLS=(net/ipv4/ip_forward vm/overcommit_memory kernel/panic kernel/panic_on_o
 check() {
   local missing=() t
   [ "$(id -u)" = 0 ] || die "the real node needs root (containers, network namespaces, cgroups); run as root, or KERASJOB_NODE=0 for a control plane with KWOK nodes only"
-  for t in ip iptables runc mount umount findmnt; do
+  for t in ip iptables runc mount umount findmnt python3; do
     command -v "$t" >/dev/null || missing+=("$t")
   done
   [ -x "$CNI_BIN_DIR/bridge" ] && [ -x "$CNI_BIN_DIR/host-local" ] && [ -x "$CNI_BIN_DIR/loopback" ] \
@@ -160,6 +160,11 @@ state = "$NODE_DIR/containerd/state"
   disable_tcp_service = true
 EOF
 
+  # Our neighbour reset, chained after the bridge (hack/cluster/cni/neigh-reset.py says why).
+  { echo "#!$(command -v python3) -I"; cat "$CLUSTER_DIR/cni/neigh-reset.py"; } \
+    > "$NODE_DIR/cni/bin/kerasjob-neigh-reset"
+  chmod 755 "$NODE_DIR/cni/bin/kerasjob-neigh-reset"
+
   # No ipMasq: Pod traffic stays on this machine, and the bridge plugin then adds no iptables
   # rules of its own (nothing to clean up after a Pod that was never torn down).
   cat > "$NODE_DIR/cni/net.d/10-kerasjob.conflist" <<EOF
@@ -172,6 +177,7 @@ EOF
      "ipam": {"type": "host-local", "dataDir": "$NODE_DIR/cni/ipam",
               "ranges": [[{"subnet": "$NODE_POD_CIDR", "gateway": "$NODE_IP"}]],
               "routes": [{"dst": "$SERVICE_CIDR"}, {"dst": "$NODE_POD_CIDR"}]}},
+    {"type": "kerasjob-neigh-reset"},
     {"type": "portmap", "capabilities": {"portMappings": true}, "snat": false}
   ]
 }
