@@ -58,6 +58,20 @@ class Mesh:
     def batch_axis(self) -> MeshAxis:
         return self.axes[0]
 
+    @property
+    def model_devices(self) -> int:
+        """The devices of one model replica: the product of the axes after the batch axis."""
+        return math.prod(self.shape[1:])
+
+    def over(self, devices: int) -> Mesh | None:
+        """This mesh over `devices` devices with only its batch axis resized (an elastic job
+        at another worker count: the model axes stay, the replicas follow the workers);
+        None when a replica's devices do not divide `devices`."""
+        if devices < 1 or devices % self.model_devices:
+            return None
+        first = MeshAxis(self.batch_axis.name, devices // self.model_devices)
+        return Mesh((first, *self.axes[1:]))
+
     def describe(self) -> str:
         """e.g. 'batch=2 x model=2'."""
         return " x ".join(f"{a.name}={a.size}" for a in self.axes)
@@ -101,4 +115,18 @@ def fit_error(mesh: Mesh, processes: int, devices_per_process: int) -> str | Non
     return (
         f"mesh {mesh.describe()} needs {mesh.devices} devices, but the job has "
         f"{processes} process(es) x {devices_per_process} device(s) = {have}"
+    )
+
+
+def elastic_error(mesh: Mesh, devices_per_process: int) -> str | None:
+    """Why `mesh` cannot follow an elastic job's worker count, in one line (None: it can).
+    The batch axis grows and shrinks with the workers, so one replica's devices (the axes
+    after the batch axis) must fit in whole processes: their product must divide the devices
+    of a process."""
+    if devices_per_process % mesh.model_devices == 0:
+        return None
+    return (
+        f"elastic with mesh {mesh.describe()}: the batch axis follows the workers, so the "
+        f"axes after it ({mesh.model_devices} device(s) per model replica) must divide the "
+        f"{devices_per_process} device(s) of a process"
     )

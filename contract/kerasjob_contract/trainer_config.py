@@ -290,8 +290,6 @@ def _check_mesh(config: TrainerConfig) -> None:
         return
     if config.backend != "jax":
         raise ConfigError("mesh needs backend jax (keras.distribution.ModelParallel)")
-    if config.elastic is not None:
-        raise ConfigError("mesh and elastic do not go together: a mesh fixes the device count")
 
 
 def validate_model_name(model: str) -> None:

@@ -65,16 +65,19 @@ def test_a_mesh_that_cannot_work_is_refused_at_apply(
     assert words in message, message
 
 
-def test_a_mesh_needs_backend_jax_and_no_elastic(
+def test_a_mesh_needs_backend_jax_and_with_elastic_whole_replicas_per_process(
     cluster: Cluster, kube: Any, namespace: str
 ) -> None:
     install_crds(cluster)
     tf = _job("mesh-tf", mesh=MESH)
     tf["spec"]["trainer"]["backend"] = "tensorflow"
     assert "trainer.mesh needs trainer.backend jax" in _refusal(kube, namespace, tf)
-    elastic = _job("mesh-elastic", mesh=MESH)
+    # the batch axis follows the workers: a replica on 4 devices cannot live on 2 per process
+    wide = [{"name": "batch", "size": 1}, {"name": "model", "size": 4}]
+    elastic = _job("mesh-elastic", mesh=wide, devicesPerProcess=2)
     elastic["spec"]["elastic"] = {"minWorkers": 1}
-    assert "trainer.mesh and elastic do not go together" in _refusal(kube, namespace, elastic)
+    message = _refusal(kube, namespace, elastic)
+    assert "trainer.mesh with elastic: the batch axis follows the workers" in message, message
 
 
 def test_a_mesh_that_fits_is_accepted(cluster: Cluster, kube: Any, namespace: str) -> None:
@@ -83,8 +86,12 @@ def test_a_mesh_that_fits_is_accepted(cluster: Cluster, kube: Any, namespace: st
         ("fits", {"mesh": MESH, "devicesPerProcess": 2}),
         ("fits-unknown-devices", {"mesh": MESH}),  # 4 devices over 2 workers: the trainer checks
         ("user-model", {"mesh": [{"name": "batch", "size": 4}], "model": "pkg.mod:build"}),
+        ("elastic", {"mesh": MESH, "devicesPerProcess": 2}),
     ):
+        body = _job(name, **trainer)
+        if name == "elastic":
+            body["spec"]["elastic"] = {"minWorkers": 1}
         created = custom(kube).create_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, _job(name, **trainer), field_validation="Strict"
+            GROUP, VERSION, namespace, PLURAL, body, field_validation="Strict"
         )
         assert created["spec"]["trainer"]["mesh"] == trainer["mesh"]

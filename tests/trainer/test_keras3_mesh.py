@@ -4,6 +4,8 @@ devices each (XLA_FLAGS), ModelParallel over the job's mesh, as the operator sta
 from __future__ import annotations
 
 import json
+import re
+import signal
 import sys
 import textwrap
 from pathlib import Path
@@ -12,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from kerasjob_contract import LOG_PREEMPTED_RE, LOG_RESUMED_RE
 from kerasjob_dev.trainer_procs import group, progress
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
@@ -178,6 +181,53 @@ def test_a_batch_axis_smaller_than_the_devices_keeps_the_global_batch(tmp_path: 
     assert len(weights["mesh"]) == len(weights["dp"]) > 0
     for a, b in zip(weights["mesh"], weights["dp"], strict=True):
         np.testing.assert_allclose(a, b, rtol=0, atol=2e-4)
+
+
+def _steps(pattern: str, text: str) -> list[int]:
+    return [int(m.group(1)) for line in text.splitlines() if (m := re.match(pattern, line))]
+
+
+def test_an_elastic_mesh_shrinks_its_batch_axis_and_keeps_the_global_batch(
+    tmp_path: Path,
+) -> None:
+    """An elastic job on mesh batch=2 x model=2 (2 processes x 2 devices, mnist-mlp's kernels
+    on model) is stopped at step 15 and resumed on 1 process: its mesh becomes batch=1 x
+    model=2, Orbax restores the backup into that layout, and the one process trains on the
+    same global batches (32 per replica x 2 replicas at the preferred size) from the saved
+    step on, feeding both processes' shares."""
+    from kerasjob_trainer.runtimes.keras3.data import global_batch_indices
+    from kerasjob_trainer.shared.data import MNIST_SAMPLE_TRAIN
+
+    config = {
+        **BUILTIN,
+        "epochs": 2,
+        "stepsPerEpoch": 50,
+        "batchSizePerReplica": 32,
+        "logEverySteps": 1,
+        "mesh": MESH_2X2,
+        "devicesPerProcess": 2,
+        "elastic": {"preferredWorkers": 2},
+    }
+    env = {**TWO_DEVICES, "KERASJOB_AUDIT_DIR": str(tmp_path / "audit")}
+    with group(tmp_path, config, backend="jax", env=env) as g:
+        trainers = g.start()
+        trainers[0].wait_for_step(15, TIMEOUT)
+        trainers[1].signal(signal.SIGTERM)
+        assert g.wait_all(TIMEOUT) == [42, 42], g.logs()
+        saved = _steps(LOG_PREEMPTED_RE, g.trainers[0].text())[0]
+        g.start(1)
+        assert g.wait_all(TIMEOUT) == [0], g.logs()
+        text = g.trainers[0].text()
+        assert "mesh batch=1 x model=2 (ModelParallel" in text, text
+        assert "elastic: 1 of 2 preferred workers; global batch 64 kept" in text, text
+        assert _steps(LOG_RESUMED_RE, text) == [saved], text
+        assert progress(g)["step"] == 100
+        w0 = {r["step"]: r["indices"] for r in g.audit_records("data-worker0.jsonl")}
+        w1 = {r["step"]: r["indices"] for r in g.audit_records("data-worker1.jsonl")}
+        for step in (0, saved - 1, saved, 99):
+            expected = global_batch_indices(step, 64, MNIST_SAMPLE_TRAIN, BUILTIN["seed"])
+            mine = w0[step] + w1[step] if step < saved else w0[step]
+            assert mine == expected.tolist(), step
 
 
 def test_the_keras_hub_lora_example_trains_sharded_from_arrayrecord_files(tmp_path: Path) -> None:

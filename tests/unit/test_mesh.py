@@ -13,7 +13,14 @@ import numpy as np
 import pytest
 
 from kerasjob.manifests import children
-from kerasjob_contract.mesh import Mesh, MeshAxis, MeshError, fit_error, parse_mesh
+from kerasjob_contract.mesh import (
+    Mesh,
+    MeshAxis,
+    MeshError,
+    elastic_error,
+    fit_error,
+    parse_mesh,
+)
 from kerasjob_contract.trainer_config import ConfigError, parse_config
 from kerasjob_dev.testing.manifests import jax_job
 from kerasjob_trainer.runtimes.keras3 import mesh as k3mesh
@@ -53,9 +60,10 @@ def test_the_trainer_config_takes_a_mesh_for_backend_jax_only() -> None:
     cfg = parse_config(json.dumps({"backend": "jax", "mesh": MESH, "devicesPerProcess": 2}))
     assert cfg.mesh is not None and cfg.mesh.devices == 4 and cfg.devices_per_process == 2
     assert parse_config(json.dumps({"backend": "jax"})).mesh is None  # DataParallel
+    elastic = {"backend": "jax", "mesh": MESH, "elastic": {"preferredWorkers": 2}}
+    assert parse_config(json.dumps(elastic)).mesh == parse_mesh(MESH)  # the trainer checks it
     for bad, words in (
         ({"mesh": MESH}, "needs backend jax"),
-        ({"backend": "jax", "mesh": MESH, "elastic": {"preferredWorkers": 2}}, "elastic"),
         ({"backend": "jax", "mesh": [{"name": "b", "size": -1}]}, "size must be"),
         ({"backend": "jax", "devicesPerProcess": 0}, "devicesPerProcess must be >= 1"),
     ):
@@ -74,6 +82,22 @@ def test_the_fit_check_says_what_the_mesh_needs_and_what_the_job_has() -> None:
         k3mesh.check_fits(mesh, 2, 2, 4)
     with pytest.raises(ConfigError, match="needs 4 devices"):
         k3mesh.check_fits(mesh, 1, 2, None)
+
+
+def test_an_elastic_mesh_resizes_its_batch_axis_only() -> None:
+    mesh = parse_mesh([{"name": "data", "size": 4}, {"name": "model", "size": 2},
+                       {"name": "seq", "size": 1}])  # fmt: skip
+    assert mesh is not None and mesh.model_devices == 2
+    assert mesh.over(2) == Mesh((MeshAxis("data", 1), *mesh.axes[1:]))
+    assert mesh.over(6) is not None and mesh.over(6).shape == (3, 2, 1)
+    assert mesh.over(3) is None and mesh.over(0) is None
+    # a replica's devices must fit whole processes, so every worker count fits
+    assert elastic_error(mesh, 2) is None and elastic_error(mesh, 4) is None
+    assert elastic_error(mesh, 1) == (
+        "elastic with mesh data=4 x model=2 x seq=1: the batch axis follows the workers, so "
+        "the axes after it (2 device(s) per model replica) must divide the 1 device(s) of a "
+        "process"
+    )
 
 
 def test_the_operator_passes_the_mesh_through_as_spelled() -> None:

@@ -264,13 +264,18 @@ class TrainerSpec(_Model):
     )
 
 
-def _mesh_product(mesh: str) -> str:
-    """CEL: the product of the mesh's axis sizes (a list of at most MAX_AXES axes)."""
-    return " * ".join(f"(size({mesh}) > {i} ? {mesh}[{i}].size : 1)" for i in range(MAX_AXES))
+def _mesh_product(mesh: str, first: int = 0) -> str:
+    """CEL: the product of the mesh's axis sizes from axis `first` on (a list of at most
+    MAX_AXES axes)."""
+    return " * ".join(
+        f"(size({mesh}) > {i} ? {mesh}[{i}].size : 1)" for i in range(first, MAX_AXES)
+    )
 
 
 _M = "self.trainer.mesh"
 _PRODUCT = _mesh_product(_M)
+#: CEL: one model replica's devices, the product of the axes after the first (batch) one.
+_REPLICA_DEVICES = _mesh_product(_M, first=1)
 _BUILTINS = ", ".join(f"'{m}'" for m in BUILTIN_MODELS)
 #: KerasJobSpec's rules for trainer.mesh (they need spec.workers and spec.elastic).
 MESH_RULES: list[JsonDict] = [
@@ -279,8 +284,10 @@ MESH_RULES: list[JsonDict] = [
         "trainer.mesh needs trainer.backend jax (keras.distribution.ModelParallel)",
     ),
     _cel(
-        f"!has({_M}) || !has(self.elastic)",
-        "trainer.mesh and elastic do not go together: a mesh fixes the number of devices",
+        f"!has({_M}) || !has(self.elastic) || !has(self.trainer.devicesPerProcess) || "
+        f"self.trainer.devicesPerProcess % ({_REPLICA_DEVICES}) == 0",
+        "trainer.mesh with elastic: the batch axis follows the workers, so the product of "
+        "the axes after it must divide trainer.devicesPerProcess",
     ),
     # Static messages: a messageExpression that prints the product (string() of an int) is
     # estimated beyond the API server's cost budget (v1.36 refused the whole CRD: "more than

@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from kerasjob_contract.mesh import Mesh, fit_error
+from kerasjob_contract.mesh import Mesh, elastic_error, fit_error
 from kerasjob_contract.trainer_config import ConfigError
 
 #: The axis the built-in models shard their kernels on, and the sizes that divide every
@@ -193,21 +193,29 @@ class Sharding:
     """A job's mesh in one process: set up by `setup` (ModelParallel with an empty layout
     until `shard` gives it one), its data share and the layout guard."""
 
-    def __init__(self, mesh: Mesh, dmesh: Any, data: tuple[int, int]) -> None:
+    def __init__(self, mesh: Mesh, dmesh: Any, data: tuple[int, int], local: int) -> None:
         self.mesh = mesh
         self.device_mesh = dmesh
         self.data = data
+        self.local_devices = local
         self.layout_keys: list[str] = []
 
     @classmethod
-    def setup(cls, mesh: Mesh, declared_devices: int | None) -> Sharding:
-        """Check the mesh against JAX's devices (ConfigError), build it, set ModelParallel."""
+    def setup(cls, mesh: Mesh, declared_devices: int | None, *, elastic: bool) -> Sharding:
+        """Check the mesh against JAX's devices (ConfigError), build it, set ModelParallel.
+        In an elastic job the batch axis follows the processes there are now (`Mesh.over`)."""
         import jax
         import keras
 
-        check_fits(mesh, jax.process_count(), jax.local_device_count(), declared_devices)
+        processes, local = jax.process_count(), jax.local_device_count()
+        if elastic:
+            why = elastic_error(mesh, local)
+            if why is not None:
+                raise ConfigError(why)
+            mesh = mesh.over(processes * local) or mesh
+        check_fits(mesh, processes, local, declared_devices)
         dmesh = device_mesh(mesh)
-        made = cls(mesh, dmesh, data_shard(process_grid(mesh), jax.process_index()))
+        made = cls(mesh, dmesh, data_shard(process_grid(mesh), jax.process_index()), local)
         keras.distribution.set_distribution(model_parallel(mesh, dmesh, None))
         return made
 
@@ -215,6 +223,11 @@ class Sharding:
     def replicas(self) -> int:
         """Model replicas: the size of the batch axis (the global batch is per-replica x it)."""
         return self.mesh.batch_axis.size
+
+    def replicas_at(self, processes: int) -> int:
+        """The model replicas of this job with `processes` processes (an elastic job's
+        preferred size): the batch axis over their devices."""
+        return processes * self.local_devices // self.mesh.model_devices
 
     def shard(self, layout_map: Any) -> None:
         """ModelParallel with `layout_map` (a keras LayoutMap over `device_mesh`): call it

@@ -67,10 +67,14 @@ class Session(Lifecycle):
         devices of the job at its preferred size, split over the processes there are now."""
         import jax
 
-        if self.sharding is not None:  # a model replica per slice of the batch axis
-            return int(per_replica) * self.sharding.replicas
-        devices = jax.device_count()
         elastic = self.config.elastic
+        if self.sharding is not None:  # a model replica per slice of the batch axis
+            now = self.sharding.replicas
+            if elastic is None:
+                return int(per_replica) * now
+            preferred = self.sharding.replicas_at(elastic.preferred_workers)
+            return self.keep_global_batch(per_replica, now, preferred, "replica", self.num_workers)
+        devices = jax.device_count()
         if elastic is None:
             return int(per_replica) * devices
         preferred = elastic.preferred_workers * jax.local_device_count()
@@ -310,7 +314,9 @@ def _distribution(ctx: Context, keras: Any) -> k3mesh.Sharding | None:
         )
         return None
     try:
-        sharding = k3mesh.Sharding.setup(mesh, ctx.config.devices_per_process)
+        sharding = k3mesh.Sharding.setup(
+            mesh, ctx.config.devices_per_process, elastic=ctx.config.elastic is not None
+        )
     except ConfigError as e:
         group.exit_invalid(str(e))
     say(sharding.describe())
