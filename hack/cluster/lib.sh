@@ -36,6 +36,12 @@ NODE_NAME="${NODE_NAME:-kerasjob-node}"
 NODE_BRIDGE="${NODE_BRIDGE:-kjbr0}"
 NODE_POD_CIDR="${NODE_POD_CIDR:-10.213.0.0/24}"
 NODE_IP="${NODE_IP:-10.213.0.1}"          # on the bridge: the Node's InternalIP
+# The bridge's own MAC, fixed (locally administered, from NODE_IP): a Linux bridge otherwise
+# takes the lowest MAC of its ports, so it changed whenever that Pod left, and every other
+# Pod's neighbour entry for its gateway went on naming the gone MAC: their traffic through
+# the gateway stopped until the entry expired (23 s measured; node.sh network()).
+bridge_mac() { local _a b c d; IFS=. read -r _a b c d <<< "$NODE_IP"; printf '02:6b:6a:%02x:%02x:%02x' "$b" "$c" "$d"; }
+NODE_BRIDGE_MAC="${NODE_BRIDGE_MAC:-$(bridge_mac)}"
 NODE_CGROUP="${NODE_CGROUP:-kerasjob-$NODE_BRIDGE}"
 NODE_DIR="$KERASJOB_RUN/node"
 SERVICE_CIDR="10.96.0.0/16"
@@ -74,22 +80,26 @@ case "$APISERVER_BIND_ADDRESS" in
   *) API_SERVER_URL="https://$APISERVER_BIND_ADDRESS:$APISERVER_PORT" ;;
 esac
 
-# The components up.sh starts, in start order (down.sh stops them in reverse).
+# The components up.sh may start, in start order (down.sh stops them in reverse); KWOK's
+# controller only for KWOK nodes (UP_COMPONENTS: what up.sh starts with these settings).
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
+UP_COMPONENTS=("${COMPONENTS[@]:0:4}")
+[ "$KWOK_NODES" = 0 ] || UP_COMPONENTS+=(kwok)
 # Optional processes started into the same state directory after up.sh (hack/cluster/kueue.sh);
 # down.sh stops them with the control plane.
 ADDON_COMPONENTS=(kueue)
 # The real node's processes (node.sh starts and stops them; down.sh also finds strays).
 NODE_COMPONENTS=(containerd kubelet kube-proxy coredns)
 # Binaries build.sh produces, in nested sets (hack/cluster/build.sh [demo|all]):
-# the cluster's: what up.sh and node.sh run or call (the control plane, kwok, kubectl, the real
-# node's containerd, kubelet, kube-proxy, CoreDNS); the demo's: the cluster's and helm
-# (dev/kerasjob_dev/demo.py installs the chart with it), all `make demo` builds; all: the
-# demo's and kwokctl, what `make binaries` (make test, the benchmarks) builds.
-CLUSTER_BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok
+# the cluster's: what up.sh and node.sh run or call without KWOK nodes (the control plane,
+# kubectl, the real node's containerd, kubelet, kube-proxy, CoreDNS); the demo's: the
+# cluster's and helm (dev/kerasjob_dev/demo.py installs the chart with it; it starts no KWOK
+# node), all `make demo` builds; all: the demo's, kwok (KWOK nodes) and kwokctl, what `make
+# binaries` (make test, the benchmarks) builds.
+CLUSTER_BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl
                   kubelet kube-proxy containerd containerd-shim-runc-v2 ctr coredns)
 DEMO_BINARIES=("${CLUSTER_BINARIES[@]}" helm)
-BINARIES=("${DEMO_BINARIES[@]}" kwokctl)
+BINARIES=("${DEMO_BINARIES[@]}" kwok kwokctl)
 
 die() { echo "$(basename "$0"): $*" >&2; exit 1; }
 log() { echo "$(basename "$0"): $*" >&2; }

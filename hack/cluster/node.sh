@@ -74,6 +74,8 @@ network() {
   if ! ip link show "$NODE_BRIDGE" >/dev/null 2>&1; then
     ip link add "$NODE_BRIDGE" type bridge
   fi
+  # A MAC set by hand stays (lib.sh NODE_BRIDGE_MAC says why).
+  ip link set "$NODE_BRIDGE" address "$NODE_BRIDGE_MAC"
   ip addr replace "$NODE_IP/${NODE_POD_CIDR#*/}" dev "$NODE_BRIDGE"
   ip link set "$NODE_BRIDGE" up
   echo 1 > /proc/sys/net/ipv4/ip_forward
