@@ -22,7 +22,7 @@ help: ## List the targets
 
 deps: ## Install the Debian packages the cluster and images need (root), check Go and Python >= 3.11
 	@PYTHON=$(PYTHON) hack/deps.sh
-	@[ -n "$$(ls -A $(KERASJOB_CACHE)/bin 2>/dev/null)" ] || echo "first run: builds etcd, Kubernetes, containerd, CoreDNS, Helm and KWOK from Go modules (~10 min on 2 cores) and the images (~3-5 min); later runs reuse $(KERASJOB_CACHE)"
+	@[ -n "$$(ls -A $(KERASJOB_CACHE)/bin 2>/dev/null)" ] || echo "first run: builds etcd, Kubernetes, containerd, CoreDNS, Helm (and KWOK, for the tests) from Go modules (~10-13 min on 2 cores) and the images (~3-5 min); later runs reuse $(KERASJOB_CACHE)"
 
 venv: $(VENV)/.installed ## Create the Python environment (operator, trainer, dev tools)
 $(VENV)/.installed: contract/pyproject.toml operator/pyproject.toml trainer_image/pyproject.toml dev/pyproject.toml
@@ -105,8 +105,16 @@ crds: venv ## Regenerate crds/ and the status wire types (api/wire.py) from the 
 	cp crds/kerasjob.dev_kerasjobs.yaml charts/kerasjob-operator/crds/
 
 # The demo builds the binaries itself, with the images in the background (each phase timed).
-demo: $(if $(filter current,$(CLUSTER)),,deps) venv ## Train MNIST on 2 workers under the real operator, evict one, resume (CLUSTER=current to use KUBECONFIG)
+# On a local cluster the binaries' build starts first (demo-binaries), in the background while
+# the Python environment is made (on a bare machine the two overlap); demo.py's own
+# `build.sh demo` then waits for it (the build lock) and finds the set built, or builds what
+# is still missing.
+demo: $(if $(filter current,$(CLUSTER)),,deps demo-binaries) venv ## Train MNIST on 2 workers under the real operator, evict one, resume (CLUSTER=current to use KUBECONFIG)
 	$(BIN)/python -m kerasjob_dev.demo $(if $(filter current,$(CLUSTER)),--cluster current,)
+
+.PHONY: demo-binaries
+demo-binaries:
+	@hack/cluster/build.sh demo &
 
 bench: venv binaries ## Benchmarks: print figures, write JSON to bench/results/
 	$(BIN)/python bench/trainer.py

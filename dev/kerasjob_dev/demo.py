@@ -165,7 +165,10 @@ class Demo:
         self.image_build = localdeploy.ImageBuild(variants="cpu", examples=False)
         self.say("building the operator and trainer images in the background ...")
         try:
-            self.cluster = LocalCluster(owner="demo", repo=self.repo)
+            # No KWOK node (and so no KWOK controller to build): the demo trains on the real
+            # node only. A cluster already running with KWOK nodes is used as it is.
+            kwok = {"KWOK_NODES": os.environ.get("KWOK_NODES", "0")}
+            self.cluster = LocalCluster(owner="demo", repo=self.repo, env=kwok)
             t0 = time.monotonic()
             # The demo's set only (hack/cluster/build.sh demo): no kwokctl.
             build = [str(self.cluster.scripts / "build.sh"), "demo"]

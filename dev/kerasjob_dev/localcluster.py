@@ -50,9 +50,13 @@ def live_users(users: Path) -> list[int]:
 class LocalCluster:
     """This process's claim on the local control plane: :meth:`acquire`, then :meth:`release`."""
 
-    def __init__(self, owner: str, repo: Path = REPO_ROOT) -> None:
+    def __init__(
+        self, owner: str, repo: Path = REPO_ROOT, env: dict[str, str] | None = None
+    ) -> None:
         self.owner = owner
         self.scripts = repo / "hack" / "cluster"
+        #: Settings for the scripts (hack/cluster/lib.sh), over the process's environment.
+        self.env = env or {}
         self.kubeconfig = Path(self._checked("env.sh", "--kubeconfig").stdout.strip())
         self.bin_dir = Path(self._checked("env.sh", "--bin-dir").stdout.strip())
         self.state_dir = self.kubeconfig.parent
@@ -64,7 +68,7 @@ class LocalCluster:
     def script(
         self, name: str, *args: str, timeout: float = 600
     ) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, "KERASJOB_CLUSTER_OWNER": self.owner}
+        env = {**os.environ, **self.env, "KERASJOB_CLUSTER_OWNER": self.owner}
         return subprocess.run(
             [str(self.scripts / name), *args],
             capture_output=True,

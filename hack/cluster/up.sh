@@ -27,7 +27,7 @@ kctl() { "$BIN/kubectl" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
 
 healthy() {
   local c
-  for c in "${COMPONENTS[@]}"; do alive "$c" || return 1; done
+  for c in "${UP_COMPONENTS[@]}"; do alive "$c" || return 1; done
   [ "$(api /readyz 2>/dev/null)" = ok ] || return 1
   [ "$(cat "$STATE_DIR/settings" 2>/dev/null)" = "$(cluster_settings)" ] || return 1
   local want="$KWOK_NODES" ready
@@ -43,7 +43,9 @@ if [ "${1:-}" = --check ]; then  # exit 0 when up and healthy, 1 otherwise; no o
   exit
 fi
 [ -z "${1:-}" ] || die "unknown argument '$1' (usage: up.sh [--check])"
-for b in "${CLUSTER_BINARIES[@]}"; do
+need=("${CLUSTER_BINARIES[@]}")
+[ "$KWOK_NODES" = 0 ] || need+=(kwok)
+for b in "${need[@]}"; do
   [ -x "$BIN/$b" ] || die "missing $BIN/$b: run 'make binaries' (hack/cluster/build.sh) first"
 done
 command -v openssl >/dev/null || die "openssl not found: apt-get install openssl"
@@ -195,9 +197,9 @@ launch kube-scheduler "$BIN/kube-scheduler" \
   --v=1 ${SCHEDULER_EXTRA_ARGS:-}
 
 # KWOK manages only nodes annotated kwok.x-k8s.io/node=fake, so a real node agent's Node and
-# its Pods are left alone.
+# its Pods are left alone. No KWOK node (KWOK_NODES=0, the demo): no KWOK controller.
 # shellcheck disable=SC2086
-launch kwok "$BIN/kwok" \
+[ "$KWOK_NODES" = 0 ] || launch kwok "$BIN/kwok" \
   --config="$CLUSTER_DIR/kwok-stages.yaml" \
   --kubeconfig="$KUBECONFIG_FILE" \
   --manage-all-nodes=false \
@@ -209,7 +211,7 @@ launch kwok "$BIN/kwok" \
 fail() {  # fail MESSAGE: print the message, the tails of the logs, tear down, exit 1
   echo "$(basename "$0"): $1" >&2
   local c
-  for c in "${COMPONENTS[@]}"; do
+  for c in "${UP_COMPONENTS[@]}"; do
     echo "----- $c ($(alive "$c" && echo running || echo NOT running)): tail of $LOGS/$c.log" >&2
     tail -n 15 "$LOGS/$c.log" >&2 2>/dev/null || true
   done
@@ -224,7 +226,7 @@ fail() {  # fail MESSAGE: print the message, the tails of the logs, tear down, e
 deadline=$((SECONDS + READY_TIMEOUT))
 check_alive_and_time() {  # check_alive_and_time WHAT
   local c
-  for c in "${COMPONENTS[@]}"; do alive "$c" || fail "$c exited while waiting for $1"; done
+  for c in "${UP_COMPONENTS[@]}"; do alive "$c" || fail "$c exited while waiting for $1"; done
   [ "$SECONDS" -lt "$deadline" ] || fail "timed out after ${READY_TIMEOUT}s waiting for $1 (CLUSTER_READY_TIMEOUT raises it)"
 }
 

@@ -21,6 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 CLUSTER = REPO / "hack" / "cluster"
 LIB = CLUSTER / "lib.sh"
 BUILD = CLUSTER / "build.sh"
+DEMO = REPO / "dev" / "kerasjob_dev" / "demo.py"
 COREDNS_MAIN = CLUSTER / "gomod" / "coredns" / "coredns" / "main.go"
 
 #: kubeadm's default Corefile (Kubernetes 1.36, cmd/kubeadm/app/phases/addons/dns/
@@ -105,10 +106,12 @@ def test_the_sets_are_nested_and_the_demo_builds_what_it_runs() -> None:
     cluster = bash(f'source {LIB}; echo "${{CLUSTER_BINARIES[@]}}"').stdout.split()
     assert set(cluster) < set(demo) < set(everything)
     assert set(demo) - set(cluster) == {"helm"}  # demo.py installs the chart with it
-    assert set(everything) - set(demo) == {"kwokctl"}
+    # KWOK nodes (make test, the benchmarks): the demo starts none (KWOK_NODES=0)
+    assert set(everything) - set(demo) == {"kwok", "kwokctl"}
     # what up.sh and node.sh start
-    for name in ("etcd", "kube-apiserver", "kwok", "kubelet", "containerd", "coredns"):
+    for name in ("etcd", "kube-apiserver", "kubelet", "containerd", "coredns"):
         assert name in cluster
+    assert "KWOK_NODES" in DEMO.read_text()
 
 
 def test_every_binary_of_a_set_has_a_recipe_in_build_sh() -> None:
@@ -160,8 +163,9 @@ def test_the_demos_set_does_not_make_the_full_set(bin_dir: Path) -> None:
 
 
 def test_the_full_set_makes_the_demos_too(bin_dir: Path) -> None:
-    (bin_dir / "kwokctl").write_text("#!/bin/sh\n")
-    (bin_dir / "kwokctl").chmod(0o755)
+    for name in ("kwok", "kwokctl"):
+        (bin_dir / name).write_text("#!/bin/sh\n")
+        (bin_dir / name).chmod(0o755)
     (bin_dir / ".complete").write_text("set=all\n")
     for build_set in ("all", "demo"):
         run = build(bin_dir, build_set)
