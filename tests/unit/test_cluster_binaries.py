@@ -177,3 +177,19 @@ def test_an_unknown_set_is_refused() -> None:
     run = bash(f"{BUILD} --binaries tests")
     assert run.returncode == 1
     assert "unknown set 'tests'" in run.stderr
+
+
+def test_the_cold_demo_echoes_no_comment_and_builds_first(tmp_path: Path) -> None:
+    """`make demo` on a bare machine: make echoes every recipe line, comments too, so a
+    comment that says "ERROR" reads as one (issue 36); the binaries' build starts before the
+    Python environment is made, so the two overlap."""
+    run = subprocess.run(
+        ["make", "-n", "demo", f"VENV={tmp_path / 'venv'}", f"KERASJOB_CACHE={tmp_path}"],
+        cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert not [line for line in lines if line.lstrip().startswith("#")], run.stdout
+    build = next(i for i, line in enumerate(lines) if "build.sh demo &" in line)
+    venv = next(i for i, line in enumerate(lines) if "-m venv" in line)
+    assert build < venv < next(i for i, line in enumerate(lines) if "kerasjob_dev.demo" in line)
