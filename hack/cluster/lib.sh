@@ -83,8 +83,9 @@ esac
 # The components up.sh may start, in start order (down.sh stops them in reverse); KWOK's
 # controller only for KWOK nodes (UP_COMPONENTS: what up.sh starts with these settings).
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
+kwok_runs() { [ "$KWOK_NODES" != 0 ]; }
 UP_COMPONENTS=("${COMPONENTS[@]:0:4}")
-[ "$KWOK_NODES" = 0 ] || UP_COMPONENTS+=(kwok)
+! kwok_runs || UP_COMPONENTS+=(kwok)
 # Optional processes started into the same state directory after up.sh (hack/cluster/kueue.sh);
 # down.sh stops them with the control plane.
 ADDON_COMPONENTS=(kueue)

@@ -44,7 +44,7 @@ if [ "${1:-}" = --check ]; then  # exit 0 when up and healthy, 1 otherwise; no o
 fi
 [ -z "${1:-}" ] || die "unknown argument '$1' (usage: up.sh [--check])"
 need=("${CLUSTER_BINARIES[@]}")
-[ "$KWOK_NODES" = 0 ] || need+=(kwok)
+! kwok_runs || need+=(kwok)
 for b in "${need[@]}"; do
   [ -x "$BIN/$b" ] || die "missing $BIN/$b: run 'make binaries' (hack/cluster/build.sh) first"
 done
@@ -199,7 +199,7 @@ launch kube-scheduler "$BIN/kube-scheduler" \
 # KWOK manages only nodes annotated kwok.x-k8s.io/node=fake, so a real node agent's Node and
 # its Pods are left alone. No KWOK node (KWOK_NODES=0, the demo): no KWOK controller.
 # shellcheck disable=SC2086
-[ "$KWOK_NODES" = 0 ] || launch kwok "$BIN/kwok" \
+! kwok_runs || launch kwok "$BIN/kwok" \
   --config="$CLUSTER_DIR/kwok-stages.yaml" \
   --kubeconfig="$KUBECONFIG_FILE" \
   --manage-all-nodes=false \

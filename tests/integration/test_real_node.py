@@ -70,6 +70,16 @@ def pod_manifest(name: str = "sleeper") -> dict[str, Any]:
     }
 
 
+def running_ip(core: Any, namespace: str, name: str) -> str:
+    """Pod `name`'s IP once it runs."""
+
+    def ip() -> str | None:
+        pod = core.read_namespaced_pod(name, namespace)
+        return pod.status.pod_ip if pod.status.phase == "Running" else None
+
+    return str(wait_for(ip, timeout=60, interval=0.2, what=f"Pod {name} running"))
+
+
 def test_node_down_leaves_nothing_and_start_brings_it_back(
     cluster: Cluster, kube: Any, namespace: str
 ) -> None:
@@ -145,12 +155,7 @@ def test_a_pod_on_a_reused_address_is_reachable_at_once(
     ip_batch([f"neigh replace {reused} lladdr {GONE_MAC} dev {BRIDGE} nud stale"])
     try:
         core.create_namespaced_pod(namespace, pod_manifest("reused"))
-
-        def address() -> str | None:
-            pod = core.read_namespaced_pod("reused", namespace)
-            return pod.status.pod_ip if pod.status.phase == "Running" else None
-
-        assert wait_for(address, timeout=60, interval=0.2, what="the Pod running") == reused
+        assert running_ip(core, namespace, "reused") == reused
         entry = subprocess.run(
             ["ip", "neigh", "show", reused, "dev", BRIDGE],
             capture_output=True, text=True, check=True,
@@ -210,18 +215,11 @@ def test_the_bridge_keeps_its_mac_while_pods_come_and_go(
     assert (sysfs / "addr_assign_type").read_text().strip() == "3"
     mac = (sysfs / "address").read_text()
 
-    def running(name: str) -> str:
-        def ip() -> str | None:
-            pod = core.read_namespaced_pod(name, namespace)
-            return pod.status.pod_ip if pod.status.phase == "Running" else None
-
-        return str(wait_for(ip, timeout=60, interval=0.2, what=f"Pod {name} running"))
-
     for name in ("survivor", "gone-1", "gone-2"):
         core.create_namespaced_pod(namespace, pod_manifest(name))
-    survivor = netns_of(running("survivor"))
+    survivor = netns_of(running_ip(core, namespace, "survivor"))
     for name in ("gone-1", "gone-2"):
-        running(name)
+        running_ip(core, namespace, name)
     for name in ("gone-1", "gone-2"):
         core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
 
@@ -232,7 +230,7 @@ def test_the_bridge_keeps_its_mac_while_pods_come_and_go(
 
     wait_for(gone, timeout=60, interval=0.2, what="the Pods gone")
     core.create_namespaced_pod(namespace, pod_manifest("new"))
-    new = running("new")
+    new = running_ip(core, namespace, "new")
     assert (sysfs / "address").read_text() == mac
     took = subprocess.run(
         ["nsenter", f"--net={survivor}", "python3", "-c", PROBE, new],

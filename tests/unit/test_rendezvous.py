@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kerasjob_trainer.shared import rendezvous
+from kerasjob_trainer.shared import faults, rendezvous
 
 #: A loopback address that is not 127.0.0.1: published as an own address (127.0.0.1 and
 #: ::1 never are), reachable on Linux.
@@ -132,9 +132,9 @@ def test_while_the_file_is_fresh_the_name_is_not_tried(tmp_path: Path) -> None:
     probed: list[str] = []
     now = [0.0]
 
-    def probe(host: str, port: int, timeout: float) -> bool:
+    def probe(host: str, port: int, timeout: float) -> str | None:
         probed.append(host)
-        return False
+        return "timed out"
 
     rendezvous.find_leader(
         str(tmp_path),
@@ -156,7 +156,7 @@ def test_the_wait_ends_with_the_name_after_the_deadline(
         str(tmp_path),
         "worker-0.job:1234",
         deadline=3,
-        probe=lambda host, port, timeout: False,
+        probe=lambda host, port, timeout: "timed out",
         clock=lambda: now[0],
         sleep=lambda s: now.__setitem__(0, now[0] + s),
     )
@@ -172,7 +172,7 @@ def test_the_published_address_wins_over_the_name_and_a_late_one_is_said(
     got = rendezvous.find_leader(
         str(tmp_path),
         "worker-0.job:1234",
-        probe=lambda host, port, timeout: host == "10.0.0.9",
+        probe=lambda host, port, timeout: None if host == "10.0.0.9" else "refused",
         read=lambda directory: next(reads),
         clock=lambda: now[0],
         sleep=lambda s: now.__setitem__(0, now[0] + s),
@@ -184,12 +184,12 @@ def test_the_published_address_wins_over_the_name_and_a_late_one_is_said(
 
 
 def test_a_connect_says_what_happened(server: int) -> None:
-    assert rendezvous.connect_error(OWN, server, 1.0) is None
+    assert faults.connect_error(OWN, server, 1.0) is None
     closed = socket.socket()
     closed.bind((OWN, 0))
     port = int(closed.getsockname()[1])
     closed.close()  # bound once, nothing listens there now
-    assert rendezvous.connect_error(OWN, port, 1.0) == "refused"
+    assert faults.connect_error(OWN, port, 1.0) == "refused"
 
 
 def test_a_late_accept_says_which_connects_failed_before(

@@ -22,14 +22,14 @@ import os
 import shutil
 import subprocess
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 VERSIONS = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]
 #: ip(8): containerd may run plugins with a short PATH.
 IP_PATH = os.pathsep.join(["/usr/sbin", "/sbin", "/usr/bin", "/bin"])
 
 
-def fail(code: int, msg: str, details: str = "") -> None:
+def fail(code: int, msg: str, details: str = "") -> NoReturn:
     json.dump({"cniVersion": "1.0.0", "code": code, "msg": msg, "details": details}, sys.stdout)
     sys.exit(1)
 
@@ -43,7 +43,6 @@ def reset(addrs: list[str]) -> None:
     ip = shutil.which("ip", path=os.environ.get("PATH", "") + os.pathsep + IP_PATH)
     if ip is None:
         fail(999, "kerasjob-neigh-reset: ip(8) not found", IP_PATH)
-        return
     for addr in addrs:
         done = subprocess.run(
             [ip, "neigh", "flush", "to", addr], capture_output=True, text=True, check=False
@@ -61,13 +60,11 @@ def main() -> None:
         conf = json.load(sys.stdin)
     except ValueError as e:
         fail(6, "kerasjob-neigh-reset: the network configuration is not JSON", str(e))
-        return
     if command != "ADD":
         return  # DEL, CHECK, GC, STATUS: nothing of ours to undo or check
     result = conf.get("prevResult")
     if not isinstance(result, dict):
         fail(7, "kerasjob-neigh-reset: no prevResult (chain it after the bridge plugin)")
-        return
     reset(addresses(result))
     json.dump({**result, "cniVersion": conf.get("cniVersion", "1.0.0")}, sys.stdout)
 

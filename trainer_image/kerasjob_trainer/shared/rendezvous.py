@@ -39,15 +39,7 @@ from collections.abc import Callable
 from kerasjob_trainer.shared.faults import connect_error, say
 from kerasjob_trainer.shared.leader import LOOPBACK, own_addresses
 
-__all__ = [
-    "FILE",
-    "Published",
-    "connect_error",
-    "find_leader",
-    "host_port",
-    "publish",
-    "read_fresh",
-]
+__all__ = ["FILE", "Published", "find_leader", "host_port", "publish", "read_fresh"]
 
 FILE = "coordinator.json"
 #: How often process 0 touches the file while its group forms.
@@ -145,7 +137,7 @@ def find_leader(
     deadline: float = 60.0,
     interval: float = 0.1,
     connect_timeout: float = 0.2,
-    probe: Callable[[str, int, float], bool] | None = None,
+    probe: Callable[[str, int, float], str | None] = connect_error,
     read: Callable[[str], str | None] = read_fresh,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
@@ -154,18 +146,14 @@ def find_leader(
     a connection while the file is fresh; where process 0 has never published (no file),
     `name` once it accepts one; `name` after `deadline` seconds (a warning: the group then
     forms as it can). A connect inside a cluster answers in well under `connect_timeout`; a
-    dead address never does. `probe` (tests): whether host:port accepts; by default a TCP
-    connect whose failures are counted and said with a wait of a second or more."""
+    dead address never does. `probe`: None when host:port accepts, else what happened (a
+    TCP connect, `faults.connect_error`); the failures are counted and said with a wait of a
+    second or more."""
     start = clock()
     failures: Counter[str] = Counter()
 
     def accepts(address: str) -> bool:
-        host, port = _split(address)
-        error = (
-            connect_error(host, port, connect_timeout)
-            if probe is None
-            else (None if probe(host, port, connect_timeout) else "failed")
-        )
+        error = probe(*_split(address), connect_timeout)
         if error is not None:
             failures[f"{address} {error}"] += 1
         return error is None
