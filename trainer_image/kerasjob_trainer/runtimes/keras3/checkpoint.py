@@ -2,13 +2,19 @@
 
 `<CHECKPOINT_DIR>/backup/orbax/<step>/` is one Orbax `CheckpointManager` step with three
 items: `state` (every variable of `state.variables`, keyed by its path; each process writes
-the shards it holds: a replicated variable once, a sharded one piece by piece), `totals`
-(the compiled metrics' running totals of the epoch so far) and `meta` (JSON: the `Header`
-with the data position, and each saved variable's path, shape and dtype). Saves are
+the shards it holds, uncompressed: a replicated variable once, a sharded one piece by piece),
+`totals` (the compiled metrics' running totals of the epoch so far) and `meta` (JSON: the
+`Header` with the data position, and each saved variable's path, shape and dtype). Saves are
 asynchronous: the step's arrays are copied off the devices, then written in the background
 while training goes on; Orbax commits the step's directory atomically (a temporary
 directory renamed once every process finished), so a reader sees whole steps only; the
 last `KEEP` steps are kept.
+
+Arrays are written without compression (Orbax's default is zstd): trained float weights
+shrink ~15 % under zstd, at ~4x the CPU of the whole save (4.4-5.6 CPU-s against 1.2-1.7 for
+the 1.3 GB of a 110 M-parameter transformer with Adam, measured 2026-11-29), CPU that an
+asynchronous save takes from the steps it runs beside. Backups written compressed (before
+2026-11-29) restore as they are: each array's stored metadata names its codec.
 
 One mechanism owns the stop after a SIGTERM: the trainer's callback (JAX's preemption sync
 point agrees on one step for the group). Orbax's own use of the sync point (on by default:
@@ -112,8 +118,13 @@ class Backups:
             cleanup_tmp_directories=True,
             save_decision_policy=_TrainerDecides(),
         )
+        handlers = {
+            "state": ocp.PyTreeCheckpointHandler(use_compression=False),
+            "totals": ocp.PyTreeCheckpointHandler(use_compression=False),
+            "meta": ocp.JsonCheckpointHandler(),
+        }
         self.manager = _manager_class(ocp)(
-            directory(backup_dir), options=options, item_names=("state", "totals", "meta")
+            directory(backup_dir), options=options, item_handlers=handlers
         )
 
     def save(self, model: Any, header: Header) -> None:
@@ -129,11 +140,11 @@ class Backups:
             "metrics": [[k, list(a.shape), str(a.dtype)] for k, a in totals.items()],
         }
         items: dict[str, Any] = {
-            "state": ocp.args.StandardSave(arrays),
+            "state": ocp.args.PyTreeSave(arrays),
             "meta": ocp.args.JsonSave(meta),
         }
         if totals:
-            items["totals"] = ocp.args.StandardSave(totals)
+            items["totals"] = ocp.args.PyTreeSave(totals)
         self.manager.save(header.step, args=ocp.args.Composite(**items), force=True)
 
     def wait(self) -> None:
@@ -156,14 +167,20 @@ class Backups:
         saved = [(k, tuple(s), d) for k, s, d in meta["variables"]]
         pairs, how = state.match(saved, state.variables(model))
         abstract = {k: _abstract(pairs[k], shape, dtype) for k, shape, dtype in saved}
-        items: dict[str, Any] = {"state": ocp.args.StandardRestore(abstract)}
+        items: dict[str, Any] = {"state": _restore_args(ocp, abstract)}
         if meta["metrics"]:
-            items["totals"] = ocp.args.StandardRestore(_host_targets(meta["metrics"]))
+            items["totals"] = _restore_args(ocp, _host_targets(meta["metrics"]))
         restored = self.manager.restore(step, args=ocp.args.Composite(**items))
         state.assign(pairs, restored["state"])
         state.check_bit_for_bit(pairs, restored["state"])
         totals = dict(restored["totals"]) if meta["metrics"] else {}
         return Restored(Header(**meta["header"]), totals, how)
+
+
+def _restore_args(ocp: Any, targets: dict[str, Any]) -> Any:
+    """Read each array as its target says: a jax.Array in the target's sharding, or numpy."""
+    restore_args = ocp.checkpoint_utils.construct_restore_args(targets)
+    return ocp.args.PyTreeRestore(item=targets, restore_args=restore_args)
 
 
 def _abstract(variable: Any, shape: tuple[int, ...], dtype: str) -> Any:
