@@ -5,16 +5,21 @@
 One process, KERAS_BACKEND=jax, the default CPU device:
 - **overhead**: per model (the built-in mnist-mlp; `transformer`, kerasjob_dev.benchmodels':
   a ~110 M-parameter decoder, vocab 16,000, d_model 768, 12 blocks, batch 1 x 16 tokens)
-  `model.fit` runs windows of steps with no backup, with an Orbax backup every SAVE_EVERY steps
-  (`checkpoint.Backups`, async: the trainer's own), and with the trainer's former backup (one
-  npz written by process 0, fsync'd and renamed: `npz_save` below, as it was). The cost of
-  one backup is the window's time minus as many steps at the no-backup window's mean step
-  time, divided by the backups taken; the overhead at saveFreq N is that cost over N mean
-  steps, in %. Windows of the three kinds alternate, ROUNDS times; medians. Every backup has
-  SAVE_EVERY steps after it inside its window (none at a window's last step), and the
-  window ends once the last one is committed: an asynchronous backup is charged what it
-  costs in steady training (the steps its writing slows, and any wait for it), not its
-  whole writing time, which a backup at the window's very end would be.
+  `model.fit` runs windows of steps with no backup, with Orbax backups (`checkpoint.Backups`,
+  async: the trainer's own), with the trainer's former backup (one npz written by process
+  0, fsync'd and renamed: `npz_save` below, as it was), and with a plain asynchronous writer
+  of the same bytes (`Plain`: the arrays copied off the devices, then one thread writes them
+  to one file and fsyncs it, no format at all: what the bytes alone cost). The cost of one
+  backup is the window's time minus as many steps at the no-backup window's mean step time,
+  divided by the backups taken. Two spacings: *queued*, a backup every SAVE_EVERY steps
+  (saveFreq 10: each may wait for the last), and *isolated*, one backup SAVE_EVERY steps
+  into the window (saveFreq 100: written long before the next). The overhead at saveFreq N
+  is that spacing's cost over N mean steps, in %. Every backup has steps after it inside
+  its window (none at a window's last step), and the window ends once the last one is
+  committed: an asynchronous backup is charged what it costs in steady training (the steps
+  its writing slows, and any wait for it), not its whole writing time, which a backup at
+  the window's very end would be. A round runs each kind's window once, between two windows
+  without backups whose mean step time it is charged against; ROUNDS rounds; medians.
 - **restore**: Dense stacks of ~10 M, ~100 M and ~300 M parameters with Adam (its two slots:
   3x the parameters): one Orbax save, then a new `Backups` restores it into the live
   variables (seconds, bit-for-bit check included), and the bytes on disk.
@@ -34,6 +39,7 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -62,6 +68,38 @@ def npz_save(directory: str, model: Any) -> None:
     os.replace(f"{final}.tmp", final)
 
 
+class Plain:
+    """An asynchronous backup without a format: copy every variable (the next steps overwrite
+    donated buffers), then write the copies to one file and fsync it, in one thread."""
+
+    def __init__(self, directory: str) -> None:
+        self.path = os.path.join(directory, "plain.bin")
+        self.thread: threading.Thread | None = None
+
+    def save(self, model: Any) -> None:
+        import numpy as np
+
+        from kerasjob_trainer.runtimes.keras3 import state
+
+        self.wait()
+        state.sync(model)
+        copies = [np.array(v.value, copy=True) for v in state.variables(model)]
+        self.thread = threading.Thread(target=self._write, args=(copies,))
+        self.thread.start()
+
+    def _write(self, copies: list[Any]) -> None:
+        with open(self.path, "wb") as f:
+            for a in copies:
+                f.write(memoryview(a).cast("B"))
+            f.flush()
+            os.fsync(f.fileno())
+
+    def wait(self) -> None:
+        if self.thread is not None:
+            self.thread.join()
+            self.thread = None
+
+
 def _window(model: Any, data: tuple[Any, Any], steps: int, save: Any) -> list[float]:
     """Step end times of `steps` steps of fit, `save(step)` after each."""
     import keras
@@ -79,50 +117,80 @@ def _window(model: Any, data: tuple[Any, Any], steps: int, save: Any) -> list[fl
     return [start, *times]
 
 
+def _due_queued(steps: int) -> Any:
+    """Every SAVE_EVERY steps, none at the window's last step: backups back to back."""
+    return lambda step: step % SAVE_EVERY == 0 and step < steps
+
+
+def _due_isolated(steps: int) -> Any:
+    """One backup, SAVE_EVERY steps into the window: nothing queues behind it."""
+    return lambda step: step == SAVE_EVERY
+
+
+def _when(due: Any, save: Any) -> Any:
+    return lambda step: save() if due(step) else None
+
+
 def overhead(
     name: str, model: Any, data: tuple[Any, Any], steps: int, rounds: int
 ) -> dict[str, Any]:
     from kerasjob_trainer.runtimes.keras3 import checkpoint
 
     _window(model, data, steps, lambda s: None)  # compiled, warm
-    per_save: dict[str, list[float]] = {"orbax": [], "npz": []}
+    costs: dict[str, list[float]] = {}
     base_steps: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         backups = checkpoint.Backups(os.path.join(tmp, "orbax"))
+        plain = Plain(tmp)
         counter = [0]
 
-        def due(step: int) -> bool:
-            return step % SAVE_EVERY == 0 and step < steps
+        def orbax() -> None:
+            counter[0] += 1
+            backups.save(model, checkpoint.Header(step=counter[0], processes=1))
 
-        def orbax(step: int) -> None:
-            if due(step):
-                counter[0] += 1
-                backups.save(model, checkpoint.Header(step=counter[0], processes=1))
+        kinds = {
+            "orbax": (orbax, backups.wait),
+            "npz": (lambda: npz_save(tmp, model), lambda: None),
+            "plain": (lambda: plain.save(model), plain.wait),
+        }
+        # npz is synchronous: its cost does not depend on what follows it (queued only)
+        plan = [(k, "queued") for k in kinds] + [("orbax", "isolated"), ("plain", "isolated")]
 
-        def npz(step: int) -> None:
-            if due(step):
-                npz_save(tmp, model)
-
-        for _ in range(rounds):
+        def base_window() -> float:
             t = _window(model, data, steps, lambda s: None)
-            base = (t[-1] - t[0]) / steps
-            base_steps.append(base)
-            for kind, save in (("orbax", orbax), ("npz", npz)):
-                t = _window(model, data, steps, save)
-                if kind == "orbax":
-                    backups.wait()  # the last save's writing belongs to this window
-                    t[-1] = time.perf_counter()
+            base_steps.append((t[-1] - t[0]) / steps)
+            return base_steps[-1]
+
+        # (kind, spacing, seconds, backups); each charged against the mean step time of the
+        # no-backup windows just before and after its round (the VM's speed drifts)
+        base = base_window()
+        for _ in range(rounds):
+            measured = []
+            for kind, how in plan:
+                save, wait = kinds[kind]
+                due = (_due_queued if how == "queued" else _due_isolated)(steps)
+                t = _window(model, data, steps, _when(due, save))
+                wait()  # an asynchronous backup's writing belongs to its window
                 saves = sum(due(step) for step in range(1, steps + 1))
-                per_save[kind].append(((t[-1] - t[0]) - steps * base) / saves)
+                measured.append((f"{kind}_{how}", time.perf_counter() - t[0], saves))
+            after = base_window()
+            for key, seconds, saves in measured:
+                step = (base + after) / 2
+                costs.setdefault(key, []).append((seconds - steps * step) / saves)
+            base = after
         backups.close()
     step_s = statistics.median(base_steps)
     out: dict[str, Any] = {"model": name, "parameters": int(model.count_params())}
     out["step_s"] = round(step_s, 5)
-    for kind, costs in per_save.items():
-        cost = statistics.median(costs)
-        out[f"{kind}_save_cost_s"] = round(cost, 4)
-        for freq in (10, 100):
-            out[f"{kind}_overhead_pct_at_{freq}"] = round(100 * cost / (freq * step_s), 3)
+    for kind in kinds:
+        queued = statistics.median(costs[f"{kind}_queued"])
+        isolated = statistics.median(costs.get(f"{kind}_isolated", [queued]))
+        out[f"{kind}_save_cost_s"] = round(queued, 4)
+        out[f"{kind}_isolated_save_cost_s"] = round(isolated, 4)
+        # saveFreq 10: backups back to back (each may wait for the last); saveFreq 100: each
+        # alone (it is written long before the next one)
+        out[f"{kind}_overhead_pct_at_10"] = round(100 * queued / (10 * step_s), 3)
+        out[f"{kind}_overhead_pct_at_100"] = round(100 * isolated / (100 * step_s), 3)
     return out
 
 
@@ -209,7 +277,7 @@ def main() -> int:
     lm = transformer(vocab, width, blocks, heads=4 if quick else 12)
     tokens = rng.integers(0, vocab, (tsteps, 16)).astype(np.int32)
     lm_data = (tokens, np.roll(tokens, -1, axis=1))
-    results["overhead"].append(overhead("transformer", lm, lm_data, tsteps, 1 if quick else 2))
+    results["overhead"].append(overhead("transformer", lm, lm_data, tsteps, 1 if quick else 3))
     print(json.dumps(results["overhead"][-1]), flush=True)
     del lm
     sizes = (100_000, 1_000_000) if quick else (10_000_000, 100_000_000, 300_000_000)

@@ -57,6 +57,7 @@ def test_keras3_orbax_bench_quick(tmp_path: Path) -> None:
     ]
     for r in result["overhead"]:
         assert r["step_s"] > 0 and "orbax_overhead_pct_at_10" in r and "npz_save_cost_s" in r
+        assert "plain_overhead_pct_at_100" in r and "orbax_isolated_save_cost_s" in r
     assert len(result["restore"]) == 2 and all(r["restore_s"] > 0 for r in result["restore"])
     assert {(r["source"], r["workers"]) for r in result["grain"]} == {
         ("memory", 0),
