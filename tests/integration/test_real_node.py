@@ -80,8 +80,18 @@ def running_ip(core: Any, namespace: str, name: str) -> str:
     return str(wait_for(ip, timeout=60, interval=0.2, what=f"Pod {name} running"))
 
 
+IMAGE_FIXTURES = {"images", "deployment"}  # tests/e2e/conftest.py: the imported images
+
+
+def later_tests_use(request: pytest.FixtureRequest, fixtures: set[str]) -> bool:
+    """Whether a test this session runs after the requesting one uses any of `fixtures`."""
+    items = request.session.items
+    later = items[items.index(request.node) + 1 :]
+    return any(fixtures & set(getattr(item, "fixturenames", ())) for item in later)
+
+
 def test_node_down_leaves_nothing_and_start_brings_it_back(
-    cluster: Cluster, kube: Any, namespace: str
+    cluster: Cluster, kube: Any, namespace: str, request: pytest.FixtureRequest
 ) -> None:
     if not cluster.local:
         pytest.skip("the local cluster's real node")
@@ -115,10 +125,12 @@ def test_node_down_leaves_nothing_and_start_brings_it_back(
     # No API call until the node is back: that is when nothing of it may be left.
     after = node_sh("leftovers", check=False)
     restarted = node_sh("start", check=False)
-    # Images the session had imported (e.g. the e2e tests') come back too.
+    # Images the session had imported (the e2e tests') come back when a later test of this
+    # session uses them (`make test` runs tests/e2e first: none; re-importing them took
+    # ~1 min of its time). A later session's `images` fixture imports them itself.
     export = Path(os.environ.get("KERASJOB_CACHE", Path.home() / ".cache/kerasjob"))
     archives = [str(export / "images" / "export" / name) for name in loaded]
-    if archives:
+    if archives and later_tests_use(request, IMAGE_FIXTURES):
         node_sh("load", *archives)
     assert after.returncode == 0 and after.stdout == "", after.stdout
     assert restarted.returncode == 0, restarted.stderr
