@@ -107,7 +107,7 @@ def worker(shape: tuple[int, int], sizes: Sizes, result: Path) -> None:
     keras.utils.set_random_seed(0)
     mesh = parse_mesh([{"name": "batch", "size": shape[0]}, {"name": "model", "size": shape[1]}])
     assert mesh is not None
-    sharding = k3mesh.Sharding.setup(mesh, DEVICES_PER_PROCESS)
+    sharding = k3mesh.Sharding.setup(mesh, DEVICES_PER_PROCESS, elastic=False)
     sharding.shard(transformer_layout(sharding.device_mesh))
     model = transformer(sizes.vocab, sizes.width, sizes.blocks, sizes.heads)
     sharded = sorted(k3mesh.sharded_paths(model.variables, mesh))

@@ -235,7 +235,7 @@ def grain_throughput(steps: int, workers_list: tuple[int, ...]) -> list[dict[str
     out = []
     with tempfile.TemporaryDirectory() as tmp:
         records.write_split(tmp, "train", x, y, shards=4)
-        sources = [("memory", grain_input.ArraySource(x, y), 0)]
+        sources: list[tuple[str, Any, int]] = [("memory", grain_input.ArraySource(x, y), 0)]
         sources += [("arrayrecord", records.Records(records.files(tmp)), w) for w in workers_list]
         for kind, source, workers in sources:
             src = grain_input.grain_source(source, 64, 42, workers=workers)

@@ -28,7 +28,7 @@ def main() -> None:
         return
     mesh = parse_mesh([{"name": "batch", "size": 1}, {"name": "model", "size": devices}])
     assert mesh is not None
-    sharding = k3mesh.Sharding.setup(mesh, None)
+    sharding = k3mesh.Sharding.setup(mesh, None, elastic=False)
     sharding.shard(k3mesh.builtin_layout("mnist-mlp", mesh, sharding.device_mesh))
     model = builtin("mnist-mlp", 1e-3)
     sharded = k3mesh.sharded_paths(model.variables, mesh)

@@ -118,8 +118,8 @@ def _bare_python(venv: Path) -> str:
 
 def test_gpu_check_runs_on_cpu_in_its_dry_mode(tmp_path: Path) -> None:
     """hack/gpu/prepare.sh + check.sh as on a GPU machine (wheels from .whl/, no network, the
-    interpreter's own JAX and nothing else), here on CPU (KERASJOB_GPU_CHECK_ALLOW_CPU=1) at
-    quick sizes."""
+    interpreter's own JAX and nothing else), here on 2 CPU devices (KERASJOB_GPU_CHECK_ALLOW_CPU=1)
+    at quick sizes."""
     python = _bare_python(tmp_path / "venv")
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     env = {**os.environ, "PYTHON": python, "GPU_PYTHON_VERSIONS": version}
@@ -132,15 +132,18 @@ def test_gpu_check_runs_on_cpu_in_its_dry_mode(tmp_path: Path) -> None:
         check=False,
     )
     assert prepare.returncode == 0, prepare.stdout[-2000:] + prepare.stderr[-2000:]
+    cpus = {"KERASJOB_GPU_CHECK_ALLOW_CPU": "1"}
+    cpus["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"  # step 4 has 2 to shard
     check = subprocess.run(
         ["bash", str(ROOT / "hack/gpu/check.sh"), "--quick", "--out", str(tmp_path / "d.json")],
-        env={**env, "KERASJOB_GPU_CHECK_ALLOW_CPU": "1"},
+        env={**env, **cpus},
         capture_output=True,
         text=True,
         timeout=600,
         check=False,
     )
     assert check.returncode == 0, check.stdout[-3000:] + check.stderr[-3000:]
+    assert "sharded: mesh batch=1 x model=2 on cpu, 3 kernels sharded" in check.stdout, check.stdout
     result = json.loads((tmp_path / "d.json").read_text())
     assert [m["model"] for m in result["models"]] == ["mnist-cnn", "resnet"]
     assert all(m["restore_bit_exact"] and m["steps_per_s"] > 0 for m in result["models"])
