@@ -149,7 +149,7 @@ def test_a_pod_on_a_reused_address_is_reachable_at_once(
 ) -> None:
     """host-local hands addresses out round-robin, so a Pod gets one an earlier Pod held; the
     node's STALE neighbour entry of that Pod (its MAC gone) made the new Pod unreachable for
-    5-9 s (hack/cluster/cni/neigh-reset.py). Here the next address host-local hands out gets
+    5-9 s (hack/cluster/cni/neigh-reset.py). Here the next addresses host-local hands out get
     such an entry first; the new Pod's must be gone, and a connect to it answers (refused:
     nothing listens) at once instead of timing out."""
     if not cluster.local:
@@ -158,16 +158,19 @@ def test_a_pod_on_a_reused_address_is_reachable_at_once(
 
     core = client.CoreV1Api(kube)
     # host-local: a file per address in use, and the last one handed out; the next is the
-    # first free one after it.
+    # first free one after it. Other Pods may start meanwhile (right after the node's restart
+    # in the test above, its Pods come back): the next few free addresses all get the entry.
     ipam = node_dir() / "cni" / "ipam" / "kerasjob"  # made at the node's first Pod
     ipam.mkdir(parents=True, exist_ok=True)
     in_use = {f.name for f in ipam.iterdir()}
-    reused = next(str(a) for a in list(POD_CIDR.hosts())[1:] if str(a) not in in_use)
-    (ipam / "last_reserved_ip.0").write_text(str(ipaddress.ip_address(reused) - 1))
-    ip_batch([f"neigh replace {reused} lladdr {GONE_MAC} dev {BRIDGE} nud stale"])
+    free = (str(a) for a in list(POD_CIDR.hosts())[1:] if str(a) not in in_use)
+    planted = [next(free) for _ in range(8)]
+    (ipam / "last_reserved_ip.0").write_text(str(ipaddress.ip_address(planted[0]) - 1))
+    ip_batch([f"neigh replace {a} lladdr {GONE_MAC} dev {BRIDGE} nud stale" for a in planted])
     try:
         core.create_namespaced_pod(namespace, pod_manifest("reused"))
-        assert running_ip(core, namespace, "reused") == reused
+        reused = running_ip(core, namespace, "reused")
+        assert reused in planted, (reused, planted)
         entry = subprocess.run(
             ["ip", "neigh", "show", reused, "dev", BRIDGE],
             capture_output=True, text=True, check=True,
@@ -176,7 +179,7 @@ def test_a_pod_on_a_reused_address_is_reachable_at_once(
         with pytest.raises(ConnectionRefusedError):
             socket.create_connection((reused, 9), timeout=1.0).close()
     finally:
-        ip_batch([f"neigh del {reused} dev {BRIDGE}"])
+        ip_batch([f"neigh del {a} dev {BRIDGE}" for a in planted])
 
 
 def netns_of(ip: str) -> Path:
