@@ -41,6 +41,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -117,17 +118,17 @@ def _window(model: Any, data: tuple[Any, Any], steps: int, save: Any) -> list[fl
     return [start, *times]
 
 
-def _due_queued(steps: int) -> Any:
+def _due_queued(steps: int) -> Callable[[int], bool]:
     """Every SAVE_EVERY steps, none at the window's last step: backups back to back."""
     return lambda step: step % SAVE_EVERY == 0 and step < steps
 
 
-def _due_isolated(steps: int) -> Any:
+def _due_isolated(steps: int) -> Callable[[int], bool]:
     """One backup, SAVE_EVERY steps into the window: nothing queues behind it."""
     return lambda step: step == SAVE_EVERY
 
 
-def _when(due: Any, save: Any) -> Any:
+def _when(due: Callable[[int], bool], save: Callable[[], None]) -> Callable[[int], None]:
     return lambda step: save() if due(step) else None
 
 
@@ -174,8 +175,8 @@ def overhead(
                 saves = sum(due(step) for step in range(1, steps + 1))
                 measured.append((f"{kind}_{how}", time.perf_counter() - t[0], saves))
             after = base_window()
+            step = (base + after) / 2
             for key, seconds, saves in measured:
-                step = (base + after) / 2
                 costs.setdefault(key, []).append((seconds - steps * step) / saves)
             base = after
         backups.close()
