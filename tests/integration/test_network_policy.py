@@ -1,5 +1,6 @@
 """The per-job NetworkPolicy against a real API server: created with the Service before the
-Pods, owned by the job, garbage-collected with it; none when switched off.
+Pods, owned by the job, garbage-collected with it; made again when deleted and patched back
+when changed; none when switched off.
 
 (Whether it is enforced is the CNI's business; that needs a real node and an enforcer.)
 """
@@ -146,6 +147,91 @@ def test_a_deleted_service_and_network_policy_come_back_with_a_warning(
     assert get_job(kube, namespace, "kept")["status"]["phase"] == "Running"
     print(f"Service and NetworkPolicy deleted -> both back: {took:.2f}s")
     delete_job(kube, namespace, "kept")
+
+
+def _restored(kube: Any, ns: str, job: str, count: int) -> list[tuple[str, str]] | None:
+    """The job's ChildRestored events (type, message), once there are ``count``."""
+    found = sorted(
+        (e.type, e.message) for e in events_for(kube, ns, job) if e.reason == "ChildRestored"
+    )
+    return found if len(found) == count else None
+
+
+def test_a_loosened_network_policy_and_an_edited_service_are_patched_back(
+    operator: OperatorProcess, kube: Any, namespace: str
+) -> None:
+    """A policy patched to admit everyone and a Service given another selector (issue 48):
+    both patched back to the job's spec, with a Warning ChildRestored naming each; the
+    same objects (not made again), no Pod touched, and what the API server defaulted is no
+    difference (no second patch)."""
+    create_job(kube, namespace, job_manifest("held", workers=2))
+    wait_phase(kube, namespace, "held", "Running")
+    net, core = client.NetworkingV1Api(kube), client.CoreV1Api(kube)
+    policy, service = policy_of(kube, namespace, "held"), service_of(kube, namespace, "held")
+    want = (
+        net.api_client.sanitize_for_serialization(policy.spec),
+        core.api_client.sanitize_for_serialization(service.spec),
+    )
+    pods_before = _pod_uids(kube, namespace)
+    net.patch_namespaced_network_policy("held", namespace, {"spec": {"ingress": [{}]}})
+    core.patch_namespaced_service("held", namespace, {"spec": {"selector": {"app": "other"}}})
+    start = time.monotonic()
+    try:
+        wait_for(
+            lambda: (
+                (
+                    net.api_client.sanitize_for_serialization(
+                        policy_of(kube, namespace, "held").spec
+                    ),
+                    core.api_client.sanitize_for_serialization(
+                        service_of(kube, namespace, "held").spec
+                    ),
+                )
+                == want
+            ),
+            timeout=30,
+            interval=0.1,
+            what="the NetworkPolicy's and the Service's spec patched back",
+        )
+    except TimeoutError as e:
+        raise AssertionError(
+            f"{e}; the operator's log of {namespace}:\n" + operator.log_lines(namespace)
+        ) from e
+    took = time.monotonic() - start
+    assert policy_of(kube, namespace, "held").metadata.uid == policy.metadata.uid
+    assert service_of(kube, namespace, "held").metadata.uid == service.metadata.uid
+    messages = wait_for(
+        lambda: _restored(kube, namespace, "held", 2),
+        timeout=30,
+        interval=0.2,
+        what="two ChildRestored events",
+    )
+    assert messages == [
+        (
+            "Warning",
+            f"NetworkPolicy {namespace}/held had been changed (spec.ingress); "
+            "restored to the job's",
+        ),
+        (
+            "Warning",
+            f"Service {namespace}/held had been changed (spec.selector); restored to the job's",
+        ),
+    ]
+    assert _pod_uids(kube, namespace) == pods_before
+    assert get_job(kube, namespace, "held")["status"]["phase"] == "Running"
+    # Settled: the restored objects (defaulted by the API server) are no news.
+    versions = (
+        policy_of(kube, namespace, "held").metadata.resource_version,
+        service_of(kube, namespace, "held").metadata.resource_version,
+    )
+    time.sleep(2)
+    assert (
+        policy_of(kube, namespace, "held").metadata.resource_version,
+        service_of(kube, namespace, "held").metadata.resource_version,
+    ) == versions
+    assert _restored(kube, namespace, "held", 2) is not None
+    print(f"NetworkPolicy loosened, Service selector edited -> both restored: {took:.2f}s")
+    delete_job(kube, namespace, "held")
 
 
 def test_no_network_policy_when_switched_off(cluster: Cluster, kube: Any) -> None:

@@ -107,9 +107,9 @@ NAMESPACED_PERMISSIONS = {
     "kerasjob.dev/kerasjobs/status": {"patch"},
     "kerasjob.dev/kerasjobs/finalizers": {"update"},
     "/pods": {"list", "watch", "create", "delete"},
-    "/services": {"list", "watch", "create"},
+    "/services": {"list", "watch", "create", "patch"},
     "/events": {"create"},
-    "networking.k8s.io/networkpolicies": {"list", "watch", "create"},
+    "networking.k8s.io/networkpolicies": {"list", "watch", "create", "patch"},
 }
 
 

@@ -723,6 +723,139 @@ def test_the_replaced_services_late_delete_keeps_the_new_one_expected() -> None:
     run(scenario())
 
 
+async def _restored_warnings(op: Operator, cluster: FakeCluster) -> list[tuple[str, str]]:
+    """The ChildRestored events posted so far (type, message), sorted."""
+    await op.controller.events.drain()
+    return sorted(
+        (e["type"], e["message"]) for e in cluster.events if e["reason"] == "ChildRestored"
+    )
+
+
+#: The policy opened to everyone and the Service's selector edited, each named once.
+BOTH_RESTORED = [
+    ("Warning", "NetworkPolicy ns/job had been changed (spec.ingress); restored to the job's"),
+    ("Warning", "Service ns/job had been changed (spec.selector); restored to the job's"),
+]
+
+
+async def _running_job(cluster: FakeCluster) -> Operator:
+    cluster.add_job(workers=2)
+    op = Operator(cluster, "a")
+    await settle(cluster, [op])
+    assert running(cluster)
+    return op
+
+
+def _specs(cluster: FakeCluster) -> tuple[Any, Any]:
+    return (
+        copy.deepcopy(cluster.network_policies["job"]["spec"]),
+        copy.deepcopy(cluster.services["job"]["spec"]),
+    )
+
+
+def test_a_loosened_network_policy_and_an_edited_service_are_patched_back_with_a_warning() -> None:
+    """Issue 48: a policy patched to admit everyone stayed so. Its spec (and the Service's)
+    is held as its existence is: patched back on the change's watch event, one Warning
+    each, no Pod touched; the index catching up is no news."""
+
+    async def scenario() -> None:
+        cluster = FakeCluster()
+        op = await _running_job(cluster)
+        before, pods = _specs(cluster), set(cluster.pods)
+        uids = {n: p["metadata"]["uid"] for n, p in cluster.pods.items()}
+        cluster.edit_child("networkpolicies", "job", {"ingress": [{}]})
+        cluster.edit_child("services", "job", {"selector": {"app": "other"}})
+        await settle(cluster, [op])
+        assert _specs(cluster) == before
+        assert op.api.calls.count("patch networkpolicies") == 1
+        assert op.api.calls.count("patch services") == 1
+        assert await _restored_warnings(op, cluster) == BOTH_RESTORED
+        assert set(cluster.pods) == pods
+        assert {n: p["metadata"]["uid"] for n, p in cluster.pods.items()} == uids
+        assert running(cluster) and cluster.restarts() == {"disruptions": 0, "failures": 0}
+        await settle(cluster, [op])
+        await op.reconcile()
+        assert op.api.calls.count("patch networkpolicies") == 1
+        assert await _restored_warnings(op, cluster) == BOTH_RESTORED
+
+    run(scenario())
+
+
+def test_a_reconcile_before_the_index_shows_the_restore_does_not_patch_again() -> None:
+    async def scenario() -> None:
+        cluster = FakeCluster()
+        op = await _running_job(cluster)
+        cluster.edit_child("networkpolicies", "job", {"ingress": [{}]})
+        op.sync()
+        await op.reconcile()
+        assert op.api.calls.count("patch networkpolicies") == 1
+        await op.reconcile()  # woken by a Pod, the policy's index still the loosened one
+        assert op.api.calls.count("patch networkpolicies") == 1
+        await settle(cluster, [op])
+        assert op.api.calls.count("patch networkpolicies") == 1
+        assert len(await _restored_warnings(op, cluster)) == 1
+
+    run(scenario())
+
+
+def test_a_policy_changed_again_before_its_restore_is_restored_from_the_newer_one() -> None:
+    """The restore is conditional on the version the index showed: a second change in
+    between fails it (409, nothing written over), and that change's event restores it."""
+
+    async def scenario() -> None:
+        cluster = FakeCluster()
+        op = await _running_job(cluster)
+        before, _ = _specs(cluster)
+        cluster.edit_child("networkpolicies", "job", {"ingress": [{}]})
+        op.sync()
+        cluster.edit_child("networkpolicies", "job", {"podSelector": {"matchLabels": None}})
+        await op.reconcile()
+        assert op.api.calls.count("patch networkpolicies") == 1
+        assert "matchLabels" not in cluster.network_policies["job"]["spec"]["podSelector"]
+        await settle(cluster, [op])
+        assert _specs(cluster)[0] == before
+        assert op.api.calls.count("patch networkpolicies") == 2
+        assert await _restored_warnings(op, cluster) == [  # the patch that went through
+            (
+                "Warning",
+                "NetworkPolicy ns/job had been changed (spec.podSelector, spec.ingress); "
+                "restored to the job's",
+            )
+        ]
+
+    run(scenario())
+
+
+def test_a_refused_restore_is_logged_and_not_tried_again_on_the_same_version() -> None:
+    """An operator whose RBAC lacks patch (an older chart): the job runs on, the restore is
+    not retried until the policy changes again."""
+    from kerasjob.k8s.kube import ApiError
+
+    async def scenario() -> None:
+        cluster = FakeCluster()
+        op = await _running_job(cluster)
+        patch = op.api.merge_patch
+
+        async def forbidden(path: str, body: Any, resource: str) -> Any:
+            if resource == "networkpolicies":
+                op.api.calls.append(f"patch {resource}")
+                raise ApiError(403, "PATCH", path, {"reason": "Forbidden"})
+            return await patch(path, body, resource)
+
+        op.api.merge_patch = forbidden  # type: ignore[method-assign]
+        cluster.edit_child("networkpolicies", "job", {"ingress": [{}]})
+        await settle(cluster, [op])
+        await op.reconcile()
+        assert op.api.calls.count("patch networkpolicies") == 1
+        assert op.controller.reconcile_errors == 0 and running(cluster)
+        assert await _restored_warnings(op, cluster) == []  # nothing was restored
+        cluster.edit_child("networkpolicies", "job", {"ingress": [{}, {}]})
+        await settle(cluster, [op])
+        assert op.api.calls.count("patch networkpolicies") == 2
+
+    run(scenario())
+
+
 def test_no_network_policy_when_switched_off() -> None:
     from dataclasses import replace
 

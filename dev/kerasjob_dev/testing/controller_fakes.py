@@ -2,7 +2,8 @@
 
 `FakeCluster` keeps KerasJobs, Pods, Services and Events with one resourceVersion counter
 and answers the calls the controller makes through `KubeApi` (`FakeApi`, one per operator):
-conditional status merge patches (409 on a stale resourceVersion), idempotent creates,
+conditional status merge patches (409 on a stale resourceVersion), conditional merge
+patches of a Service's or NetworkPolicy's spec, idempotent creates,
 deletes with a UID precondition, the one-name Pod LIST of `observed.index_behind`. Each
 operator's indices are plain dicts (`FakeIndex`) that change only when the test delivers the
 watch (`sync`), so a test decides exactly how stale each operator's view is. Node-side
@@ -20,6 +21,7 @@ from typing import Any
 import aiohttp
 
 from kerasjob.api import labels
+from kerasjob.control.observed import child_view
 from kerasjob.k8s.kube import ApiError
 from kerasjob.k8s.workqueue import Key
 from kerasjob.planner.podview import PodView, pod_view
@@ -148,9 +150,18 @@ class FakeCluster:
 
     def delete_child(self, resource: str, name: str) -> None:
         """`kubectl delete service|networkpolicy NAME` (a clean-up, a GitOps prune)."""
-        store = {"services": self.services, "networkpolicies": self.network_policies}[resource]
-        del store[name]
+        del self._children(resource)[name]
         self.rv += 1
+
+    def edit_child(self, resource: str, name: str, spec: Mapping[str, Any]) -> None:
+        """`kubectl patch service|networkpolicy NAME --type=merge` of its spec (someone
+        loosening the policy, editing the selector)."""
+        body = self._children(resource)[name]
+        _merge(body.setdefault("spec", {}), spec)
+        self._bump(body)
+
+    def _children(self, resource: str) -> dict[str, dict[str, Any]]:
+        return {"services": self.services, "networkpolicies": self.network_policies}[resource]
 
     def status(self, job: str = "job") -> dict[str, Any]:
         return self.jobs[job].get("status") or {}
@@ -161,17 +172,25 @@ class FakeCluster:
     # -- the API the controller calls ------------------------------------------------------
 
     def merge_patch(self, path: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        """A job's status, or a Service's or NetworkPolicy's spec (409 on a stale
+        resourceVersion; an unchanged object keeps its version, as the API server's)."""
         _, resource, name, sub = _split(path)
-        assert resource == "kerasjobs" and sub == "status", path
-        job = self.jobs.get(name or "")
-        if job is None:
+        if resource in ("services", "networkpolicies"):
+            store, part = self._children(resource), "spec"
+        else:
+            assert resource == "kerasjobs" and sub == "status", path
+            store, part = self.jobs, "status"
+        obj = store.get(name or "")
+        if obj is None:
             raise ApiError(404, "PATCH", path, {"reason": "NotFound"})
         want = (patch.get("metadata") or {}).get("resourceVersion")
-        if want is not None and want != job["metadata"]["resourceVersion"]:
+        if want is not None and want != obj["metadata"]["resourceVersion"]:
             raise ApiError(409, "PATCH", path, {"reason": "Conflict"})
-        _merge(job.setdefault("status", {}), patch.get("status") or {})
-        self._bump(job)
-        return copy.deepcopy(job)
+        before = copy.deepcopy(obj.get(part))
+        _merge(obj.setdefault(part, {}), patch.get(part) or {})
+        if part == "status" or obj[part] != before:
+            self._bump(obj)
+        return copy.deepcopy(obj)
 
     def create(self, path: str, obj: Mapping[str, Any]) -> dict[str, Any] | None:
         """The created object; None when the name is taken (the API's 409)."""
@@ -358,13 +377,19 @@ def sync_pods(
 def sync_children(
     index: FakeIndex, store: Mapping[str, Mapping[str, Any]], on_change: Callable[[Key], None]
 ) -> None:
-    """Deliver a Service or NetworkPolicy watch: the index becomes ``store`` (by the job
-    label), and ``on_change`` hears the key of each job whose child came or went."""
+    """Deliver a Service or NetworkPolicy watch: the index becomes ``store`` (a `ChildView`
+    of each, by the job label), and ``on_change`` hears the key of each job whose child
+    came, went or changed."""
     out: dict[Key, list[Any]] = {}
-    for name, body in store.items():
+    for body in store.values():
         job = body["metadata"]["labels"][labels.JOB_NAME]
-        out.setdefault((NS, job), []).append(name)
-    changed = set(out) ^ set(index)
+        out.setdefault((NS, job), []).append(child_view(body["kind"], body))
+    changed = {
+        key
+        for key in set(out) | set(index)
+        if {v.resource_version for v in out.get(key, ())}
+        != {v.resource_version for v in index.get(key, ())}
+    }
     index.replace(out)
     for key in sorted(changed):
         on_change(key)

@@ -179,6 +179,10 @@ class Reason(str, enum.Enum):
     CHILD_RECREATED = "ChildRecreated"
     """A child the job owns (its Service, its NetworkPolicy) went missing while the job ran
     (deleted by hand, a namespace clean-up, a GitOps prune): it was made again."""
+    CHILD_RESTORED = "ChildRestored"
+    """A child the job owns (its Service, its NetworkPolicy) had a spec other than the one
+    the operator renders for the job (changed by someone else, e.g. a policy loosened to
+    admit everyone): its spec was patched back."""
     # Kueue: the job's Workload (Events).
     WORKLOAD_CREATED = "WorkloadCreated"
     """The job's Kueue Workload was created in its LocalQueue."""

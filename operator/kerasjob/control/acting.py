@@ -1,6 +1,7 @@
 """Carrying out a plan's actions: create the job's Service, NetworkPolicy and Pods (Service
-and NetworkPolicy first), delete Pods and finished jobs. Creates are strict and idempotent;
-a child the API server refuses is returned as a `Rejection` for the next plan, not raised."""
+and NetworkPolicy first, and a changed one patched back first), delete Pods and finished
+jobs. Creates are strict and idempotent; a child the API server refuses is returned as a
+`Rejection` for the next plan, not raised."""
 
 from __future__ import annotations
 
@@ -11,7 +12,14 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kerasjob.config import OperatorConfig
-from kerasjob.control.observed import NETWORK_POLICY, SERVICE, Expectations, Observed
+from kerasjob.control.observed import (
+    NETWORK_POLICY,
+    SERVICE,
+    Expectations,
+    Observed,
+    Restores,
+    resource_version,
+)
 from kerasjob.integrations.integration import PodUpdate, pod_updates
 from kerasjob.k8s.kube import ApiError, KubeApi, gather_limited
 from kerasjob.k8s.paths import (
@@ -22,7 +30,7 @@ from kerasjob.k8s.paths import (
     service_path,
 )
 from kerasjob.k8s.workqueue import Key
-from kerasjob.manifests import children
+from kerasjob.manifests import children, drift
 from kerasjob.manifests.runtimes import default_images
 from kerasjob.planner import rejection
 from kerasjob.planner.planning import (
@@ -33,6 +41,7 @@ from kerasjob.planner.planning import (
     DeleteJob,
     DeletePod,
     Plan,
+    RestoreChild,
 )
 from kerasjob.planner.rejection import Rejection
 
@@ -47,6 +56,7 @@ class Acting(Protocol):
     api: KubeApi
     config: OperatorConfig
     expectations: Expectations
+    restores: Restores
     rejections: dict[Key, Rejection]
     probe_class: str | None
     """The probes' PriorityClass once known to exist ('' until checked; None: none)."""
@@ -109,6 +119,8 @@ class Acted:
     made_shared: tuple[str, ...] = ()
     """The job's Service and NetworkPolicy kinds these creates made (not 409: they were
     missing, whether or not the plan knew it)."""
+    restored: tuple[RestoreChild, ...] = ()
+    """The restores whose patch went through."""
 
 
 async def act(ctx: Acting, key: Key, seen: Observed, plan: Plan, actions: list[Action]) -> Acted:
@@ -117,24 +129,27 @@ async def act(ctx: Acting, key: Key, seen: Observed, plan: Plan, actions: list[A
     # What must exist before the Pods (the gang's PodGroup), and what each integration adds
     # to them (a Kueue admission's flavors, the gang's name).
     updates = await pod_updates(seen.integrations, plan, actions)
-    calls: list[Call] = []
+    first: list[Call] = []
+    rest: list[Call] = []
     probes: set[str] = set()  # probe Pods: a refusal is logged, never the job's
     for action in actions:
         made = await _call(ctx, seen, plan, action, updates)
-        calls += made
+        # The Service and NetworkPolicy first, made or patched back (Pods resolve each
+        # other through the one and must never run unprotected by the other), then the
+        # rest together.
+        (first if isinstance(action, CreateService | RestoreChild) else rest).extend(made)
         if isinstance(action, CreateProbe):
             probes.update(name for name, _ in made if name is not None)
-    # The Service and NetworkPolicy first (Pods resolve each other through the one and
-    # must never run unprotected by the other), then the rest together.
-    first = sum(1 for name, _ in calls if name in (SERVICE, NETWORK_POLICY))
-    results = await gather_limited([c for _, c in calls[:first]])
-    results += await gather_limited([c for _, c in calls[first:]])
+    calls = first + rest
+    results = await gather_limited([c for _, c in first])
+    results += await gather_limited([c for _, c in rest])
     shared = tuple(
         _SHARED_KINDS[name]
         for (name, _), result in zip(calls, results, strict=True)
         if name in _SHARED_KINDS and isinstance(result, Mapping)
     )
-    return Acted(_outcome(ctx, key, seen, calls, results, probes), shared)
+    restored = tuple(r for r in results if isinstance(r, RestoreChild))
+    return Acted(_outcome(ctx, key, seen, calls, results, probes), shared, restored)
 
 
 async def _call(
@@ -157,6 +172,8 @@ async def _call(
         return [(None, call)]
     if model is None:
         return []
+    if isinstance(action, RestoreChild):
+        return [(None, _restore(ctx, seen, action))]
     if isinstance(action, CreateService):
         # The job's shared children: its Service and, unless switched off, the
         # NetworkPolicy that keeps its TF port to its own Pods (before any Pod).
@@ -192,6 +209,42 @@ async def _call(
     _update(manifest, updates, "worker", probe=True)
     pod = ctx.api.create_object(pod_path(ns), manifest, "pods", strict=True)
     return [(action.name, pod)]
+
+
+async def _restore(ctx: Acting, seen: Observed, action: RestoreChild) -> RestoreChild | None:
+    """Patch the job's ``action.kind`` ("Service", "NetworkPolicy") back to the spec fields
+    the operator renders for it (`drift.restore_patch`), conditional on the version the
+    index showed: one changed again since, or gone, is looked at anew on its own watch
+    event. A refusal (RBAC without patch, a validation error) is logged and not tried again
+    on that version (`Restores`). The action once patched; else None."""
+    job, kind = seen.job, action.kind
+    key = (job.namespace, job.name)
+    shown = seen.children.get(kind)
+    desired = seen.parsed.shared_specs(ctx.config.metrics_from).get(kind)
+    if shown is None or desired is None:
+        return None
+    if kind == "Service":
+        path, resource = service_path(job.namespace, job.name), "services"
+    else:
+        path, resource = network_policy_path(job.namespace, job.name), "networkpolicies"
+    patch = {
+        "metadata": {"resourceVersion": str(shown.resource_version)},
+        "spec": drift.restore_patch(kind, shown.spec, desired),
+    }
+    try:
+        written = await ctx.api.merge_patch(path, patch, resource)
+    except ApiError as e:
+        if e.status in (404, 409):
+            log.debug("%s/%s: %s changed or gone before its restore (%s)", *key, kind, e.status)
+            return None
+        if e.status == 429 or e.status >= 500:
+            raise
+        log.warning("%s/%s: %s not restored (%s): %s", *key, kind, e.status, e)
+        ctx.restores.record(key, kind, shown.resource_version)
+        return None
+    ctx.restores.record(key, kind, resource_version(written))
+    log.info("%s/%s: %s restored (%s)", *key, kind, ", ".join(patch["spec"]))
+    return action
 
 
 def _outcome(

@@ -7,8 +7,9 @@ its Pods (`observe`: the indices plus our own writes they have not delivered yet
 `observed`), asks `rc.plan` what to do, writes the status with one merge patch made
 conditional on the resourceVersion it read (`write_status`: a conflict just requeues), and
 only then acts: create/delete Pods and the Service (all idempotent: 409 on create and 404
-on delete are success), post Events (`events.EventRecorder`). One key is never processed by
-two workers at once; a key notified while being processed is processed again right after.
+on delete are success), patch a changed Service or NetworkPolicy back, post Events
+(`events.EventRecorder`). One key is never processed by two workers at once; a key
+notified while being processed is processed again right after.
 
 Two periodic loops complete it: a resync that requeues every job (for deadlines, TTLs and
 anything missed) and the progress scraper of running jobs (`scraping`), whose status
@@ -34,8 +35,10 @@ from kerasjob.control.events import EventRecorder, build_event
 from kerasjob.control.jobview import ParsedJob
 from kerasjob.control.observed import (
     SHARED_CHILDREN,
+    ChildView,
     Expectations,
     Observed,
+    Restores,
     WriteCache,
     index_behind,
     skip_expected,
@@ -44,9 +47,11 @@ from kerasjob.integrations.integration import Integration, JobIntegration, Manag
 from kerasjob.k8s.kube import ApiError, KubeApi
 from kerasjob.k8s.paths import events_path, job_path
 from kerasjob.k8s.workqueue import Key, WorkQueue
+from kerasjob.manifests import drift
 from kerasjob.planner import elastic, planning
 from kerasjob.planner import reconcile as rc
-from kerasjob.planner.planning import Event, JobView
+from kerasjob.planner.housekeeping import child_restored
+from kerasjob.planner.planning import ChildDrift, Event, JobView
 from kerasjob.planner.podview import PodView
 from kerasjob.planner.rejection import Rejection
 from kerasjob.planner.running import recreated_unplanned
@@ -88,14 +93,15 @@ class Controller:
         jobs: Mapping[Key, Iterable[Mapping[str, Any]]],
         pods: Mapping[Key, Iterable[PodView]],
         integrations: Sequence[Integration] = (),
-        children: Mapping[str, Mapping[Key, Iterable[Any]]] | None = None,
+        children: Mapping[str, Mapping[Key, Iterable[ChildView]]] | None = None,
     ) -> None:
         self.config = config
         self.api = api
         self.jobs = jobs
         self.pods = pods
         #: The job's other children the operator watches, by kind ("Service",
-        #: "NetworkPolicy"): an index of each, keyed like ``pods`` (`observed.SHARED_CHILDREN`).
+        #: "NetworkPolicy"): an index of each, keyed like ``pods``, a `ChildView` per object
+        #: (`observed.SHARED_CHILDREN`).
         self.children = dict(children or {})
         #: The scheduler integrations the operator runs with (Kueue, gang scheduling).
         self.integrations = tuple(integrations)
@@ -104,6 +110,7 @@ class Controller:
         self.events = EventRecorder(api)
         self.written = WriteCache()
         self.expectations = Expectations()
+        self.restores = Restores()
         self.rejections: dict[Key, Rejection] = {}
         self.probe_class: str | None = ""  # elastic probes' PriorityClass: checked when needed
         self.waiting = elastic.WaitingJobs()  # for elastic jobs: who waits for a place
@@ -265,9 +272,11 @@ class Controller:
                 parts.append(part)
         pods = list(self.pods.get(key, ()))
         expected = self.expectations.pending(key, pods, loop_now)
-        missing = self._missing_children(key, expected)
-        if missing:
-            job = dataclasses.replace(job, missing_children=missing)
+        shown = self._shared_children(key)
+        missing = self._missing_children(key, shown, expected)
+        drifted = self._drifted_children(key, parsed, shown)
+        if missing or drifted:
+            job = dataclasses.replace(job, missing_children=missing, drifted_children=drifted)
         return Observed(
             body=body,
             parsed=parsed,
@@ -276,19 +285,49 @@ class Controller:
             pods=pods,
             expected=expected,
             integrations=tuple(parts),
+            children=shown,
         )
 
-    def _missing_children(self, key: Key, expected: Mapping[str, float]) -> tuple[str, ...]:
+    def _shared_children(self, key: Key) -> dict[str, ChildView]:
+        """The job's Service and NetworkPolicy (named after the job) that the indices show,
+        by kind; only the kinds the operator makes."""
+        wanted = [k for k in self.children if k != "NetworkPolicy" or self.config.network_policy]
+        shown: dict[str, ChildView] = {}
+        for kind in wanted:
+            views = [v for v in self.children[kind].get(key, ()) if v.name == key[1]]
+            if views:
+                shown[kind] = max(views, key=lambda v: v.resource_version)
+        return shown
+
+    def _missing_children(
+        self, key: Key, shown: Mapping[str, ChildView], expected: Mapping[str, float]
+    ) -> tuple[str, ...]:
         """The watched kinds of child the job has none of, nor was just made (read from
         the indices: no request)."""
         wanted = [k for k in self.children if k != "NetworkPolicy" or self.config.network_policy]
         missing: list[str] = []
         for kind in wanted:
-            if any(True for _ in self.children[kind].get(key, ())):
+            if kind in shown:
                 self.expectations.seen(key, SHARED_CHILDREN[kind])  # shown: no longer expected
             elif SHARED_CHILDREN[kind] not in expected:
                 missing.append(kind)
         return tuple(missing)
+
+    def _drifted_children(
+        self, key: Key, parsed: ParsedJob, shown: Mapping[str, ChildView]
+    ) -> tuple[ChildDrift, ...]:
+        """The shown children whose owned spec fields differ from those the operator renders
+        for the job (`manifests.drift`); not one whose restore the index has not shown yet
+        (`observed.Restores`)."""
+        desired = parsed.shared_specs(self.config.metrics_from)
+        out: list[ChildDrift] = []
+        for kind, child in shown.items():
+            if kind not in desired or self.restores.settled(key, kind, child):
+                continue
+            fields = drift.drifted(kind, child.spec, desired[kind])
+            if fields:
+                out.append(ChildDrift(kind, fields))
+        return tuple(out)
 
     def _parse(self, body: Mapping[str, Any]) -> ParsedJob:
         meta = body.get("metadata") or {}
@@ -330,6 +369,7 @@ class Controller:
             self.queue.forget(key)
             self._errors.pop(key, None)
             self.expectations.forget(key)
+            self.restores.forget(key)
             self.rejections.pop(key, None)
             return None
         if seen.job.managed_by is not None:
@@ -373,6 +413,7 @@ class Controller:
             log.debug("%s/%s: %s", *key, ", ".join(type(a).__name__ for a in actions))
             acted = await self._act(key, seen, plan, actions)
             self.post(seen.job, recreated_unplanned(seen.job, seen.status, acted.made_shared), now)
+            self.post(seen.job, [child_restored(seen.job, r) for r in acted.restored], now)
             refused = acted.refused
             if refused is not None:  # plan again with it: fail the job, or show the wait
                 return 0.0 if refused.permanent else refused.retry_after

@@ -2,9 +2,11 @@
 
 - ``kerasjob_bodies``: every KerasJob, keyed by (namespace, name).
 - ``kerasjob_pods``: a `PodView` of every child Pod, keyed by its job's (namespace, name).
-- ``kerasjob_services`` and (with the NetworkPolicy on) ``kerasjob_network_policies``: the
-  name of each job's Service and NetworkPolicy, so that a missing one is seen without a
-  request (`Controller.child_changed`, `running.recreate_children`).
+- ``kerasjob_services`` and (with the NetworkPolicy on) ``kerasjob_network_policies``: a
+  `ChildView` of each job's Service and NetworkPolicy (name, version, the spec fields the
+  operator sets), so that a missing one, or one whose spec someone changed, is seen without
+  a request (`Controller.child_changed`, `running.recreate_children`,
+  `housekeeping.restore_children`).
 - Any event of a KerasJob or of a child Pod puts the job's key into the controller's queue.
 
 Only event and index handlers are used, so kopf adds no finalizer and no annotation to
@@ -28,6 +30,7 @@ from kerasjob.api import plain
 from kerasjob.config import OperatorConfig
 from kerasjob.control import metrics
 from kerasjob.control.controller import Controller
+from kerasjob.control.observed import child_view
 from kerasjob.integrations.gang.sync import GangSync
 from kerasjob.integrations.integration import Integration
 from kerasjob.integrations.kueue.sync import KueueSync
@@ -78,8 +81,8 @@ async def kerasjob_pods(namespace: str | None, body: kopf.Body, **_: Any) -> Any
 
 
 @kopf.index("services", labels={lbl.JOB_NAME: kopf.PRESENT}, id=SERVICES_INDEX)
-async def kerasjob_services(namespace: str | None, name: str, labels: Any, **_: Any) -> Any:
-    return {(namespace, labels[lbl.JOB_NAME]): name}
+async def kerasjob_services(namespace: str | None, labels: Any, body: kopf.Body, **_: Any) -> Any:
+    return {(namespace, labels[lbl.JOB_NAME]): child_view("Service", body)}
 
 
 @kopf.on.event("services", labels={lbl.JOB_NAME: kopf.PRESENT})
@@ -92,14 +95,15 @@ async def service_event(
 
 def register_network_policies() -> None:
     """With the per-job NetworkPolicy (the default): index them, and wake the job on each
-    change, so that one deleted is made again (`running.recreate_children`)."""
+    change, so that one deleted is made again (`running.recreate_children`) and one changed
+    is patched back (`housekeeping.restore_children`)."""
     labels = {lbl.JOB_NAME: kopf.PRESENT}
 
     @kopf.index("networking.k8s.io", "v1", "networkpolicies", labels=labels, id=POLICIES_INDEX)
     async def kerasjob_network_policies(
-        namespace: str | None, name: str, labels: Any, **_: Any
+        namespace: str | None, labels: Any, body: kopf.Body, **_: Any
     ) -> Any:
-        return {(namespace, labels[lbl.JOB_NAME]): name}
+        return {(namespace, labels[lbl.JOB_NAME]): child_view("NetworkPolicy", body)}
 
     @kopf.on.event("networking.k8s.io", "v1", "networkpolicies", labels=labels)
     async def network_policy_event(

@@ -7,14 +7,15 @@ planner can fail it with reason InvalidSpec.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pydantic
 
 from kerasjob import CONTROLLER_NAME
 from kerasjob.api import KerasJob
-from kerasjob.manifests import validation
+from kerasjob.manifests import children, drift, validation
 from kerasjob.manifests.tf_config import pod_name
 from kerasjob.planner.planning import (
     ALL_REDUCE,
@@ -40,6 +41,7 @@ class ParsedJob:
             if problems:
                 self.model = None
         name = str(meta.get("name", ""))
+        self._shared: tuple[str, dict[str, Any]] | None = None
         self.problems = tuple(problems)
         if self.model is not None:
             spec = self.model.spec
@@ -52,6 +54,22 @@ class ParsedJob:
             self.tasks = ()
             self.chief = ""
             self.total_steps = None
+
+    def shared_specs(self, metrics_from: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """The spec fields the operator sets on the job's Service and NetworkPolicy
+        (`drift.owned_spec`), by kind, as it renders them: made once per generation (and
+        metrics peers); {} for an invalid job."""
+        if self.model is None:
+            return {}
+        peers = json.dumps(list(metrics_from), sort_keys=True)
+        if self._shared is None or self._shared[0] != peers:
+            policy = children.build_network_policy(self.model, metrics_from=metrics_from)
+            specs = {
+                "Service": drift.owned_spec("Service", children.build_service(self.model)),
+                "NetworkPolicy": drift.owned_spec("NetworkPolicy", policy),
+            }
+            self._shared = (peers, specs)
+        return self._shared[1]
 
     def view(self, body: Mapping[str, Any]) -> JobView:
         meta = body.get("metadata") or {}

@@ -13,6 +13,9 @@ indices plus the operator's own writes the indices have not delivered yet.
   expectation the snapshot's index does not reflect yet, and must not let the plan made on
   that snapshot create the Pod again (409 AlreadyExists).
 * `Observed` -- the snapshot itself; `Controller.observe` makes it.
+* `ChildView` -- the job's Service or NetworkPolicy as its index holds it: the spec fields
+  the operator sets, to see one changed by someone else (`manifests.drift`).
+* `Restores` -- the children whose spec we just patched back, until the index shows it.
 * `index_behind` -- the one check that asks the API server instead of the index: whether a
   Pod incarnation the status recorded still exists although the index does not show it.
 """
@@ -27,9 +30,11 @@ from typing import Any
 from kerasjob.api import wire
 from kerasjob.control.jobview import ParsedJob
 from kerasjob.integrations.integration import JobIntegration
+from kerasjob.k8s import bounded
 from kerasjob.k8s.kube import KubeApi
 from kerasjob.k8s.paths import pod_path
 from kerasjob.k8s.workqueue import Key
+from kerasjob.manifests import drift
 from kerasjob.planner.planning import (
     Action,
     CreatePod,
@@ -60,6 +65,56 @@ def resource_version(body: Mapping[str, Any] | None) -> int:
 
 
 @dataclass(frozen=True)
+class ChildView:
+    """A Service or NetworkPolicy of a job as its index holds it (`child_view`)."""
+
+    name: str
+    uid: str
+    resource_version: int
+    spec: Mapping[str, Any]
+    """The spec fields the operator sets (`drift.owned_spec`), as the API server holds them."""
+
+
+def child_view(kind: str, body: Mapping[str, Any]) -> ChildView:
+    """What the index keeps of a ``kind`` ("Service", "NetworkPolicy") of a job."""
+    meta = body.get("metadata") or {}
+    return ChildView(
+        name=str(meta.get("name", "")),
+        uid=str(meta.get("uid", "")),
+        resource_version=resource_version(body),
+        # A plain copy (kopf's body is a read-only view), bounded as every body is.
+        spec=bounded.plain_copy(drift.owned_spec(kind, body)),
+    )
+
+
+class Restores:
+    """The job's children whose spec we patched back (or tried to: a refusal is not tried
+    again on the same version), with the resourceVersion that left them: until the index
+    shows a newer one, the index's older spec is not a difference again (no second patch,
+    no second Event)."""
+
+    def __init__(self) -> None:
+        self._done: dict[tuple[Key, str], int] = {}
+
+    def record(self, key: Key, kind: str, version: int) -> None:
+        self._done[(key, kind)] = version
+
+    def settled(self, key: Key, kind: str, shown: ChildView) -> bool:
+        """Whether ``shown`` (the index's) is at or before the version we left."""
+        version = self._done.get((key, kind))
+        if version is None:
+            return False
+        if shown.resource_version <= version:
+            return True
+        del self._done[(key, kind)]
+        return False
+
+    def forget(self, key: Key) -> None:
+        for done in [d for d in self._done if d[0] == key]:
+            del self._done[done]
+
+
+@dataclass(frozen=True)
 class Observed:
     """One job as the controller sees it at the start of a reconcile."""
 
@@ -73,6 +128,8 @@ class Observed:
     integrations: tuple[JobIntegration, ...] = ()
     """The integrations' parts of this snapshot (Kueue's Workload, the gang's PodGroups):
     their writes are decided on the same snapshot as the plan."""
+    children: Mapping[str, ChildView] = dataclasses.field(default_factory=dict)
+    """The job's Service and NetworkPolicy by kind, as the index shows them (none: absent)."""
 
     @property
     def resource_version(self) -> str:

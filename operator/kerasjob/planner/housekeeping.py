@@ -1,15 +1,17 @@
 """The planner's steps every plan of a job it runs takes, first (`housekeeping`: stale and
-stuck Pods) and last (`chief_exit_progress`, `complete_status`: the status written back
-whole). Steps over `planstate.PlanState`, composed by `reconcile.plan`.
+stuck Pods; `restore_children`: a changed Service or NetworkPolicy) and last
+(`chief_exit_progress`, `complete_status`: the status written back whole). Steps over
+`planstate.PlanState`, composed by `reconcile.plan`.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
 
+from kerasjob.api import Reason
 from kerasjob.planner import goodput, progress
 from kerasjob.planner import status as st
-from kerasjob.planner.planning import DeletePod
+from kerasjob.planner.planning import DeletePod, Event, JobView, RestoreChild
 from kerasjob.planner.planstate import PlanState
 
 
@@ -27,6 +29,28 @@ def housekeeping(s: PlanState) -> None:
             s.requeue(s.force_delete_after)
         else:
             s.requeue((due - s.now).total_seconds())
+
+
+def restore_children(s: PlanState) -> None:
+    """The job's Service or NetworkPolicy whose spec someone changed (a policy loosened to
+    admit everyone, a selector edited) is patched back; whatever the job's phase, as long
+    as the operator runs it (a finished job's kept Pods are still behind the policy). Its
+    Warning (`child_restored`) is posted once the patch went through: a patch that found
+    the object changed again, or was refused, restored nothing."""
+    for drift in s.job.drifted_children:
+        s.actions.append(RestoreChild(drift.kind, drift.fields))
+
+
+def child_restored(job: JobView, restored: RestoreChild) -> Event:
+    """The Warning that the job's ``restored.kind`` had another spec and was given its own
+    back."""
+    fields = ", ".join(f"spec.{f}" for f in restored.fields)
+    return Event(
+        "Warning",
+        Reason.CHILD_RESTORED.value,
+        f"{restored.kind} {job.namespace}/{job.name} had been changed ({fields}); "
+        "restored to the job's",
+    )
 
 
 def chief_exit_progress(s: PlanState) -> None:

@@ -62,6 +62,15 @@ class ElasticPolicy:
 
 
 @dataclass(frozen=True)
+class ChildDrift:
+    """The job's Service or NetworkPolicy (``kind``) whose spec ``fields`` (those the
+    operator sets) differ from what it renders for the job."""
+
+    kind: str
+    fields: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class JobView:
     """The parts of a KerasJob that decisions depend on."""
 
@@ -96,11 +105,14 @@ class JobView:
     """With an integration that places the job's Pods all at once: the group they are made
     in and why they wait (`scheduling.Placement`)."""
     missing_children: tuple[str, ...] = ()
-    group: GroupPolicy = ALL_REDUCE
-    """Which Pods a lost one takes with it (`PARAMETER_SERVER` for a job with spec.ps)."""
     """Kinds of the job's children other than Pods ("Service", "NetworkPolicy") that the
     operator watches and that do not exist (nor were just made): `CreateService` makes
     them again while the job runs."""
+    drifted_children: tuple[ChildDrift, ...] = ()
+    """The job's Service or NetworkPolicy whose spec differs from what the operator renders
+    for the job (someone changed it): `RestoreChild` gives it back."""
+    group: GroupPolicy = ALL_REDUCE
+    """Which Pods a lost one takes with it (`PARAMETER_SERVER` for a job with spec.ps)."""
 
     @property
     def roles(self) -> list[str]:
@@ -110,6 +122,16 @@ class JobView:
 @dataclass(frozen=True)
 class CreateService:
     pass
+
+
+@dataclass(frozen=True)
+class RestoreChild:
+    """Patch the job's ``kind`` ("Service", "NetworkPolicy") back to the spec the operator
+    renders for the job (`manifests.drift.restore_patch`); ``fields``: those that differed.
+    Once patched, a Warning says so (`housekeeping.child_restored`)."""
+
+    kind: str
+    fields: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -143,7 +165,7 @@ class DeleteJob:
     pass
 
 
-Action = CreateService | CreatePod | CreateProbe | DeletePod | DeleteJob
+Action = CreateService | RestoreChild | CreatePod | CreateProbe | DeletePod | DeleteJob
 
 
 @dataclass(frozen=True)

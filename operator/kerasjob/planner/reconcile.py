@@ -13,10 +13,11 @@ restarts of it already counted, whether its end (exit, deletion, loss) was count
 whether its task succeeded (sticky: a succeeded task is never re-created).
 
 `plan` composes step functions over one typed accumulator, `planstate.PlanState`:
-`housekeeping` (stale and stuck Pods, first; the status completed, last), then one of
-`finishing` (a finished, invalid or rejected job), `suspension` (suspended, or queued by
-an admission integration) or `running.active`, which uses `accounting` (what happened to
-the Pods, counted once), `elastic` (resizes) and `finishing` (the job's end). Each step
+`housekeeping` (stale and stuck Pods and changed children, first; the status completed,
+last), then one of `finishing` (a finished, invalid or rejected job), `suspension`
+(suspended, or queued by an admission integration) or `running.active`, which uses
+`accounting` (what happened to the Pods, counted once), `elastic` (resizes) and
+`finishing` (the job's end). Each step
 reads and writes only the state's declared fields; none calls the API server.
 """
 
@@ -64,6 +65,7 @@ def plan(
     s = PlanState.start(job, old_status, pods, now, force_delete_after, rejection)
     elastic.init_size(s)  # an elastic job's tasks are those of its current size
     housekeeping.housekeeping(s)
+    housekeeping.restore_children(s)
     if s.job.generation is not None:
         s.status["observedGeneration"] = s.job.generation
     decide(s)
