@@ -246,7 +246,10 @@ class TrainerSpec(_Model):
             "layout_map(mesh, config). The product of the sizes must equal workers x the "
             "devices of each process (checked at apply time against devicesPerProcess, "
             "and by the trainer, exit 78); a layout that shards nothing is refused (exit 78). "
-            "Not with spec.elastic. Immutable."
+            "With spec.elastic the mesh is declared at spec.workers and only its batch axis "
+            "follows the workers the job runs with, so the product of the axes after the "
+            "first must divide devicesPerProcess (checked at apply time when it is set, "
+            "else by the trainer, exit 78). Immutable."
         ),
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
