@@ -11,6 +11,7 @@ than the standard library: neither image carries the other side's code or depend
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 
 
 class ExitCode(enum.IntEnum):
@@ -37,8 +38,10 @@ class ExitCode(enum.IntEnum):
 
     INVALID_CONFIG = 78
     """The configuration cannot work (unknown model, missing data, malformed TF_CONFIG, batch
-    size 0 ...). Detected before the backup was touched. Permanent: retrying cannot help.
-    78 is EX_CONFIG from sysexits.h."""
+    size 0, a mesh the devices or the layout cannot take, a checkpoint directory that cannot be
+    written ...). Detected before the backup was touched. Permanent: retrying cannot help.
+    78 is EX_CONFIG from sysexits.h. The trainer says why in one line (LOG_INVALID_CONFIG),
+    which its container also leaves in the termination message for the operator."""
 
 
 #: Exit codes that say "not the job's fault": restart without using the retry budget.
@@ -82,6 +85,11 @@ class Env(str, enum.Enum):
     """Not set by the operator (a template's env may): how many in-place restarts in a row
     without a training step the container's supervisor makes after a disruption exit (42,
     43) before it exits with that code itself; default IN_PLACE_RESTARTS_DEFAULT, 0: none."""
+
+    TERMINATION_LOG = "KERASJOB_TERMINATION_LOG"
+    """Not set by the operator: the file of the container's termination message when it is
+    not TERMINATION_LOG (a template that sets the container's terminationMessagePath sets
+    this to the same path; the tests point it at a file of their own)."""
 
     INCARNATION = "KERASJOB_INCARNATION"
     """Set by the supervisor in the trainer process it starts: this incarnation's number in
@@ -140,6 +148,13 @@ DEFAULT_TF_PORT = 2222
 #: no scrape came between the last steps and the exit.
 TERMINATION_LOG = "/dev/termination-log"
 TERMINATION_MESSAGE_BYTES = 4096
+
+
+def termination_log(env: Mapping[str, str]) -> str:
+    """The file of the container's termination message: KERASJOB_TERMINATION_LOG, else the
+    kubelet's default TERMINATION_LOG."""
+    return env.get(Env.TERMINATION_LOG.value) or TERMINATION_LOG
+
 
 METRIC_EPOCH = "kerasjob_epoch"
 METRIC_STEP = "kerasjob_step"
@@ -222,3 +237,34 @@ LOG_DISRUPTION_RE = (
     r"resumed_step=(\d+) first_step_at=([0-9.]+) steps_redone=(\d+) "
     r"downtime_s=([0-9.]+) lost_s=([0-9.]+) goodput=([0-9.]+)"
 )
+
+
+#: The one line of every exit 78 (ExitCode.INVALID_CONFIG), on the trainer's stderr:
+#:   kerasjob: invalid configuration: mesh batch=1 x model=4 needs 4 devices, but the job has
+#:       1 process(es) x 1 device(s)                                         (one line)
+#: The container's first process (the trainer's supervisor) adds the same line to the
+#: termination message (after what the chief left there, its last metrics); the operator
+#: puts its reason in the job's Failed condition and Warning event (`invalid_config_reason`).
+LOG_INVALID_CONFIG = "kerasjob: invalid configuration: "
+#: The longest reason the termination message carries (the log line keeps all of it).
+INVALID_CONFIG_REASON_CHARS = 512
+
+
+def invalid_config_line(reason: str) -> str:
+    """The line of an exit 78 that says `reason` (on one line: line breaks become spaces)."""
+    return LOG_INVALID_CONFIG + " ".join(reason.split())
+
+
+def invalid_config_reason(text: str) -> str | None:
+    """The reason of the last line of `text` that holds LOG_INVALID_CONFIG with a reason: the
+    rest of that line, stripped, at most INVALID_CONFIG_REASON_CHARS; None without one.
+    `text` is a termination message: the chief's /metrics samples with the line after them,
+    or the tail of the container's log (terminationMessagePolicy FallbackToLogsOnError)."""
+    for line in reversed(text.splitlines()):
+        at = line.find(LOG_INVALID_CONFIG)
+        if at < 0:
+            continue
+        reason = line[at + len(LOG_INVALID_CONFIG) :].strip()
+        if reason:
+            return reason[:INVALID_CONFIG_REASON_CHARS]
+    return None

@@ -2,7 +2,8 @@
 
 Each process runs `python -m kerasjob_trainer` with the contract's environment variables,
 exactly as the operator's Pods do (but KERASJOB_IN_PLACE_RESTARTS=0 unless a test sets it),
-with stdout+stderr captured in a file per process.
+with stdout+stderr captured in a file per process and, as the kubelet gives each container,
+an empty termination-log file of its own (KERASJOB_TERMINATION_LOG).
 """
 
 from __future__ import annotations
@@ -103,11 +104,14 @@ class Trainer:
         self.env = dict(env)  # what a replacement of this process is started with
         self.args = list(args or [])
         self.log = log_dir / f"{name}.log"
+        self.termination_log = log_dir / f"{name}.termination-log"
+        self.termination_log.write_text("")
         # No in-place restarts unless a test asks for them: the tests here play the
         # operator, which sees each process's exit code (the supervisor still runs).
         full_env = {
             **os.environ,
             Env.IN_PLACE_RESTARTS.value: "0",
+            Env.TERMINATION_LOG.value: str(self.termination_log),
             **env,
             "PYTHONUNBUFFERED": "1",
         }
@@ -144,6 +148,10 @@ class Trainer:
 
     def text(self) -> str:
         return self.log.read_text(errors="replace")
+
+    def termination_message(self) -> str:
+        """What the process left in its termination log (the Pod's state.terminated.message)."""
+        return self.termination_log.read_text(errors="replace")
 
     def lines(self) -> list[str]:
         return self.text().splitlines()

@@ -39,6 +39,30 @@ def test_exit_78_fails_at_once() -> None:
     )
 
 
+def test_exit_78_puts_the_trainers_reason_in_the_failed_condition_and_the_event() -> None:
+    """The reason the trainer left in its termination message (kerasjob: invalid
+    configuration: ...) is the Failed condition's message and the Warning event's, which
+    `kubectl describe kerasjob` and `kerasjob describe` show."""
+    why = "checkpoint directory /ckpt/ns/j/u cannot be written: [Errno 30] Read-only file system"
+    message = f"kerasjob_step 0\nkerasjob: invalid configuration: {why}\n"
+    j = job(backoff_limit=6)
+    s = settle(j, [pod(i) for i in range(3)])
+    ended = pod(
+        1, phase="Failed", ready=False, termination=Termination(78, "Error", message=message)
+    )
+    p = run(j, s, [pod(0), ended, pod(2)])
+    expected = f"Pod j-worker-1 exited with 78: invalid configuration: {why}; retrying cannot help"
+    failed = next(c for c in p.status["conditions"] if c["type"] == "Failed")
+    assert (failed["status"], failed["reason"], failed["message"]) == (
+        "True",
+        "InvalidConfig",
+        expected,
+    )
+    assert ("Warning", "InvalidConfig", expected) in [
+        (e.type, e.reason, e.message) for e in p.events
+    ], p.events
+
+
 def test_never_policy_first_failure_fails() -> None:
     j = job(restart_policy="Never")
     s = settle(j, [pod(i) for i in range(3)])

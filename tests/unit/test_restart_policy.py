@@ -94,6 +94,34 @@ def test_permanent_fails_at_once(policy: str) -> None:
     assert v.fail and v.reason == Reason.INVALID_CONFIG.value
 
 
+#: What an exit-78 container leaves: the chief's last metrics, then the supervisor's line.
+REJECTED = (
+    "kerasjob_epoch 0\nkerasjob_step 0\nkerasjob: invalid configuration: mesh batch=1 x "
+    "model=4 needs 4 devices, but the job has 1 process(es) x 1 device(s) = 1\n"
+)
+WHY = "mesh batch=1 x model=4 needs 4 devices, but the job has 1 process(es) x 1 device(s) = 1"
+
+
+def test_an_exit_78_carries_the_trainers_reason_into_the_verdict() -> None:
+    outcome = rp.classify_exit(Termination(78, "Error", message=REJECTED))
+    assert outcome == rp.Permanent(Reason.INVALID_CONFIG.value, 78, cause=WHY)
+    v = decide("OnFailure", outcome)
+    assert v.fail and v.reason == Reason.INVALID_CONFIG.value and v.count_failure
+    assert v.message == f"Pod p exited with 78: invalid configuration: {WHY}; retrying cannot help"
+    # the same from the tail of the container's log (FallbackToLogsOnError), in place too
+    tail = f"kerasjob: incarnation 1 of worker-1 started\nkerasjob: invalid configuration: {WHY}"
+    restarted = pod(restart_count=1, last_termination=Termination(78, message=tail))
+    assert rp.classify_in_place_restart(restarted) == outcome
+
+
+def test_an_exit_78_without_a_reason_says_so_as_before() -> None:
+    outcome = rp.classify_exit(Termination(78, "Error", message="kerasjob_step 3\n"))
+    assert outcome == rp.Permanent(Reason.INVALID_CONFIG.value, 78)
+    assert decide("Never", outcome).message == (
+        "Pod p exited with 78: the trainer rejected its configuration; retrying cannot help"
+    )
+
+
 def test_on_failure_survives_exactly_backoff_limit_failures() -> None:
     assert not decide("OnFailure", rp.Failure("Error", 1), failures=0).fail
     assert not decide("OnFailure", rp.Failure("Error", 1), failures=1).fail

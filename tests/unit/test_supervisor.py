@@ -1,5 +1,6 @@
 """The container's supervisor (kerasjob_trainer.core.supervisor): in-place restarts after 42/43,
-their bound, signals, and every incarnation's log. Small Python children, no TensorFlow."""
+their bound, signals, every incarnation's log, and the reason of an exit 78 left in the
+termination message. Small Python children, no TensorFlow."""
 
 from __future__ import annotations
 
@@ -14,7 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from kerasjob_contract import LOG_INCARNATION_RE, ExitCode
+from kerasjob_contract import (
+    INVALID_CONFIG_REASON_CHARS,
+    LOG_INCARNATION_RE,
+    TERMINATION_MESSAGE_BYTES,
+    ExitCode,
+    invalid_config_reason,
+)
 from kerasjob_trainer.core import supervisor
 
 BANNER = re.compile(LOG_INCARNATION_RE, re.M)
@@ -178,6 +185,91 @@ def test_a_bad_bound_is_a_configuration_error() -> None:
     assert supervisor.in_place_limit({"KERASJOB_IN_PLACE_RESTARTS": " 0 "}) == 0
     with pytest.raises(ValueError, match="KERASJOB_IN_PLACE_RESTARTS must be a whole number"):
         supervisor.in_place_limit({"KERASJOB_IN_PLACE_RESTARTS": "-1"})
+
+
+def _rejected(tmp_path: Path, body: str, *, before: str = "") -> tuple[int, str]:
+    """Run `body` supervised with a termination log of its own (holding `before`, as the
+    kubelet's empty file or what the chief wrote there): the exit code and the log after."""
+    log = tmp_path / "termination-log"
+    log.write_text(before)
+    code = run(tmp_path, body, KERASJOB_TERMINATION_LOG=str(log))
+    return code, log.read_text()
+
+
+def test_an_exit_78_leaves_the_trainers_reason_after_the_chiefs_metrics(tmp_path: Path) -> None:
+    """The child (the chief) writes its last metrics to the termination log and exits 78
+    with its one line; the supervisor adds the line after them: the operator reads it."""
+    code, message = _rejected(
+        tmp_path,
+        """
+        with open(os.environ["KERASJOB_TERMINATION_LOG"], "w") as f:
+            f.write("kerasjob_epoch 0\\nkerasjob_step 0\\n")
+        print("kerasjob: invalid configuration: an old line", file=sys.stderr)
+        print("kerasjob: step 0/9")
+        print("kerasjob: invalid configuration: mesh batch=1 x model=4 needs 4 devices",
+              file=sys.stderr)
+        print("some noise after it", file=sys.stderr)
+        sys.exit(78)
+        """,
+    )
+    assert code == ExitCode.INVALID_CONFIG
+    assert message == (
+        "kerasjob_epoch 0\nkerasjob_step 0\n"
+        "kerasjob: invalid configuration: mesh batch=1 x model=4 needs 4 devices\n"
+    )
+    assert invalid_config_reason(message) == "mesh batch=1 x model=4 needs 4 devices"
+
+
+def test_a_program_that_exits_78_without_the_line_leaves_its_last_stderr_line(
+    tmp_path: Path,
+) -> None:
+    code, message = _rejected(
+        tmp_path,
+        """
+        print("Traceback ...", file=sys.stderr)
+        print("ValueError: learning rate must be > 0", file=sys.stderr)
+        print("", file=sys.stderr)
+        print("bye on stdout")
+        sys.exit(78)
+        """,
+    )
+    assert code == 78
+    assert message == "kerasjob: invalid configuration: ValueError: learning rate must be > 0\n"
+
+
+def test_nothing_is_left_for_other_codes_or_a_silent_78(tmp_path: Path) -> None:
+    said = "print('kerasjob: invalid configuration: no', file=sys.stderr); "
+    assert _rejected(tmp_path, said + "sys.exit(1)", before="kerasjob_step 3\n") == (
+        1,
+        "kerasjob_step 3\n",
+    )
+    assert _rejected(tmp_path, "print('out only'); sys.exit(78)") == (78, "")
+
+
+def test_the_reason_stays_within_the_kubelets_limit_and_comes_last(tmp_path: Path) -> None:
+    full = "".join(f'kerasjob_metric{{name="m{i}"}} {i}.5\n' for i in range(300))
+    assert len(full.encode()) > TERMINATION_MESSAGE_BYTES
+    long = "x" * 3000
+    code, message = _rejected(
+        tmp_path,
+        f"print('kerasjob: invalid configuration: {long}', file=sys.stderr); sys.exit(78)",
+        before=full[:TERMINATION_MESSAGE_BYTES],
+    )
+    assert code == 78
+    assert len(message.encode()) <= TERMINATION_MESSAGE_BYTES
+    lines = message.splitlines()
+    assert lines[0] == 'kerasjob_metric{name="m0"} 0.5' and all(
+        line in full.splitlines() for line in lines[:-1]
+    )
+    assert lines[-1] == f"kerasjob: invalid configuration: {'x' * INVALID_CONFIG_REASON_CHARS}"
+
+
+def test_no_termination_log_nothing_written(tmp_path: Path) -> None:
+    """Outside a Pod the file does not exist: nothing is made (as the chief's metrics)."""
+    missing = tmp_path / "none" / "termination-log"
+    body = "print('kerasjob: invalid configuration: x', file=sys.stderr); sys.exit(78)"
+    assert run(tmp_path, body, KERASJOB_TERMINATION_LOG=str(missing)) == 78
+    assert not missing.exists() and not missing.parent.exists()
 
 
 def test_the_replica_name_is_the_pods_else_tf_configs_task() -> None:

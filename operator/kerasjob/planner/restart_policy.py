@@ -9,7 +9,8 @@ Two pure steps, each a small function with tests (tests/unit/test_restart_policy
      Preempting, NodeLost, Shutdown ...), its container was killed by SIGKILL/SIGTERM (exit
      137/143, not OOMKilled), or the trainer said so (exit 42 preempted-and-saved, 43 peer
      lost; see `kerasjob_contract`).
-   - `Permanent`   -- retrying cannot help (exit 78, invalid configuration).
+   - `Permanent`   -- retrying cannot help (exit 78, invalid configuration: the trainer's
+     reason, from its termination message, goes into the job's condition and event).
    - `Failure`     -- any other error exit.
 2. *Decide*, from the job's ``restartPolicy`` and ``backoffLimit``, whether the job goes on
    (the Pod is restarted in place by the kubelet or re-created by the operator) or fails.
@@ -25,7 +26,12 @@ from typing import TypeGuard
 
 from kerasjob.api import Reason
 from kerasjob.planner.podview import PodView, Termination
-from kerasjob_contract import DISRUPTION_EXIT_CODES, PERMANENT_EXIT_CODES, ExitCode
+from kerasjob_contract import (
+    DISRUPTION_EXIT_CODES,
+    PERMANENT_EXIT_CODES,
+    ExitCode,
+    invalid_config_reason,
+)
 
 #: Containers killed by these signals were stopped from outside (node drain, preemption,
 #: kubelet eviction, peer teardown): 128 + SIGKILL(9), 128 + SIGTERM(15).
@@ -73,6 +79,9 @@ class Permanent:
     exit_code: int | None = None
     message: str = ""
     """Why retrying cannot help (empty: the trainer rejected its configuration)."""
+    cause: str = ""
+    """The trainer's own reason for rejecting its configuration (exit 78), from its
+    termination message (`kerasjob_contract.invalid_config_reason`); '' when it left none."""
 
 
 #: The DisruptionTarget reason of a Pod the Pod garbage collector deleted (its node is gone).
@@ -102,7 +111,9 @@ def classify_exit(term: Termination) -> Outcome:
     if code == ExitCode.SUCCESS:
         return Success()
     if code in PERMANENT_EXIT_CODES:
-        return Permanent(Reason.INVALID_CONFIG.value, code)
+        return Permanent(
+            Reason.INVALID_CONFIG.value, code, cause=invalid_config_reason(term.message) or ""
+        )
     if code == ExitCode.PREEMPTED_SAVED:
         return Disruption(PREEMPTED, code)
     if code == ExitCode.PEER_LOST:
@@ -201,12 +212,15 @@ def decide(
         return Verdict(fail=False, count_disruption=True)
     code = outcome.exit_code
     if isinstance(outcome, Permanent):
+        why = (
+            f"invalid configuration: {outcome.cause}"
+            if outcome.cause
+            else "the trainer rejected its configuration"
+        )
         return Verdict(
             fail=True,
             reason=outcome.reason,
-            message=outcome.message
-            or f"Pod {pod} exited with {code}: the trainer rejected its configuration; "
-            "retrying cannot help",
+            message=outcome.message or f"Pod {pod} exited with {code}: {why}; retrying cannot help",
             count_failure=True,
         )
     # A Failure.

@@ -11,7 +11,6 @@ forms the group, feeds data, saves and restores, and what its errors mean (`clas
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 import threading
@@ -50,8 +49,7 @@ def start(
     try:
         ctx = build(argv if argv is not None else [], check_model=False)
     except ConfigError as e:
-        print(f"kerasjob: invalid configuration: {e}", file=sys.stderr, flush=True)
-        os._exit(int(ExitCode.INVALID_CONFIG))
+        faults.exit_invalid(str(e))
     return session_for(ctx)
 
 
@@ -250,7 +248,7 @@ class Lifecycle:
         """Exit 78 for a configuration the group formed with but cannot train (one line
         `kerasjob: invalid configuration: ...`); a runtime whose processes must leave
         together first overrides it."""
-        hard_exit(ExitCode.INVALID_CONFIG, f"invalid configuration: {message}")
+        faults.exit_invalid(message)
 
 
 def exit_after_teardown() -> None:

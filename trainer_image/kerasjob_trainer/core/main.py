@@ -2,7 +2,8 @@
 
 Without KERASJOB_INCARNATION it is the supervisor (`supervisor`): it checks the image and the
 configuration before any framework starts and before the backup directory is touched (a bad
-one exits 78 with one line on stderr), then runs the trainer (this module again, with
+one exits 78 with one line on stderr, `kerasjob: invalid configuration: <reason>`, also left
+in the termination message for the operator), then runs the trainer (this module again, with
 KERASJOB_INCARNATION set) or the user's command as its child, again in place after a
 disruption. With it, it is that child: the runtime of the job's backend (`registry`) trains.
 """
@@ -19,6 +20,8 @@ from kerasjob_trainer.core import registry, supervisor
 from kerasjob_trainer.core.context import check_command, runtime_key_of
 from kerasjob_trainer.core.runtime import Runtime
 from kerasjob_trainer.core.signals import guard_sigterm
+from kerasjob_trainer.shared import faults
+from kerasjob_trainer.shared.metrics import leave_invalid_config
 
 
 def supervise(runtime: Runtime, argv: Sequence[str] | None) -> int:
@@ -45,11 +48,14 @@ def train(runtime: Runtime, argv: Sequence[str] | None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    child = Env.INCARNATION.value in os.environ  # started by the supervisor
     try:
         runtime = registry.runtime_for(runtime_key_of(argv))
-        if Env.INCARNATION.value in os.environ:  # started by the supervisor
+        if child:
             return train(runtime, argv)
         return supervise(runtime, argv)
     except (ConfigError, ValueError) as e:  # ValueError: KERASJOB_IN_PLACE_RESTARTS
-        print(f"kerasjob: invalid configuration: {e}", file=sys.stderr, flush=True)
+        faults.say_invalid(str(e))
+        if not child:  # else the supervisor leaves the line it heard
+            leave_invalid_config(str(e))
         return int(ExitCode.INVALID_CONFIG)

@@ -17,6 +17,11 @@ in the same container; keeps every incarnation's output.
   and to <CHECKPOINT_DIR>/logs/<role>-<index>/<NNNN>.log (contract.LOGS_SUBDIR: numbered
   across in-place restarts and Pod re-creations, size-capped, the oldest pruned), which
   `kerasjob logs --previous` reads after the Pod is gone.
+- **Why 78.** When the container ends with exit 78 (the configuration cannot work), the
+  supervisor adds the trainer's last `kerasjob: invalid configuration: <reason>` line
+  (contract.LOG_INVALID_CONFIG; else, for a user's program that exits 78 without one, its
+  last line on stderr as the reason) to the termination message, after what the chief left
+  there: the operator puts the reason in the job's Failed condition and its event.
 
 What an exit code means is the runtime's (`translate`): the tf-keras trainer's code is the
 contract's; the Keras 3 one turns the JAX runtime's abort into 43 (keras3.supervisor).
@@ -41,6 +46,7 @@ from typing import IO
 from kerasjob_contract import (
     DISRUPTION_EXIT_CODES,
     IN_PLACE_RESTARTS_DEFAULT,
+    LOG_INVALID_CONFIG,
     LOG_KEEP_PER_POD,
     LOG_MAX_BYTES,
     LOGS_SUBDIR,
@@ -48,7 +54,10 @@ from kerasjob_contract import (
     ExitCode,
     incarnation_log_name,
     incarnation_number,
+    invalid_config_reason,
+    termination_log,
 )
+from kerasjob_trainer.shared.metrics import leave_invalid_config
 
 PR_SET_PDEATHSIG = 1
 #: A line that shows the incarnation trained: a step line, or the start-up line of its first
@@ -156,17 +165,45 @@ def _die_with_parent() -> None:
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+class LastWords:
+    """What one incarnation said last about itself: its last invalid-configuration line
+    (either stream) and its last non-empty line on stderr; `reason()` is why it exited 78."""
+
+    MARK = LOG_INVALID_CONFIG.encode()
+
+    def __init__(self) -> None:
+        self.invalid = b""
+        self.stderr = b""
+
+    def heard(self, line: bytes, *, stderr: bool) -> None:
+        if self.MARK in line:
+            self.invalid = line
+        if stderr and line.strip():
+            self.stderr = line
+
+    def reason(self) -> str | None:
+        """The reason of its invalid-configuration line, else its last line on stderr
+        (stripped; None when it printed neither)."""
+        said = invalid_config_reason(self.invalid.decode(errors="replace"))
+        if said is not None:
+            return said
+        return self.stderr.decode(errors="replace").strip() or None
+
+
 def _tee(
     source: IO[bytes],
     out: IO[bytes],
     log: LogFile,
     watch: Mapping[str, re.Pattern[bytes]],
     seen: set[str],
+    words: LastWords,
+    stderr: bool,
 ) -> None:
     for line in iter(lambda: source.readline(MAX_LINE), b""):
         for name, pattern in watch.items():
             if name not in seen and pattern.search(line):
                 seen.add(name)
+        words.heard(line, stderr=stderr)
         out.write(line)
         out.flush()
         log.write(line)
@@ -178,6 +215,8 @@ class Ended:
 
     returncode: int
     seen: frozenset[str]
+    reason: str | None = None
+    """Why it exited 78, in its own words (`LastWords.reason`)."""
 
     @property
     def progressed(self) -> bool:
@@ -205,6 +244,7 @@ class Supervisor:
         self.log_dir = (
             os.path.join(checkpoint_dir, LOGS_SUBDIR, self.replica) if checkpoint_dir else None
         )
+        self.termination_log = termination_log(self.env)
         self.stopping = False
         self._child: subprocess.Popen[bytes] | None = None
 
@@ -248,6 +288,8 @@ class Supervisor:
             code = self.translate(ended.returncode, ended.seen)
             unproductive = 0 if ended.progressed else unproductive + 1
             if code not in DISRUPTION_EXIT_CODES or self.stopping:
+                if code == ExitCode.INVALID_CONFIG and ended.reason:
+                    leave_invalid_config(ended.reason, self.termination_log)
                 return code
             if unproductive >= self.limit:
                 reason = (
@@ -276,13 +318,17 @@ class Supervisor:
             child.send_signal(signal.SIGTERM)
         assert child.stdout is not None and child.stderr is not None
         seen: set[str] = set()
+        words = LastWords()
         tees = [
             threading.Thread(
-                target=_tee, args=(src, out, log, self.watch, seen), daemon=True, name=name
+                target=_tee,
+                args=(src, out, log, self.watch, seen, words, stderr),
+                daemon=True,
+                name=name,
             )
-            for src, out, name in (
-                (child.stdout, sys.stdout.buffer, "kerasjob-stdout"),
-                (child.stderr, sys.stderr.buffer, "kerasjob-stderr"),
+            for src, out, name, stderr in (
+                (child.stdout, sys.stdout.buffer, "kerasjob-stdout", False),
+                (child.stderr, sys.stderr.buffer, "kerasjob-stderr", True),
             )
         ]
         for t in tees:
@@ -291,7 +337,7 @@ class Supervisor:
         for t in tees:
             t.join(timeout=5)
         self._child = None
-        return Ended(returncode, frozenset(seen))
+        return Ended(returncode, frozenset(seen), words.reason())
 
 
 def supervise(

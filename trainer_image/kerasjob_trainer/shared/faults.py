@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import NoReturn
 
-from kerasjob_contract import ExitCode
+from kerasjob_contract import ExitCode, invalid_config_line
 
 
 def summary(error: BaseException, limit: int = 300) -> str:
@@ -48,12 +48,29 @@ def on_hard_exit(hook: Callable[[int], None]) -> None:
 
 def hard_exit(code: int, message: str | None = None) -> NoReturn:
     """Run the exit hooks, say `message` (stdout for 0 and 42, else stderr), os._exit(code)."""
+    _leave(code, f"kerasjob: {message}" if message else None)
+
+
+def say_invalid(reason: str) -> None:
+    """The one line of an exit 78 on stderr, `kerasjob: invalid configuration: <reason>`
+    (contract.LOG_INVALID_CONFIG): the container's supervisor puts it in the termination
+    message, and the operator its reason in the job's condition and event."""
+    print(invalid_config_line(reason), file=sys.stderr, flush=True)
+
+
+def exit_invalid(reason: str) -> NoReturn:
+    """Exit 78 (the configuration cannot work) with its one line (`say_invalid`), after the
+    exit hooks, as `hard_exit`."""
+    _leave(ExitCode.INVALID_CONFIG, invalid_config_line(reason))
+
+
+def _leave(code: int, line: str | None) -> NoReturn:
     for hook in _EXIT_HOOKS:
         with contextlib.suppress(Exception):  # leaving fast matters more than the record
             hook(int(code))
-    if message:
+    if line:
         stream = sys.stdout if code in (ExitCode.SUCCESS, ExitCode.PREEMPTED_SAVED) else sys.stderr
-        print(f"kerasjob: {message}", file=stream, flush=True)
+        print(line, file=stream, flush=True)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(int(code))

@@ -172,9 +172,11 @@ class ProgressReporter:
         with self._lock:
             return render_prometheus(self.progress)
 
-    def write_termination_message(self, path: str = contract.TERMINATION_LOG) -> bool:
-        """The last progress into the container's termination message (the kubelet mounts
-        `path` in every container; elsewhere it does not exist and nothing is written)."""
+    def write_termination_message(self, path: str | None = None) -> bool:
+        """The last progress into the container's termination message (`path`, default
+        contract.termination_log: the kubelet mounts it in every container; elsewhere it does
+        not exist and nothing is written)."""
+        path = path or contract.termination_log(os.environ)
         if not os.path.exists(path):
             return False
         text = termination_message(self.render())
@@ -205,6 +207,33 @@ def termination_message(metrics_text: str) -> str:
     while lines and size(lines) > limit:
         lines.pop()
     return "\n".join(lines) + "\n" if lines else ""
+
+
+def leave_invalid_config(reason: str, path: str | None = None) -> bool:
+    """The line of an exit 78 (contract.invalid_config_line, the reason cut to
+    INVALID_CONFIG_REASON_CHARS) added to the container's termination message (`path`,
+    default contract.termination_log), last: what is there already (the chief's last
+    metrics) is kept, whole lines within TERMINATION_MESSAGE_BYTES. Nothing is written where
+    `path` does not exist (outside a Pod), as `write_termination_message`."""
+    path = path or contract.termination_log(os.environ)
+    if not os.path.exists(path):
+        return False
+    cut = len(contract.LOG_INVALID_CONFIG) + contract.INVALID_CONFIG_REASON_CHARS
+    line = (contract.invalid_config_line(reason)[:cut] + "\n").encode()
+    room = contract.TERMINATION_MESSAGE_BYTES - len(line)
+    try:
+        with open(path, "rb") as f:
+            before = f.read(contract.TERMINATION_MESSAGE_BYTES)
+        kept = b""
+        for old in before.splitlines():
+            if len(kept) + len(old) + 1 > room:
+                break
+            kept += old + b"\n"
+        with open(path, "wb") as f:
+            f.write(kept + line)
+    except OSError:
+        return False
+    return True
 
 
 def _serve(reporter: ProgressReporter, port: int) -> http.server.ThreadingHTTPServer:

@@ -12,7 +12,6 @@ back-off in 4 of 5 container SIGTERMs on the real node.
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from typing import Any, NoReturn
@@ -90,6 +89,6 @@ def exit_invalid(message: str) -> NoReturn:
     through JAX's shutdown barrier first (at most INVALID_LEAVE_SECONDS). Process 0 serves
     the coordination service; had it simply exited, a peer still on its way to the same
     check had its runtime abort it (exit 43, a lost peer, instead of 78: CI saw [78, 43])."""
-    print(f"kerasjob: invalid configuration: {message}", file=sys.stderr, flush=True)
+    faults.say_invalid(message)
     leave(INVALID_LEAVE_SECONDS)
     faults.hard_exit(ExitCode.INVALID_CONFIG)

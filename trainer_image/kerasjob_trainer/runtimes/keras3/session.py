@@ -50,7 +50,7 @@ from kerasjob_trainer.runtimes.keras3.grain_input import (
 )
 from kerasjob_trainer.shared import startup
 from kerasjob_trainer.shared.data import Indexed
-from kerasjob_trainer.shared.faults import hard_exit, say
+from kerasjob_trainer.shared.faults import exit_invalid, hard_exit, say
 
 
 class Session(Lifecycle):
@@ -289,10 +289,9 @@ def session_for(ctx: Context) -> Session:
     import keras
 
     if keras.backend.backend() != "jax":
-        hard_exit(
-            ExitCode.INVALID_CONFIG,
+        exit_invalid(
             f"Keras runs the {keras.backend.backend()} backend; "
-            "backend jax needs KERAS_BACKEND=jax before Keras is imported",
+            "backend jax needs KERAS_BACKEND=jax before Keras is imported"
         )
     sharding = _distribution(ctx, keras)
     keras.utils.set_random_seed(ctx.config.seed)
