@@ -13,16 +13,22 @@ PYTEST_ARGS ?=
 # Trainer image variants `make images` builds (kind-e2e builds cpu and jax-cpu).
 IMAGE_VARIANTS ?= cpu gpu
 
-.PHONY: help deps venv lint fmt test test-bench test-unit test-trainer test-integration test-e2e test-gpu-image \
+.PHONY: help deps deps-demo venv lint fmt test test-bench test-unit test-trainer test-integration test-e2e test-gpu-image \
         binaries cluster-up cluster-down cluster-env crds demo bench bench-scale bench-gang bench-tfjob bench-docs images \
         helm-lint kind-e2e clean docs docs-ref docs-serve
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
-deps: ## Install the Debian packages the cluster and images need (root), check Go and Python >= 3.11
-	@PYTHON=$(PYTHON) hack/deps.sh
-	@[ -n "$$(ls -A $(KERASJOB_CACHE)/bin 2>/dev/null)" ] || echo "first run: builds etcd, Kubernetes, containerd, CoreDNS, Helm (and KWOK, for the tests) from Go modules (~10-13 min on 2 cores) and the images (~3-5 min); later runs reuse $(KERASJOB_CACHE)"
+FIRST_RUN = [ -n "$$(ls -A $(KERASJOB_CACHE)/bin 2>/dev/null)" ] || echo "first run: builds etcd, Kubernetes, containerd, CoreDNS, Helm (and KWOK, for the tests) from Go modules (~10-13 min on 2 cores) and the images (~3-5 min); later runs reuse $(KERASJOB_CACHE)"
+deps: ## Install the Debian packages make test needs (root), check Go and Python >= 3.11
+	@PYTHON=$(PYTHON) hack/deps.sh test
+	@$(FIRST_RUN)
+
+# make demo's set: the cluster's, the images' and the run's (not chromium, shellcheck, clang-19).
+deps-demo: ## Install only the Debian packages make demo needs (root), check Go and Python >= 3.11
+	@PYTHON=$(PYTHON) hack/deps.sh demo
+	@$(FIRST_RUN)
 
 # The recipe's comments are here, not in it: make echoes a recipe's comment lines.
 # - PYTHONWARNINGS: setuptools warns of every editable install of a flat layout (a wall of
@@ -111,7 +117,7 @@ crds: venv ## Regenerate crds/ and the status wire types (api/wire.py) from the 
 # the Python environment is made (on a bare machine the two overlap); demo.py's own
 # `build.sh demo` then waits for it (the build lock) and finds the set built, or builds what
 # is still missing.
-demo: $(if $(filter current,$(CLUSTER)),,deps demo-binaries) venv ## Train MNIST on 2 workers under the real operator, evict one, resume (CLUSTER=current to use KUBECONFIG)
+demo: $(if $(filter current,$(CLUSTER)),,deps-demo demo-binaries) venv ## Train MNIST on 2 workers under the real operator, evict one, resume (CLUSTER=current to use KUBECONFIG)
 	$(BIN)/python -m kerasjob_dev.demo $(if $(filter current,$(CLUSTER)),--cluster current,)
 
 .PHONY: demo-binaries

@@ -1,5 +1,6 @@
-"""The project's shell scripts: version checks that a writer's SIGPIPE cannot fail, and the
-lint that keeps `| grep -q` and `| head` out of scripts running under pipefail.
+"""The project's shell scripts: version checks that a writer's SIGPIPE cannot fail, the
+lint that keeps `| grep -q` and `| head` out of scripts running under pipefail, and the
+Debian package sets hack/deps.sh installs for `make demo` and `make test`.
 
 A cold `make demo` failed once in ten: `etcd --version | grep -qF 3.6.16` under `set -o
 pipefail`, where grep exits at its match while etcd still writes (SIGPIPE, exit 141). The
@@ -20,6 +21,7 @@ from kerasjob_dev.testing.shell import bash
 REPO = Path(__file__).resolve().parents[2]
 LIB = REPO / "hack" / "cluster" / "lib.sh"
 LINT = REPO / "hack" / "lint-shell.sh"
+DEPS = REPO / "hack" / "deps.sh"
 
 FAKE_ETCD = """#!/usr/bin/env bash
 printf 'etcd Version: 3.6.16\\n'
@@ -81,3 +83,43 @@ def test_the_lint_flags_a_pipe_into_grep_q_or_head(tmp_path: Path, line: str) ->
 def test_the_projects_scripts_pass_the_lint() -> None:
     run = subprocess.run(["bash", str(LINT)], capture_output=True, text=True, check=False)
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+def _deps_set(*args: str) -> list[str]:
+    run = bash(f"{DEPS} {' '.join(args)} --list")
+    assert run.returncode == 0, run.stderr
+    return run.stdout.split()
+
+
+#: What only the tests and the lint use: the docs' screenshot, make lint's shell half, Cilium.
+TEST_ONLY = {"chromium", "shellcheck", "clang-19"}
+
+
+def test_the_demo_installs_only_what_it_runs() -> None:
+    """`make demo` needs the cluster's, the images' and the run's packages, not the browser
+    of the docs test, the shell linter or Cilium's compiler (issue 48)."""
+    demo = _deps_set("demo")
+    assert not TEST_ONLY & set(demo), demo
+    assert {"runc", "containernetworking-plugins", "docker.io", "debootstrap", "jq"} <= set(demo)
+
+
+def test_make_test_installs_the_demos_set_and_the_tests_own() -> None:
+    full = _deps_set("test")
+    assert full == _deps_set()  # the default is the full set: .ci/run's make test
+    assert set(full) == set(_deps_set("demo")) | TEST_ONLY
+
+
+def test_an_unknown_set_is_refused() -> None:
+    run = bash(f"{DEPS} tests --list")
+    assert run.returncode == 2 and "usage: hack/deps.sh" in run.stderr
+
+
+@pytest.mark.parametrize(("target", "deps_set"), [("demo", "demo"), ("test", "test")])
+def test_make_asks_deps_sh_for_its_own_set(tmp_path: Path, target: str, deps_set: str) -> None:
+    run = subprocess.run(
+        ["make", "-n", target, f"VENV={tmp_path / 'venv'}", f"KERASJOB_CACHE={tmp_path}"],
+        cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    calls = [line for line in run.stdout.splitlines() if "hack/deps.sh" in line]
+    assert [line.split("hack/deps.sh")[1].split() for line in calls] == [[deps_set]]
