@@ -230,10 +230,45 @@ def test_bad_config_fails_fast_and_keeps_backup(tmp_path: Path, case: str) -> No
     assert time.monotonic() - started < 30
     errors = [ln for ln in t.lines() if ln.startswith("kerasjob: invalid configuration:")]
     assert len(errors) == 1 and message in errors[0], t.text()
+    # ... and the same reason in the termination message, for the job's condition and event
+    reason = contract.invalid_config_reason(t.termination_message())
+    assert reason is not None and errors[0] == contract.invalid_config_line(reason), reason
     assert _tree_digest(ckpt) == before
     # The supervisor keeps the failed incarnation's output (when it got as far as a child).
     kept = sorted((ckpt / contract.LOGS_SUBDIR).rglob("*.log"))
     assert not kept or message in kept[-1].read_text(), [p.name for p in kept]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("backend", ["tensorflow", "jax"])
+def test_a_checkpoint_directory_that_cannot_be_written_exits_78_at_once(
+    tmp_path: Path, backend: str
+) -> None:
+    """A checkpoint directory the trainer cannot write was exit 1 (in the first save),
+    retried until backoffLimit: now exit 78 before any framework starts, the termination
+    message naming the path and the cause. Here the path goes through a regular file (root,
+    as the tests run, writes anywhere else); a read-only volume's EROFS:
+    tests/unit/test_context.py."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    ckpt = blocker / "ckpt"
+    config = {"backend": backend, "epochs": 1, "stepsPerEpoch": 10}
+    env = {
+        contract.Env.TRAINER_CONFIG.value: json.dumps(config),
+        contract.Env.CHECKPOINT_DIR.value: str(ckpt),
+        contract.Env.TF_CONFIG.value: "",
+    }
+    started = time.monotonic()
+    t = Trainer("unwritable", tmp_path, env)
+    assert t.wait(60) == ExitCode.INVALID_CONFIG, t.text()
+    assert time.monotonic() - started < 30
+    reason = contract.invalid_config_reason(t.termination_message())
+    assert reason is not None, t.termination_message()
+    assert reason.startswith(
+        f"checkpoint directory {ckpt} cannot be written: [Errno 20] Not a directory"
+    ), reason
+    assert contract.invalid_config_line(reason) in t.lines(), t.text()
+    assert not any(re.match(contract.LOG_INCARNATION_RE, ln) for ln in t.lines())  # no child
 
 
 @pytest.mark.timeout(240)

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import json
 import os
 import shutil
+import tempfile
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
@@ -87,15 +89,17 @@ def build_context(
     check: Callable[[TrainerConfig], None] | None = None,
 ) -> Context[Who]:
     """The context from flags and the environment, checked (ConfigError: exit 78): the
-    config, `identity(args)` (the runtime's reading of who this process is), the places,
-    the dataset's files, the runtime's `check` of the config and, when asked, the user's
-    model function. A user's own command reads its own data and builds its own model."""
+    config, `identity(args)` (the runtime's reading of who this process is), the places
+    (the checkpoint directory made and writable), the dataset's files, the runtime's
+    `check` of the config and, when asked, the user's model function. A user's own
+    command reads its own data and builds its own model."""
     args = parser().parse_args(argv)
     env = os.environ
     text = config_text(args, env)
     config = parse_config(text)
     who = identity(args)
     checkpoint_dir, output_dir, port = places(args, env)
+    check_writable(checkpoint_dir)
     if not config.command:
         validate_dataset_files(config.dataset)
         if check is not None:
@@ -103,6 +107,24 @@ def build_context(
         if check_model:
             check_user_model(config)
     return Context(config, raw_config(text), who, checkpoint_dir, output_dir, port)
+
+
+def check_writable(checkpoint_dir: str) -> None:
+    """The checkpoint directory exists (made if need be) and a file can be written there:
+    every process keeps its backups, goodput records and logs in it, so one that cannot is a
+    configuration error (exit 78 at once, naming the path and the cause: a volume mounted
+    read-only, a path through a file), not a failure retried until backoffLimit."""
+    try:
+        os.makedirs(checkpoint_dir, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".kerasjob-write-check-", dir=checkpoint_dir)
+        os.close(fd)
+        os.remove(probe)
+    except OSError as e:
+        hint = " (spec.checkpoint.volume is mounted read-only)" if e.errno == errno.EROFS else ""
+        raise ConfigError(
+            f"checkpoint directory {checkpoint_dir} cannot be written: {e}{hint}; every "
+            "process keeps its backups and logs there"
+        ) from None
 
 
 def check_command(command: tuple[str, ...]) -> None:
