@@ -14,7 +14,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kerasjob_contract import LOG_PREEMPTED_RE, LOG_RESUMED_RE
+from kerasjob_contract import (
+    LOG_PREEMPTED_RE,
+    LOG_RESUMED_RE,
+    invalid_config_line,
+    invalid_config_reason,
+)
 from kerasjob_dev.trainer_procs import group, progress
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
@@ -126,6 +131,45 @@ def test_a_mesh_that_does_not_fit_exits_78(tmp_path: Path) -> None:
         g.start()
         assert g.wait_all(TIMEOUT) == [78, 78], g.logs()
         assert NOT_FIT in g.trainers[0].text(), g.logs()
+
+
+def test_a_mesh_needing_more_devices_than_the_job_has_leaves_the_reason_for_the_operator(
+    tmp_path: Path,
+) -> None:
+    """One process with one device, mesh batch=1 x model=4: exit 78, and the container's
+    termination message (after the chief's last metrics) holds the reason the operator puts
+    in the job's Failed condition and event."""
+    mesh = [{"name": "batch", "size": 1}, {"name": "model", "size": 4}]
+    with group(tmp_path, {"model": "mnist-mlp", "mesh": mesh}, workers=1, backend="jax") as g:
+        g.start()
+        assert g.wait_all(TIMEOUT) == [78], g.logs()
+        reason = (
+            "mesh batch=1 x model=4 needs 4 devices, but the job has 1 process(es) x "
+            "1 device(s) = 1"
+        )
+        assert invalid_config_line(reason) in g.trainers[0].lines(), g.logs()
+        message = g.trainers[0].termination_message()
+        assert invalid_config_reason(message) == reason, message
+        assert message.splitlines()[-1] == invalid_config_line(reason), message
+
+
+def test_mesh_axes_the_keras_hub_layout_cannot_use_exit_78_naming_them(tmp_path: Path) -> None:
+    """The KerasHub example on mesh data=2 x tensor=2 (one process, 4 CPU devices): its
+    backbone's get_layout_map shards on axes named batch and model, and KerasHub's own check
+    fails with AttributeError ('DeviceMesh' object has no attribute 'axis_name'): an exit 1,
+    retried until backoffLimit, before. Now exit 78, the reason naming both sets of axes."""
+    mesh = [{"name": "data", "size": 2}, {"name": "tensor", "size": 2}]
+    config = {"model": "kerasjob_trainer.examples.keras_hub_lora:build", "mesh": mesh}
+    env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+    with group(tmp_path, config, workers=1, backend="jax", env=env) as g:
+        g.start()
+        assert g.wait_all(TIMEOUT) == [78], g.logs()
+        reason = invalid_config_reason(g.trainers[0].termination_message())
+        assert reason is not None, g.logs()
+        assert reason.startswith("mesh data=2 x tensor=2:"), reason
+        assert "'batch'" in reason and "'model'" in reason, reason
+        assert "'data'" in reason and "'tensor'" in reason, reason
+        assert invalid_config_line(reason) in g.trainers[0].lines(), g.logs()
 
 
 def test_every_process_exits_78_when_a_peer_reaches_the_check_late(tmp_path: Path) -> None:

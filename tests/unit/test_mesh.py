@@ -213,3 +213,54 @@ def test_the_final_save_reads_the_layers_optimizer_and_metrics_variables_once_in
     model = _Compiled([kernel, bias], _Optimizer([momentum, kernel]), [total, bias])
     assert [v.path for v in k3mesh.model_variables(model)] == ["k", "b", "m", "t"]
     assert [v.path for v in k3mesh.model_variables(_Compiled([bias], None, []))] == ["b"]
+
+
+#: A model module whose layout fails over a mesh without its axes, as KerasHub's
+#: GemmaBackbone.get_layout_map does (its own check's message names a missing attribute).
+HUB_LIKE = """
+def build(config):
+    raise AssertionError("not called here")
+
+
+def layout_map(device_mesh):
+    if "model" not in device_mesh.axis_names:
+        raise ValueError(f"model is not found in {device_mesh.axis_name=}")
+    return "a layout"
+"""
+
+
+@dataclass
+class _DeviceMesh:
+    axis_names: list[str]
+
+
+@dataclass
+class _Sharded:
+    mesh: Mesh
+    device_mesh: _DeviceMesh
+
+
+def test_a_layout_that_cannot_use_the_meshs_axes_is_refused_naming_them(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model function's layout_map that fails over the job's mesh (any error: the same
+    every time) is a configuration error naming the mesh's axes and what it needs."""
+    from kerasjob_trainer.runtimes.keras3 import models
+
+    (tmp_path / "hub_like.py").write_text(HUB_LIKE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mesh = parse_mesh([{"name": "data", "size": 2}, {"name": "tensor", "size": 2}])
+    assert mesh is not None
+    sharded = _Sharded(mesh, _DeviceMesh(["data", "tensor"]))
+    with pytest.raises(ConfigError) as e:
+        models.layout_for("hub_like:build", sharded, {})  # type: ignore[arg-type]
+    message = str(e.value)
+    assert message.startswith(
+        "mesh data=2 x tensor=2: hub_like:layout_map cannot lay the model out over the axes "
+        "'data', 'tensor': AttributeError: '_DeviceMesh' object has no attribute 'axis_name'"
+    ), message
+    assert "get_layout_map: 'batch' and 'model'" in message and "\n" not in message
+    named = parse_mesh(MESH)
+    assert named is not None
+    fine = _Sharded(named, _DeviceMesh(["batch", "model"]))
+    assert models.layout_for("hub_like:build", fine, {}) == "a layout"  # type: ignore[arg-type]

@@ -44,10 +44,22 @@ SEQUENCE = 64
 LORA_RANK = 4
 
 
+#: The mesh axes GemmaBackbone.get_layout_map shards on (its data_parallel_dim_name and
+#: model_parallel_dim_name): spec.trainer.mesh names its axes so.
+AXES = ("batch", "model")
+
+
 def layout_map(device_mesh: Any) -> Any:
-    """The backbone's own layout over the job's mesh (axes named batch and model)."""
+    """The backbone's own layout over the job's mesh (axes named batch and model: another
+    name is a ValueError that says so, which the trainer turns into exit 78)."""
     import keras_hub
 
+    have = tuple(device_mesh.axis_names)
+    if not set(AXES) <= set(have):
+        raise ValueError(
+            f"GemmaBackbone.get_layout_map shards on mesh axes named {AXES[0]!r} and "
+            f"{AXES[1]!r}, not {', '.join(map(repr, have))}"
+        )
     return keras_hub.models.GemmaBackbone.get_layout_map(device_mesh)
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from kerasjob_contract.trainer_config import BUILTIN_MODELS, ConfigError
 from kerasjob_trainer.runtimes.keras3.mesh import Sharding, builtin_layout
+from kerasjob_trainer.shared.faults import summary
 from kerasjob_trainer.shared.models import builtin_with, call_user_model, load_user_function
 
 Arrays = tuple[Any, Any]
@@ -56,7 +57,8 @@ def builtin(name: str, learning_rate: float) -> Any:
 
 
 def layout_for(name: str, sharding: Sharding, config: dict[str, Any]) -> Any:
-    """The LayoutMap that shards model `name` over the job's mesh (ConfigError: none)."""
+    """The LayoutMap that shards model `name` over the job's mesh (ConfigError: none, or the
+    module's layout_map cannot lay the model out over this mesh)."""
     if name in BUILTIN_MODELS:
         return builtin_layout(name, sharding.mesh, sharding.device_mesh)
     module = name.partition(":")[0]
@@ -68,7 +70,20 @@ def layout_for(name: str, sharding: Sharding, config: dict[str, Any]) -> Any:
             f"model {name!r}: with trainer.mesh its module must define "
             "layout_map(device_mesh, config) returning a keras.distribution.LayoutMap"
         ) from None
-    return _call_layout(layout_map, sharding.device_mesh, config)
+    try:
+        return _call_layout(layout_map, sharding.device_mesh, config)
+    except ConfigError:
+        raise
+    except Exception as e:
+        # A layout names the mesh axes it shards on; one this mesh lacks fails in Keras
+        # (LayoutMap: "Invalid axis names") or in the layout function itself (KerasHub's
+        # get_layout_map: AttributeError). The same every time: retrying cannot help.
+        axes = ", ".join(repr(a.name) for a in sharding.mesh.axes)
+        raise ConfigError(
+            f"mesh {sharding.mesh.describe()}: {hook} cannot lay the model out over the axes "
+            f"{axes}: {type(e).__name__}: {summary(e)} (a layout names the axes it shards on; "
+            "a KerasHub backbone's get_layout_map: 'batch' and 'model')"
+        ) from None
 
 
 def _call_layout(fn: Any, device_mesh: Any, config: dict[str, Any]) -> Any:

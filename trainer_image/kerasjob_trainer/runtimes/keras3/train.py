@@ -27,7 +27,11 @@ def _run(ctx: Context) -> int:
     cfg = ctx.config
     job = session_for(ctx)
     if job.sharding is not None:  # the layout first: Keras lays a variable out when made
-        job.shard(models.layout_for(cfg.model, job.sharding, ctx.raw_config))
+        try:
+            layout = models.layout_for(cfg.model, job.sharding, ctx.raw_config)
+        except ConfigError as e:  # every process finds the same: they leave together
+            job.exit_invalid(str(e))
+        job.shard(layout)
     global_batch = job.global_batch_size(cfg.batch_size_per_replica)
     model, train, test = models.build_model(cfg.model, ctx.raw_config, cfg.learning_rate)
     examples: Indexed | records.Records
