@@ -1,17 +1,19 @@
 """The parameter-server runtime's pure parts (no TensorFlow): TF_CONFIG with ps tasks, the
 registry's key, the `fit` calls of a resume in mid-epoch, the backup's step, the stop
-requests between a SIGTERMed ps and the chief."""
+requests between a SIGTERMed ps and the chief, the chief's gate on reconnecting to a lost
+worker."""
 
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import pytest
 
 from kerasjob_contract.trainer_config import ConfigError, parse_config
 from kerasjob_trainer.core import registry
-from kerasjob_trainer.runtimes.tf_ps import stop
+from kerasjob_trainer.runtimes.tf_ps import recovery, stop
 from kerasjob_trainer.runtimes.tf_ps.backup import latest_step
 from kerasjob_trainer.runtimes.tf_ps.cluster import parse_ps_tf_config
 from kerasjob_trainer.runtimes.tf_ps.session import fit_calls
@@ -119,3 +121,79 @@ def test_a_lost_workers_cost_is_the_speed_lost_while_it_was_gone() -> None:
     assert (d.last_step, d.resumed_step) == (300, 400)
     # Faster in the gap than before (noise): nothing lost, never negative.
     assert _disruption("worker0", 0.0, 0, 1.0, 5.0, 10).lost_s == 0
+
+
+def _probe(gone_for: dict[str, int]):  # type: ignore[no-untyped-def]
+    """A probe under which each address stays gone for its count of probes, then serves."""
+
+    def probe(addresses: list[str]) -> list[str]:
+        missing = [a for a in addresses if gone_for.get(a, 0) > 0]
+        for a in missing:
+            gone_for[a] -= 1
+        return missing
+
+    return probe
+
+
+def test_the_cluster_update_waits_until_every_worker_serves() -> None:
+    calls: list[tuple[object, ...]] = []
+    gone = {"w0:2222": 3}
+    gated = recovery.gate(
+        lambda *a: calls.append(a) or "updated",
+        CLUSTER["worker"],
+        CLUSTER["ps"],
+        probe=_probe(gone),
+        poll=0.001,
+    )
+    assert gated("server_def") == "updated"
+    assert calls == [("server_def",)] and gone == {"w0:2222": 0}
+
+
+def test_a_failed_update_is_tried_again_while_every_ps_serves() -> None:
+    attempts: list[int] = []
+
+    def update() -> str:
+        attempts.append(1)
+        if len(attempts) < 3:
+            raise RuntimeError("Connection reset by peer")
+        return "updated"
+
+    gated = recovery.gate(update, CLUSTER["worker"], CLUSTER["ps"], probe=_probe({}), poll=0.001)
+    assert gated() == "updated" and len(attempts) == 3
+
+
+def test_a_failed_update_with_a_ps_gone_raises_at_once() -> None:
+    attempts: list[int] = []
+
+    def update() -> None:
+        attempts.append(1)
+        raise RuntimeError("ps unavailable")
+
+    probe = _probe({"p0:2222": 1})
+    gated = recovery.gate(update, CLUSTER["worker"], CLUSTER["ps"], probe=probe, poll=0.001)
+    with pytest.raises(RuntimeError, match="ps unavailable"):
+        gated()
+    assert len(attempts) == 1
+
+
+def test_an_update_that_keeps_failing_gives_up_after_its_attempts() -> None:
+    attempts: list[int] = []
+
+    def update() -> None:
+        attempts.append(1)
+        raise RuntimeError("still failing")
+
+    gated = recovery.gate(update, CLUSTER["worker"], CLUSTER["ps"], probe=_probe({}), poll=0.001)
+    with pytest.raises(RuntimeError, match="still failing"):
+        gated()
+    assert len(attempts) == recovery.UPDATE_ATTEMPTS
+
+
+def test_all_serving_names_the_addresses_nobody_listens_on() -> None:
+    with socket.socket() as server, socket.socket() as closed:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        closed.bind(("127.0.0.1", 0))  # bound, not listening: refused
+        up = f"127.0.0.1:{server.getsockname()[1]}"
+        down = f"127.0.0.1:{closed.getsockname()[1]}"
+        assert recovery.all_serving([up, down]) == [down]

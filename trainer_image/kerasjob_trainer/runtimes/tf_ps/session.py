@@ -35,7 +35,7 @@ from kerasjob_trainer.core import lifecycle
 from kerasjob_trainer.core.lifecycle import Lifecycle
 from kerasjob_trainer.core.steplog import StepLog
 from kerasjob_trainer.runtimes.tf_keras import errors
-from kerasjob_trainer.runtimes.tf_ps import server, stop, workers
+from kerasjob_trainer.runtimes.tf_ps import recovery, server, stop, workers
 from kerasjob_trainer.runtimes.tf_ps.backup import Backup, latest_step
 from kerasjob_trainer.runtimes.tf_ps.callback import Position, ps_callback
 from kerasjob_trainer.runtimes.tf_ps.context import PsContext, build_context
@@ -180,6 +180,7 @@ def session_for(ctx: PsContext) -> Session:
         strategy = tf.distribute.ParameterServerStrategy(resolver)
     except Exception as e:  # a task that died while the cluster formed
         faults.exit_for(e, errors.classify(e))
+    recovery.gate_cluster_updates(me.cluster["worker"], me.cluster["ps"])
     startup.mark("cluster")
     tf.keras.utils.set_random_seed(ctx.config.seed)
     return Session(ctx, strategy)
