@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 # Trainer image variants `make images` builds (kind-e2e builds cpu and jax-cpu).
 IMAGE_VARIANTS ?= cpu gpu
 
-.PHONY: help deps deps-demo venv lint fmt test test-bench test-unit test-trainer test-integration test-e2e test-gpu-image \
+.PHONY: help deps deps-demo venv venv-demo lint fmt test test-bench test-unit test-trainer test-integration test-e2e test-gpu-image \
         binaries cluster-up cluster-down cluster-env crds demo bench bench-scale bench-gang bench-tfjob bench-docs images \
         helm-lint kind-e2e clean docs docs-ref docs-serve
 
@@ -36,11 +36,18 @@ deps-demo: ## Install only the Debian packages make demo needs (root), check Go 
 # - Then backend jax: JAX and the pinned Keras 3 ([tool.kerasjob] jax).
 # - tf-keras and mlxtend: --no-deps (why: [tool.kerasjob] in trainer_image/pyproject.toml),
 #   last: a later resolving install would complain about mlxtend's plotting dependencies.
+venv-demo: $(VENV)/.demo-installed ## The Python environment of make demo only: the contract, the operator (SDK), the dev tools
+$(VENV)/.demo-installed: contract/pyproject.toml operator/pyproject.toml dev/pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	PYTHONWARNINGS=ignore::UserWarning $(BIN)/pip install -q -e ./contract -e ./operator -e ./dev
+	touch $@
+
 venv: $(VENV)/.installed ## Create the Python environment (operator, trainer, dev tools)
 $(VENV)/.installed: contract/pyproject.toml operator/pyproject.toml trainer_image/pyproject.toml dev/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	PYTHONWARNINGS=ignore::UserWarning $(BIN)/pip install -q -e ./contract -e ./operator -e ./trainer_image -e ./dev
+	PYTHONWARNINGS=ignore::UserWarning $(BIN)/pip install -q -e ./contract -e ./operator -e './trainer_image[buckets]' -e ./dev
 	$(BIN)/pip install -q $$($(BIN)/python -c "import tomllib; print(' '.join(tomllib.load(open('trainer_image/pyproject.toml', 'rb'))['tool']['kerasjob']['jax']))")
 	$(BIN)/pip install -q --no-deps $$($(BIN)/python -c "import tomllib; print(' '.join(tomllib.load(open('trainer_image/pyproject.toml', 'rb'))['tool']['kerasjob']['no-deps']))")
 	$(BIN)/pip install -q --no-deps $$($(BIN)/python -c "import tomllib; print(' '.join(tomllib.load(open('trainer_image/pyproject.toml', 'rb'))['tool']['kerasjob']['jax-no-deps']))")
@@ -113,11 +120,14 @@ crds: venv ## Regenerate crds/ and the status wire types (api/wire.py) from the 
 	cp crds/kerasjob.dev_kerasjobs.yaml charts/kerasjob-operator/crds/
 
 # The demo builds the binaries itself, with the images in the background (each phase timed).
-# On a local cluster the binaries' build starts first (demo-binaries), in the background while
-# the Python environment is made (on a bare machine the two overlap); demo.py's own
-# `build.sh demo` then waits for it (the build lock) and finds the set built, or builds what
-# is still missing.
-demo: $(if $(filter current,$(CLUSTER)),,deps-demo demo-binaries) venv ## Train MNIST on 2 workers under the real operator, evict one, resume (CLUSTER=current to use KUBECONFIG)
+# On a local cluster the binaries' build starts first (demo-binaries: it needs Go alone), in
+# the background while the Debian packages are installed and the Python environment is made
+# (on a bare machine the three overlap); demo.py's own `build.sh demo` then waits for it (the
+# build lock) and finds the set built, or builds what is still missing. The demo's Python
+# environment (venv-demo) has what demo.py imports, no TensorFlow or JAX: the training runs
+# in the images, and on a bare machine their ~1.5 GB would compete with the build for the
+# CPUs (`make venv`, for the tests, adds them to the same environment).
+demo: $(if $(filter current,$(CLUSTER)),,demo-binaries deps-demo) venv-demo ## Train MNIST on 2 workers under the real operator, evict one, resume (CLUSTER=current to use KUBECONFIG)
 	$(BIN)/python -m kerasjob_dev.demo $(if $(filter current,$(CLUSTER)),--cluster current,)
 
 .PHONY: demo-binaries
