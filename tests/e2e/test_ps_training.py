@@ -32,8 +32,9 @@ pytestmark = [pytest.mark.cluster, pytest.mark.e2e, pytest.mark.slow]
 STEPS_PER_EPOCH = 1000
 SAVED = re.compile(r"^kerasjob: preempted: state saved at step (\d+);", re.M)
 DISRUPTION = re.compile(contract.LOG_DISRUPTION_RE, re.M)
-#: Each worker index by each kind of loss, alternating indices (a SIGKILL of the container
-#: goes through the local node's containerd; elsewhere, e.g. kind, the others only).
+#: Each worker index by each kind of loss, alternating indices. Elsewhere (kind, in
+#: `make test` after the local node) one loss, the index an independent run found stalling:
+#: a SIGKILL goes through the local node's containerd, and CI's time is short.
 LOSSES = [
     ("delete", 0),
     ("evict", 1),
@@ -42,7 +43,7 @@ LOSSES = [
     ("evict", 0),
     ("sigkill", 1),
 ]
-LOSSES_ELSEWHERE = [loss for loss in LOSSES if loss[0] != "sigkill"]
+LOSSES_ELSEWHERE = [("delete", 0)]
 #: Steps/s while one of two workers is gone, at least this share of the speed before.
 MIN_SHARE = 0.4
 RATE_SECONDS = 5.0
