@@ -43,11 +43,9 @@ $(VENV)/.demo-installed: contract/pyproject.toml operator/pyproject.toml dev/pyp
 	PYTHONWARNINGS=ignore::UserWarning $(BIN)/pip install -q -e ./contract -e ./operator -e ./dev
 	touch $@
 
-venv: $(VENV)/.installed ## Create the Python environment (operator, trainer, dev tools)
-$(VENV)/.installed: contract/pyproject.toml operator/pyproject.toml trainer_image/pyproject.toml dev/pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	PYTHONWARNINGS=ignore::UserWarning $(BIN)/pip install -q -e ./contract -e ./operator -e './trainer_image[buckets]' -e ./dev
+venv: $(VENV)/.installed ## Create the Python environment (make demo's, plus the trainer and its frameworks)
+$(VENV)/.installed: $(VENV)/.demo-installed trainer_image/pyproject.toml
+	PYTHONWARNINGS=ignore::UserWarning $(BIN)/pip install -q -e './trainer_image[buckets]'
 	$(BIN)/pip install -q $$($(BIN)/python -c "import tomllib; print(' '.join(tomllib.load(open('trainer_image/pyproject.toml', 'rb'))['tool']['kerasjob']['jax']))")
 	$(BIN)/pip install -q --no-deps $$($(BIN)/python -c "import tomllib; print(' '.join(tomllib.load(open('trainer_image/pyproject.toml', 'rb'))['tool']['kerasjob']['no-deps']))")
 	$(BIN)/pip install -q --no-deps $$($(BIN)/python -c "import tomllib; print(' '.join(tomllib.load(open('trainer_image/pyproject.toml', 'rb'))['tool']['kerasjob']['jax-no-deps']))")

@@ -86,12 +86,16 @@ def _pod_uids(kube: Any, ns: str) -> set[str]:
     return {p.metadata.uid for p in client.CoreV1Api(kube).list_namespaced_pod(ns).items}
 
 
-def _recreated(kube: Any, ns: str, job: str, count: int) -> list[tuple[str, str]] | None:
-    """The job's ChildRecreated events (type, message), once there are ``count``."""
-    found = sorted(
-        (e.type, e.message) for e in events_for(kube, ns, job) if e.reason == "ChildRecreated"
-    )
+def _child_events(
+    kube: Any, ns: str, job: str, reason: str, count: int
+) -> list[tuple[str, str]] | None:
+    """The job's events of ``reason`` (type, message), once there are ``count``."""
+    found = sorted((e.type, e.message) for e in events_for(kube, ns, job) if e.reason == reason)
     return found if len(found) == count else None
+
+
+def _recreated(kube: Any, ns: str, job: str, count: int) -> list[tuple[str, str]] | None:
+    return _child_events(kube, ns, job, "ChildRecreated", count)
 
 
 def test_a_deleted_service_and_network_policy_come_back_with_a_warning(
@@ -150,11 +154,7 @@ def test_a_deleted_service_and_network_policy_come_back_with_a_warning(
 
 
 def _restored(kube: Any, ns: str, job: str, count: int) -> list[tuple[str, str]] | None:
-    """The job's ChildRestored events (type, message), once there are ``count``."""
-    found = sorted(
-        (e.type, e.message) for e in events_for(kube, ns, job) if e.reason == "ChildRestored"
-    )
-    return found if len(found) == count else None
+    return _child_events(kube, ns, job, "ChildRestored", count)
 
 
 def test_a_loosened_network_policy_and_an_edited_service_are_patched_back(
