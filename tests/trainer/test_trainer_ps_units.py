@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from kerasjob_contract.trainer_config import ConfigError, parse_config
 from kerasjob_trainer.core import registry
 from kerasjob_trainer.runtimes.tf_ps import recovery, stop
 from kerasjob_trainer.runtimes.tf_ps.backup import latest_step
+from kerasjob_trainer.runtimes.tf_ps.callback import save_now
 from kerasjob_trainer.runtimes.tf_ps.cluster import parse_ps_tf_config
 from kerasjob_trainer.runtimes.tf_ps.session import fit_calls
 from kerasjob_trainer.runtimes.tf_ps.workers import _disruption
@@ -197,3 +199,39 @@ def test_all_serving_names_the_addresses_nobody_listens_on() -> None:
         up = f"127.0.0.1:{server.getsockname()[1]}"
         down = f"127.0.0.1:{closed.getsockname()[1]}"
         assert recovery.all_serving([up, down]) == [down]
+
+
+def test_the_update_is_pending_from_its_start_to_its_end_failed_or_not() -> None:
+    pending = threading.Event()
+    seen: list[bool] = []
+
+    def update(fail: bool) -> str:
+        seen.append(pending.is_set())
+        if fail:
+            raise RuntimeError("ps unavailable")
+        return "updated"
+
+    probe = _probe({"w0:2222": 2})
+    gated = recovery.gate(update, CLUSTER["worker"], [], probe=probe, poll=0.001, pending=pending)
+    assert gated(False) == "updated" and seen == [True] and not pending.is_set()
+    gated = recovery.gate(
+        update, CLUSTER["worker"], CLUSTER["ps"], probe=_probe({"p0:2222": 1}), pending=pending
+    )
+    with pytest.raises(RuntimeError):
+        gated(True)
+    assert seen == [True, True] and not pending.is_set()
+
+
+class _Chief:
+    def __init__(self, missing: bool) -> None:
+        self.missing = missing
+
+    def worker_missing(self) -> bool:
+        return self.missing
+
+
+def test_no_periodic_backup_while_a_worker_is_missing_but_a_stop_always_saves() -> None:
+    assert save_now(50, 50, None, _Chief(missing=False))
+    assert not save_now(49, 50, None, _Chief(missing=False))
+    assert not save_now(80, 50, None, _Chief(missing=True))  # deferred, not dropped
+    assert save_now(3, 50, "SIGTERM to ps0", _Chief(missing=True))

@@ -1,8 +1,9 @@
 """After each execution `fit` hands to the workers (every `steps_per_execution` steps): the
 step bookkeeping (`core.steplog`: step lines, progress, goodput, the watchdog), the periodic
-backup, and the stop at a step boundary (`stop`). ParameterServerStrategy allows batch-level
-callbacks only when they take the coordinator's RemoteValues as logs: this one fetches them
-only for a step line, so scheduling never waits on a worker."""
+backup (deferred while a worker is missing: `recovery`), and the stop at a step boundary
+(`stop`). ParameterServerStrategy allows batch-level callbacks only when they take the
+coordinator's RemoteValues as logs: this one fetches them only for a step line, so
+scheduling never waits on a worker."""
 
 from __future__ import annotations
 
@@ -25,6 +26,13 @@ class Position:
     def base(self, epoch: int) -> int:
         """The global step before the epoch's first batch in this `fit`."""
         return epoch * self.steps_per_epoch + (self.offset if epoch == self.first_epoch else 0)
+
+
+def save_now(since: int, save_freq: int, why: str | None, session: Any) -> bool:
+    """Whether the chief saves now, `since` steps after its last backup: on a stop request
+    always; a periodic backup once due and no worker is missing (`session.worker_missing`):
+    its new function would wait on the lost worker (`recovery`)."""
+    return why is not None or (since >= save_freq and not session.worker_missing())
 
 
 def ps_callback(
@@ -58,7 +66,7 @@ def ps_callback(
                 values = tf_utils.sync_to_numpy_or_python_type(logs or {})
                 steplog.log(step, self.epoch, {k: float(v) for k, v in values.items()})
             why = stop.requested(session.checkpoint_dir)
-            if why is not None or step - saved_at[0] >= session.config.save_freq:
+            if save_now(step - saved_at[0], session.config.save_freq, why, session):
                 self.model._cluster_coordinator.join()  # every step up to `step` done
                 backup.save(step)
                 saved_at[0] = step

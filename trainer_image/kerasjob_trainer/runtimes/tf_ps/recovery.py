@@ -16,6 +16,11 @@ a restarted worker TensorFlow has no context on yet) is tried again, up to
 UPDATE_ATTEMPTS times, instead of reaching `fit` as an error that would restart the group
 (once seen: the chief exited 43, `Connection reset by peer`, for a worker's eviction). With
 a ps gone the error goes on as before: the group restarts from the backup.
+
+While an update is pending the chief also takes no periodic backup (`pending`): a backup
+is a new `tf.function` the eager context registers on every worker, the lost one too, and
+that registration waited for the lost worker's old address (20.3 s of no steps in a CI run,
+2026-12-07, `delete worker0`: the save at the next boundary after the loss).
 """
 
 from __future__ import annotations
@@ -60,12 +65,22 @@ def gate(
     ps: list[str],
     probe: Callable[[list[str]], list[str]] = all_serving,
     poll: float = POLL_SECONDS,
+    pending: threading.Event | None = None,
 ) -> Callable[..., Any]:
     """`update` (the context's update_server_def), called only once every worker serves,
-    and again when it fails while every ps serves (see the module doc)."""
+    and again when it fails while every ps serves (see the module doc); `pending` is set
+    from the call's start to its end."""
     lock = threading.Lock()
+    busy = pending if pending is not None else threading.Event()
 
     def gated(*args: Any, **kwargs: Any) -> Any:
+        busy.set()
+        try:
+            return _attempts(*args, **kwargs)
+        finally:
+            busy.clear()
+
+    def _attempts(*args: Any, **kwargs: Any) -> Any:
         with lock:
             for attempt in range(1, UPDATE_ATTEMPTS + 1):
                 waited = wait_until_serving(workers, probe, poll)
@@ -82,10 +97,15 @@ def gate(
     return gated
 
 
-def gate_cluster_updates(workers: list[str], ps: list[str]) -> None:
+def gate_cluster_updates(workers: list[str], ps: list[str]) -> threading.Event:
     """Install the gate on this process's eager context (the chief, after its strategy
-    connected to the cluster): the coordinator's only caller of update_server_def."""
+    connected to the cluster): the coordinator's only caller of update_server_def. The
+    event is set while an update is pending."""
     from tensorflow.python.eager import context
 
+    pending = threading.Event()
     ctx = context.context()
-    ctx.update_server_def = gate(ctx.update_server_def, list(workers), list(ps))  # type: ignore[method-assign]
+    ctx.update_server_def = gate(  # type: ignore[method-assign]
+        ctx.update_server_def, list(workers), list(ps), pending=pending
+    )
+    return pending

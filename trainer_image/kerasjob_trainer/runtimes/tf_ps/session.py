@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -52,13 +53,18 @@ class Session(Lifecycle):
 
     ctx: PsContext
 
-    def __init__(self, ctx: PsContext, strategy: Any) -> None:
+    def __init__(self, ctx: PsContext, strategy: Any, reconnecting: threading.Event) -> None:
         super().__init__(ctx)
         self.strategy, self.logged = strategy, 0  # logged: the step of the last step line
+        self.reconnecting = reconnecting  # set while the coordinator reconnects a worker
         # A lost ps: restart from the backup at once (its variables are gone).
         self.peers = faults.PeerMonitor(ctx.identity.addresses("ps"))
         self.workers = workers.watch(ctx.identity)  # a lost worker: its cost in goodput
         stop.forget(ctx.checkpoint_dir)
+
+    def worker_missing(self) -> bool:
+        """A worker is gone or being reconnected: no periodic backup now (see `recovery`)."""
+        return self.reconnecting.is_set() or self.workers.any_gone()
 
     def global_batch_size(self, per_replica: int) -> int:
         """The batch of one step (one worker's): `per_replica` x its replicas."""
@@ -180,7 +186,7 @@ def session_for(ctx: PsContext) -> Session:
         strategy = tf.distribute.ParameterServerStrategy(resolver)
     except Exception as e:  # a task that died while the cluster formed
         faults.exit_for(e, errors.classify(e))
-    recovery.gate_cluster_updates(me.cluster["worker"], me.cluster["ps"])
+    reconnecting = recovery.gate_cluster_updates(me.cluster["worker"], me.cluster["ps"])
     startup.mark("cluster")
     tf.keras.utils.set_random_seed(ctx.config.seed)
-    return Session(ctx, strategy)
+    return Session(ctx, strategy, reconnecting)

@@ -41,6 +41,10 @@ class WorkerWatch:
             self._steps.append((time.time(), step))
         self._armed.set()
 
+    def any_gone(self) -> bool:
+        """Whether a worker answers no probe now."""
+        return bool(self._gone)
+
     def settle(self, ledger: goodput.Ledger) -> list[goodput.Disruption]:
         """The workers back since the last call, recorded in `ledger`; what was recorded."""
         with self._lock:
