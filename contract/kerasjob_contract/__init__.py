@@ -66,6 +66,18 @@ class Env(str, enum.Enum):
     CHECKPOINT_DIR = "KERASJOB_CHECKPOINT_DIR"
     """A directory on the shared volume; BackupAndRestore state lives in <dir>/backup."""
 
+    CHECKPOINT_LOCATION = "KERASJOB_CHECKPOINT_LOCATION"
+    """With spec.checkpoint.location: this job's own place in the bucket,
+    `s3://BUCKET/PREFIX/<namespace>/<name>/<uid>` (or gs://); backups are committed there
+    (`kerasjob_trainer.shared.bucket_steps`) and CHECKPOINT_DIR is a Pod-local emptyDir."""
+
+    CHECKPOINT_ENDPOINT = "KERASJOB_CHECKPOINT_ENDPOINT"
+    """An S3-compatible store's (or a GCS emulator's) URL; unset: the cloud's own."""
+
+    CHECKPOINT_REGION = "KERASJOB_CHECKPOINT_REGION"
+    CHECKPOINT_PATH_STYLE = "KERASJOB_CHECKPOINT_PATH_STYLE"
+    """"true": S3 path-style addressing (http://endpoint/bucket/key)."""
+
     OUTPUT_DIR = "KERASJOB_OUTPUT_DIR"
     """Where the chief writes the final model, TensorBoard logs and progress.json.
     Defaults to <CHECKPOINT_DIR>/output."""
