@@ -481,3 +481,106 @@ def test_node_lost_tolerations() -> None:
     }
     plain = children.build_pod(job(spec), "worker", 0, default_image=IMAGE)
     assert plain["spec"]["tolerations"] == [gpu]
+
+
+# --- checkpoint.location: a bucket instead of a volume -----------------------------------
+
+BUCKET = {
+    "location": "s3://ckpt-bucket/team/",
+    "endpoint": "http://versitygw:7070",
+    "region": "us-east-1",
+    "pathStyle": True,
+    "mountPath": "/stage",
+}
+
+
+def _bucket_job(checkpoint: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    return job({"workers": 2, "checkpoint": checkpoint, **spec})
+
+
+def test_a_bucket_job_stages_on_an_empty_dir_and_is_told_its_own_prefix() -> None:
+    body = _bucket_job(BUCKET, chief={}, evaluator={})
+    for role, index in KerasJob.from_body(body).spec.tasks():
+        pod = children.build_pod(body, role, index, default_image=IMAGE)
+        volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+        assert volumes[children.CHECKPOINT_VOLUME] == {
+            "name": children.CHECKPOINT_VOLUME,
+            "emptyDir": {},
+        }
+        assert {"name": children.CHECKPOINT_VOLUME, "mountPath": "/stage"} in trainer(pod)[
+            "volumeMounts"
+        ]
+        env = env_of(pod)
+        assert env[Env.CHECKPOINT_LOCATION.value] == "s3://ckpt-bucket/team/ml/mnist/uid-1"
+        assert env[Env.CHECKPOINT_ENDPOINT.value] == "http://versitygw:7070"
+        assert env[Env.CHECKPOINT_REGION.value] == "us-east-1"
+        assert env[Env.CHECKPOINT_PATH_STYLE.value] == "true"
+        assert env[Env.CHECKPOINT_DIR.value] == "/stage/ml/mnist/uid-1"
+        assert "envFrom" not in trainer(pod) and "GOOGLE_APPLICATION_CREDENTIALS" not in env
+
+
+def test_bucket_env_only_when_set() -> None:
+    pod = children.build_pod(
+        _bucket_job({"location": "gs://bkt"}), "worker", 0, default_image=IMAGE
+    )
+    env = env_of(pod)
+    assert env[Env.CHECKPOINT_LOCATION.value] == "gs://bkt/ml/mnist/uid-1"
+    for name in children.BUCKET_ENV[1:]:
+        assert name not in env
+    off = _bucket_job({"location": "s3://bkt", "pathStyle": False})
+    assert (
+        env_of(children.build_pod(off, "worker", 0, default_image=IMAGE))[
+            Env.CHECKPOINT_PATH_STYLE.value
+        ]
+        == "false"
+    )
+    volume_job = job()
+    assert not set(children.BUCKET_ENV) & set(
+        env_of(children.build_pod(volume_job, "worker", 0, default_image=IMAGE))
+    )
+
+
+def test_s3_credentials_are_the_secrets_keys_as_env() -> None:
+    checkpoint = {"location": "s3://bkt", "credentials": {"secretName": "aws-keys"}}
+    tpl = {
+        "spec": {"containers": [{"name": "trainer", "envFrom": [{"configMapRef": {"name": "c"}}]}]}
+    }
+    body = _bucket_job(checkpoint, ps={"replicas": 1}, chief={}, template=tpl)
+    for role, index in KerasJob.from_body(body).spec.tasks():
+        pod = children.build_pod(body, role, index, default_image=IMAGE)
+        assert trainer(pod)["envFrom"] == [
+            {"configMapRef": {"name": "c"}},
+            {"secretRef": {"name": "aws-keys"}},
+        ]
+        assert children.GCS_CREDENTIALS_VOLUME not in {v["name"] for v in pod["spec"]["volumes"]}
+    probe = children.build_probe_pod(body, 1, default_image=IMAGE)
+    assert "envFrom" not in trainer(probe)
+
+
+def test_gcs_credentials_are_a_read_only_key_file() -> None:
+    checkpoint = {"location": "gs://bkt/x", "credentials": {"secretName": "gcs-key"}}
+    tpl = {
+        "spec": {
+            "containers": [
+                {
+                    "name": "trainer",
+                    "env": [{"name": "GOOGLE_APPLICATION_CREDENTIALS", "value": "/mine.json"}],
+                }
+            ]
+        }
+    }
+    pod = children.build_pod(
+        _bucket_job(checkpoint, template=tpl), "worker", 1, default_image=IMAGE
+    )
+    assert {
+        "name": children.GCS_CREDENTIALS_VOLUME,
+        "secret": {"secretName": "gcs-key"},
+    } in pod["spec"]["volumes"]
+    assert {
+        "name": children.GCS_CREDENTIALS_VOLUME,
+        "mountPath": "/var/run/secrets/kerasjob/gcs",
+        "readOnly": True,
+    } in trainer(pod)["volumeMounts"]
+    env = env_of(pod)
+    assert env["GOOGLE_APPLICATION_CREDENTIALS"] == "/var/run/secrets/kerasjob/gcs/key.json"
+    assert "envFrom" not in trainer(pod)

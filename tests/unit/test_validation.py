@@ -231,3 +231,82 @@ def test_template_labels_and_annotations_are_checked_as_kubernetes_does() -> Non
     assert problems({"labels": {"n": 5}}) == [
         "spec.template.metadata.labels['n']: the value must be a string"
     ]
+
+
+# --- checkpoint.location: a bucket instead of a volume (the CRD's CEL rules, repeated) ------
+
+S3 = {"location": "s3://ckpt-bucket/team", "endpoint": "http://versitygw:7070", "pathStyle": True}
+
+
+@pytest.mark.parametrize(
+    "checkpoint",
+    [
+        S3,
+        {"location": "s3://ckpt-bucket", "region": "eu-west-1"},
+        {"location": "gs://ckpt.bucket_1/a/b/", "credentials": {"secretName": "gcs-key"}},
+        {"location": "s3://abc", "credentials": {"secretName": "aws-keys"}},
+    ],
+)
+def test_a_bucket_location_replaces_the_shared_volume(checkpoint: dict[str, Any]) -> None:
+    spec = {"workers": 2, "chief": {}, "evaluator": {}, "checkpoint": checkpoint}
+    assert validation.validate_job(job(spec)) == []
+
+
+@pytest.mark.parametrize(
+    ("checkpoint", "message"),
+    [
+        ({**S3, "volume": PVC}, "checkpoint.volume and checkpoint.location are exclusive"),
+        ({"location": "s3://x", "volume": {"emptyDir": {}}}, "are exclusive"),
+        ({"location": "http://bucket/x"}, "must be s3://BUCKET[/PREFIX] or gs://BUCKET"),
+        ({"location": "s3://Upper-Case"}, "must be s3://BUCKET[/PREFIX] or gs://BUCKET"),
+        ({"location": "gs://ab"}, "must be s3://BUCKET[/PREFIX] or gs://BUCKET"),
+        ({"location": "s3://-bucket"}, "must be s3://BUCKET[/PREFIX] or gs://BUCKET"),
+        ({"location": "s3://bucket", "endpoint": "versitygw:7070"}, "http:// or https://"),
+        ({"location": "s3://bucket", "endpoint": "ftp://store"}, "http:// or https://"),
+        ({"volume": PVC, "endpoint": "http://store"}, "are for a checkpoint.location"),
+        ({"volume": PVC, "region": "us-east-1"}, "are for a checkpoint.location"),
+        ({"volume": PVC, "pathStyle": False}, "are for a checkpoint.location"),
+        ({"volume": PVC, "credentials": {"secretName": "s"}}, "are for a checkpoint.location"),
+    ],
+)
+def test_bucket_location_problems(checkpoint: dict[str, Any], message: str) -> None:
+    problems = validation.validate_job(job({"workers": 2, "checkpoint": checkpoint}))
+    assert any(message in p for p in problems), problems
+
+
+def test_a_single_pod_job_keeps_its_emptydir_but_not_beside_a_location() -> None:
+    assert validation.validate_job(job({"workers": 1})) == []
+    assert (
+        validation.validate_job(job({"workers": 1, "checkpoint": {"location": "gs://bkt"}})) == []
+    )
+    both = {"workers": 1, "checkpoint": {"location": "gs://bkt", "volume": {"emptyDir": {}}}}
+    assert validation.validate_job(job(both)) == [
+        "spec.checkpoint.volume and checkpoint.location are exclusive: a job checkpoints to "
+        "a volume or to a bucket"
+    ]
+
+
+def test_multi_pod_message_names_both_ways() -> None:
+    (problem,) = validation.validate_job(job({"workers": 2}))
+    assert problem.endswith("or a spec.checkpoint.location")
+
+
+def test_bucket_settings_and_reserved_names() -> None:
+    secret = {"secretName": "Not_A_Name"}
+    problems = validation.validate_job(
+        job({"workers": 2, "checkpoint": {"location": "s3://bkt", "credentials": secret}})
+    )
+    assert any(p.startswith("spec.checkpoint.credentials.secretName") for p in problems), problems
+    tpl = {"spec": {"volumes": [{"name": children.GCS_CREDENTIALS_VOLUME, "emptyDir": {}}]}}
+    problems = validation.validate_job(job({"workers": 1, "template": tpl}))
+    assert problems == [
+        "spec.template.spec.volumes may not define 'kerasjob-gcs-credentials': use "
+        "spec.checkpoint.credentials"
+    ]
+    for name in children.BUCKET_ENV:
+        env = [{"name": name, "value": "s3://other"}]
+        tpl = {"spec": {"containers": [{"name": "trainer", "env": env}]}}
+        problems = validation.validate_job(job({"workers": 1, "template": tpl}))
+        assert problems == [
+            f"spec.template.spec.containers[0].env sets {name}, which the operator sets"
+        ]

@@ -51,14 +51,23 @@ from kerasjob.api.parameter_servers import (
     ParameterServerSpec,
 )
 from kerasjob.api.spec import (
+    BUCKET_ONLY,
+    GCS_KEY_DIR,
+    GCS_KEY_FILE,
+    GOOGLE_CREDENTIALS_ENV,
     JAX_NO_CHIEF,
     JAX_NO_EVALUATOR,
     MOUNT_PATH_NOT_NORMAL,
     MOUNT_PATH_SYSTEM,
+    NEEDS_SHARED,
+    VOLUME_OR_LOCATION,
+    CheckpointCredentials,
     CheckpointSpec,
     KerasJobSpec,
     ReplicaSpec,
+    location_problems,
     mount_path_problem,
+    required_secret_keys,
 )
 from kerasjob.api.status import (
     Condition,
@@ -128,6 +137,12 @@ def checkpoint_dir(mount_path: str, namespace: str, name: str, uid: str) -> str:
     return "/".join([mount_path.rstrip("/") or "", namespace, name, uid or "no-uid"])
 
 
+def checkpoint_location(location: str, namespace: str, name: str, uid: str) -> str:
+    """The job's own prefix in the bucket: <location>/<namespace>/<name>/<uid>, as
+    `checkpoint_dir` on a volume (the same reasons)."""
+    return "/".join([location.rstrip("/"), namespace, name, uid or "no-uid"])
+
+
 def plain(value: Any) -> Any:
     """A deep copy as plain dicts and lists: kopf bodies are read-only Mapping views."""
     if isinstance(value, Mapping):
@@ -139,7 +154,11 @@ def plain(value: Any) -> Any:
 
 __all__ = [
     "API_VERSION_FULL",
+    "BUCKET_ONLY",
     "DEFAULT_MOUNT_PATH",
+    "GCS_KEY_DIR",
+    "GCS_KEY_FILE",
+    "GOOGLE_CREDENTIALS_ENV",
     "JAX_NO_CHIEF",
     "JAX_NO_EVALUATOR",
     "KIND",
@@ -149,13 +168,16 @@ __all__ = [
     "MODEL_PATTERN",
     "MOUNT_PATH_NOT_NORMAL",
     "MOUNT_PATH_SYSTEM",
+    "NEEDS_SHARED",
     "PS_NEEDS_CHIEF",
     "PS_NEEDS_TENSORFLOW",
     "PS_NOT_ELASTIC",
     "PS_NO_EVALUATOR",
+    "VOLUME_OR_LOCATION",
     "VOLUME_SOURCES",
     "Backend",
     "BatchPolicy",
+    "CheckpointCredentials",
     "CheckpointSpec",
     "CleanPodPolicy",
     "Condition",
@@ -185,6 +207,9 @@ __all__ = [
     "TrackedPod",
     "TrainerSpec",
     "checkpoint_dir",
+    "checkpoint_location",
+    "location_problems",
     "mount_path_problem",
     "plain",
+    "required_secret_keys",
 ]

@@ -158,6 +158,9 @@ class Reason(str, enum.Enum):
     SERVICE_REJECTED = "ServiceRejected"
     NETWORK_POLICY_REJECTED = "NetworkPolicyRejected"
     CREATE_FORBIDDEN = "CreateForbidden"
+    CHECKPOINT_SECRET_MISSING = "CheckpointSecretMissing"
+    """The Secret spec.checkpoint.credentials names does not exist, or lacks a key the
+    bucket's scheme needs: no Pods are created until it does (looked at again on a timer)."""
     DISRUPTION_LOOP = "DisruptionLoop"
     DISRUPTION_COST = "DisruptionCost"
     """What one disruption cost the job (seconds lost, steps redone), from the chief's goodput."""

@@ -95,8 +95,77 @@ def mount_path_problem(path: str) -> str | None:
     return None
 
 
+#: A bucket location: the scheme, a bucket name as S3 and GCS allow (3-63 lowercase letters,
+#: digits, '.', '-', '_'; alphanumeric at both ends), an optional prefix. One pattern for the
+#: CRD's CEL rule and the operator's check (no backslash: CEL strings would read it).
+LOCATION_PATTERN = r"^(s3|gs)://[a-z0-9][a-z0-9._-]{1,61}[a-z0-9](/.*)?$"
+LOCATION_FORM = (
+    "checkpoint.location must be s3://BUCKET[/PREFIX] or gs://BUCKET[/PREFIX] (a bucket "
+    "name of 3-63 lowercase letters, digits, '.', '-' or '_')"
+)
+#: An S3-compatible store's or a GCS emulator's URL.
+ENDPOINT_PATTERN = r"^https?://[^/?#]+(/.*)?$"
+ENDPOINT_FORM = "checkpoint.endpoint must be an http:// or https:// URL"
+VOLUME_OR_LOCATION = (
+    "checkpoint.volume and checkpoint.location are exclusive: a job checkpoints to a volume "
+    "or to a bucket"
+)
+BUCKET_ONLY = (
+    "checkpoint.endpoint, region, pathStyle and credentials are for a checkpoint.location "
+    "(a bucket)"
+)
+NEEDS_SHARED = (
+    "a job with more than one Pod needs a shared checkpoint.volume (emptyDir is per Pod) "
+    "or a checkpoint.location"
+)
+#: What a credentials Secret must hold, per scheme: the standard AWS variables (envFrom),
+#: or a service account key file mounted read-only for Google's client libraries.
+S3_SECRET_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+"""Required; AWS_SESSION_TOKEN is optional."""
+GCS_KEY_FILE = "key.json"
+GCS_KEY_DIR = "/var/run/secrets/kerasjob/gcs"
+#: The variable Google's client libraries read a service account key file from.
+GOOGLE_CREDENTIALS_ENV = "GOOGLE_APPLICATION_CREDENTIALS"
+_DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+
+
+def location_problems(location: str | None, endpoint: str | None) -> list[str]:
+    """The form of checkpoint.location and endpoint (the CRD's CEL rules, repeated for
+    objects that never went through the API server)."""
+    problems: list[str] = []
+    if location is not None and not re.match(LOCATION_PATTERN, location):
+        problems.append(LOCATION_FORM)
+    if endpoint is not None and not re.match(ENDPOINT_PATTERN, endpoint):
+        problems.append(ENDPOINT_FORM)
+    return problems
+
+
+def required_secret_keys(location: str) -> tuple[str, ...]:
+    """The keys the credentials Secret of a job checkpointing to ``location`` must hold."""
+    return S3_SECRET_KEYS if location.startswith("s3://") else (GCS_KEY_FILE,)
+
+
+class CheckpointCredentials(_Model):
+    """Where the bucket's credentials come from."""
+
+    secret_name: str = Field(
+        ...,
+        min_length=1,
+        max_length=253,
+        pattern=_DNS_SUBDOMAIN,
+        description=(
+            "A Secret in the job's namespace. For s3:// its keys become the trainer's env "
+            "(envFrom): AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, optionally "
+            "AWS_SESSION_TOKEN. For gs:// it is mounted read-only at "
+            f"{GCS_KEY_DIR} and must hold {GCS_KEY_FILE} (a service account key; "
+            f"{GOOGLE_CREDENTIALS_ENV} points at it). Until it exists with those keys the "
+            "job creates no Pods (condition Created False, reason CheckpointSecretMissing)."
+        ),
+    )
+
+
 class CheckpointSpec(_Model):
-    """Where BackupAndRestore state and the final model are written."""
+    """Where BackupAndRestore state and the final model are written: a volume, or a bucket."""
 
     model_config = ConfigDict(
         json_schema_extra={
@@ -115,6 +184,12 @@ class CheckpointSpec(_Model):
                     f"!self.mountPath.matches('{_RESERVED_PATH}')",
                     MOUNT_PATH_SYSTEM,
                 ),
+                _cel("!has(self.volume) || !has(self.location)", VOLUME_OR_LOCATION),
+                _cel(
+                    "has(self.location) || (!has(self.endpoint) && !has(self.region) && "
+                    "!has(self.pathStyle) && !has(self.credentials))",
+                    BUCKET_ONLY,
+                ),
             ]
         }
     )
@@ -127,7 +202,8 @@ class CheckpointSpec(_Model):
             "{hostPath: {path: /data}}. All Pods of the job mount it, so with more than one "
             "Pod it must be shared (a ReadWriteMany claim, NFS, ...); emptyDir is allowed only "
             "for a single-Pod job, and its state is lost when the Pod is recreated. When "
-            "unset, a single-Pod job gets an emptyDir. Immutable."
+            "unset (and no location), a single-Pod job gets an emptyDir. Not with location. "
+            "Immutable."
         ),
         json_schema_extra={
             "type": "object",
@@ -147,15 +223,62 @@ class CheckpointSpec(_Model):
             ],
         },
     )
+    location: str | None = Field(
+        None,
+        max_length=1024,
+        description=(
+            "A bucket instead of a volume: s3://BUCKET[/PREFIX] (AWS S3 or an S3-compatible "
+            "store, see endpoint) or gs://BUCKET[/PREFIX] (Google Cloud Storage). Each job "
+            "writes below its own prefix, <location>/<namespace>/<name>/<uid>, passed to the "
+            "trainer as KERASJOB_CHECKPOINT_LOCATION, so two jobs never share state and a job "
+            "re-created under the same name starts fresh; every Pod gets an emptyDir at "
+            "mountPath for local staging. Not with volume. Immutable."
+        ),
+        json_schema_extra={
+            "x-kubernetes-validations": [_cel(f"self.matches('{LOCATION_PATTERN}')", LOCATION_FORM)]
+        },
+    )
+    endpoint: str | None = Field(
+        None,
+        max_length=2048,
+        description=(
+            "With location: the URL of an S3-compatible store (MinIO, Ceph, versitygw ...) or "
+            "of a GCS emulator, http:// or https://. Unset: the cloud's own. Immutable."
+        ),
+        json_schema_extra={
+            "x-kubernetes-validations": [_cel(f"self.matches('{ENDPOINT_PATTERN}')", ENDPOINT_FORM)]
+        },
+    )
+    region: str | None = Field(
+        None,
+        min_length=1,
+        max_length=64,
+        description="With an s3:// location: the bucket's region. Immutable.",
+    )
+    path_style: bool | None = Field(
+        None,
+        description=(
+            "With an s3:// location: path-style addressing (<endpoint>/<bucket>/<key>), which "
+            "most S3-compatible stores need; unset or false: virtual-hosted style. Immutable."
+        ),
+    )
+    credentials: CheckpointCredentials | None = Field(
+        None,
+        description=(
+            "With location: a Secret holding the bucket's credentials. Unset: the Pod's own "
+            "identity (GKE Workload Identity, EKS Pod Identity or IRSA through the Pods' "
+            "service account, set in spec.template). Immutable."
+        ),
+    )
     mount_path: str = Field(
         DEFAULT_MOUNT_PATH,
         min_length=1,
         max_length=1024,
         description=(
-            "Where the volume is mounted in every Pod. Each job uses its own directory below "
-            "it, <mountPath>/<namespace>/<name>/<uid>, passed to the trainer as "
-            "KERASJOB_CHECKPOINT_DIR, so jobs sharing one volume never collide and a job "
-            "re-created under the same name starts fresh. Immutable. "
+            "Where the volume (with location: a Pod-local emptyDir) is mounted in every Pod. "
+            "Each job uses its own directory below it, <mountPath>/<namespace>/<name>/<uid>, "
+            "passed to the trainer as KERASJOB_CHECKPOINT_DIR, so jobs sharing one volume "
+            "never collide and a job re-created under the same name starts fresh. Immutable. "
             "Default: /kerasjob/checkpoint."
         ),
     )
@@ -235,9 +358,9 @@ class KerasJobSpec(_Model):
                 _cel(
                     "(self.workers == 1 && (!has(self.chief) || self.chief.replicas == 0) && "
                     "(!has(self.evaluator) || self.evaluator.replicas == 0)) || "
-                    "(has(self.checkpoint.volume) && !('emptyDir' in self.checkpoint.volume))",
-                    "a job with more than one Pod needs a shared checkpoint.volume "
-                    "(emptyDir is per Pod)",
+                    "(has(self.checkpoint.volume) && !('emptyDir' in self.checkpoint.volume)) "
+                    "|| has(self.checkpoint.location)",
+                    NEEDS_SHARED,
                 ),
                 *MESH_RULES,
             ]
@@ -341,8 +464,8 @@ class KerasJobSpec(_Model):
     checkpoint: CheckpointSpec = Field(
         default_factory=CheckpointSpec,
         description=(
-            "The volume that holds BackupAndRestore state (resuming after restarts) and the "
-            "final model. Immutable."
+            "The volume, or the bucket (location), that holds BackupAndRestore state "
+            "(resuming after restarts) and the final model. Immutable."
         ),
         json_schema_extra={"default": {}, "x-kubernetes-validations": [_immutable("checkpoint")]},
     )

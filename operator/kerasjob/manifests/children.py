@@ -21,10 +21,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kerasjob.api import (
+    GCS_KEY_DIR,
+    GCS_KEY_FILE,
+    GOOGLE_CREDENTIALS_ENV,
     KerasJob,
     ReplicaRole,
     RestartPolicy,
     checkpoint_dir,
+    checkpoint_location,
     labels,
 )
 from kerasjob.manifests.merge import deep_merge, merge_into
@@ -42,6 +46,14 @@ from kerasjob_contract.trainer_config import PARAMETER_SERVER
 
 #: Name of the checkpoint volume in every Pod; reserved (a template may not define it).
 CHECKPOINT_VOLUME = "kerasjob-checkpoint"
+#: What the operator tells the trainer of a job's bucket (spec.checkpoint.location), each
+#: variable only when its field is set.
+BUCKET_ENV = (
+    Env.CHECKPOINT_LOCATION.value,
+    Env.CHECKPOINT_ENDPOINT.value,
+    Env.CHECKPOINT_REGION.value,
+    Env.CHECKPOINT_PATH_STYLE.value,
+)
 #: The writable /tmp of the trainer (its root filesystem is read-only by default).
 TMP_VOLUME = "kerasjob-tmp"
 DEFAULT_COMMAND = ("python", "-m", "kerasjob_trainer")
@@ -61,10 +73,13 @@ OWNED_ENV = (
             Env.INDEX.value,
             Env.CHECKPOINT_DIR.value,
             Env.RESTART_ATTEMPT.value,
+            *BUCKET_ENV,
         }
     )
     | IDENTITY_NAMES
 )
+#: The gs:// credentials Secret's volume (reserved, like the checkpoint volume).
+GCS_CREDENTIALS_VOLUME = "kerasjob-gcs-credentials"
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -120,6 +135,67 @@ def common_labels(job_name: str) -> dict[str, str]:
         labels.APP_NAME: labels.APP_NAME_VALUE,
         labels.APP_INSTANCE: job_name,
     }
+
+
+def job_checkpoint_location(job: JobLike) -> str | None:
+    """<location>/<namespace>/<name>/<uid>: the job's KERASJOB_CHECKPOINT_LOCATION (None:
+    the job checkpoints to a volume)."""
+    j = _job(job)
+    location = j.spec.checkpoint.location
+    if location is None:
+        return None
+    return checkpoint_location(location, j.namespace, j.name, j.uid)
+
+
+def bucket_env(job: JobLike) -> dict[str, str]:
+    """The variables that tell the trainer of the job's bucket (none for a volume):
+    KERASJOB_CHECKPOINT_LOCATION (the job's own prefix), _ENDPOINT, _REGION, _PATH_STYLE
+    ("true"/"false"), each only when set; and for a gs:// Secret,
+    GOOGLE_APPLICATION_CREDENTIALS at its key file."""
+    j = _job(job)
+    ckpt = j.spec.checkpoint
+    location = job_checkpoint_location(j)
+    if ckpt.location is None or location is None:
+        return {}
+    out = {Env.CHECKPOINT_LOCATION.value: location}
+    if ckpt.endpoint is not None:
+        out[Env.CHECKPOINT_ENDPOINT.value] = ckpt.endpoint
+    if ckpt.region is not None:
+        out[Env.CHECKPOINT_REGION.value] = ckpt.region
+    if ckpt.path_style is not None:
+        out[Env.CHECKPOINT_PATH_STYLE.value] = "true" if ckpt.path_style else "false"
+    if ckpt.credentials is not None and ckpt.location.startswith("gs://"):
+        out[GOOGLE_CREDENTIALS_ENV] = f"{GCS_KEY_DIR}/{GCS_KEY_FILE}"
+    return out
+
+
+def _bucket_credentials(j: KerasJob, pod_spec: dict[str, Any], trainer: dict[str, Any]) -> None:
+    """The credentials Secret a job's bucket names, in the trainer (in place): for s3:// its
+    keys as env (envFrom), for gs:// mounted read-only at `GCS_KEY_DIR`."""
+    ckpt = j.spec.checkpoint
+    if ckpt.location is None or ckpt.credentials is None:
+        return
+    secret = ckpt.credentials.secret_name
+    if ckpt.location.startswith("s3://"):
+        ref = {"secretRef": {"name": secret}}
+        env_from = [e for e in trainer.get("envFrom") or [] if e != ref]
+        trainer["envFrom"] = [*env_from, ref]
+        return
+    volume = {"name": GCS_CREDENTIALS_VOLUME, "secret": {"secretName": secret}}
+    pod_spec["volumes"] = [
+        v
+        for v in pod_spec.get("volumes") or []
+        if not (isinstance(v, Mapping) and v.get("name") == GCS_CREDENTIALS_VOLUME)
+    ] + [volume]
+    mount = {"name": GCS_CREDENTIALS_VOLUME, "mountPath": GCS_KEY_DIR, "readOnly": True}
+    trainer["volumeMounts"] = [
+        m
+        for m in trainer.get("volumeMounts") or []
+        if not (
+            isinstance(m, Mapping)
+            and (m.get("name") == GCS_CREDENTIALS_VOLUME or m.get("mountPath") == GCS_KEY_DIR)
+        )
+    ] + [mount]
 
 
 def job_checkpoint_dir(job: JobLike) -> str:
@@ -225,6 +301,7 @@ def build_pod(
     if "generation" in j.metadata:
         annotations[labels.JOB_GENERATION] = str(j.metadata["generation"])
     pod_lbls = pod_labels(j.name, role, index, is_chief=(role, index) == spec.chief_task())
+    # A bucket's Pods (and a single Pod without a volume) stage on a Pod-local emptyDir.
     volume = {"name": CHECKPOINT_VOLUME, **(spec.checkpoint.volume or {"emptyDir": {}})}
     pod = _render_pod(j, name, pod_lbls, annotations, owned_env, volume, default_image)
     owned_spec = {key: pod["spec"][key] for key in OWNED_POD_SPEC_FIELDS}
@@ -244,6 +321,7 @@ def build_pod(
     trainer = _trainer_container(pod_spec)
     if trainer is not None:  # else a template removed it: the API server says what is wrong
         trainer["env"] = _keep_owned_env(trainer.get("env") or [], owned_env)
+        _bucket_credentials(j, pod_spec, trainer)
     pod_spec["volumes"] = [
         volume if isinstance(v, Mapping) and v.get("name") == CHECKPOINT_VOLUME else v
         for v in pod_spec.get("volumes") or []
@@ -268,6 +346,7 @@ def _owned_env(
         Env.ROLE.value: role.value,
         Env.INDEX.value: str(index),
         Env.CHECKPOINT_DIR.value: job_checkpoint_dir(j),
+        **bucket_env(j),
         Env.RESTART_ATTEMPT.value: str(restart_attempt),
     }
 
@@ -372,6 +451,7 @@ def build_probe_pod(
     meta["labels"].pop(labels.CHIEF, None)
     trainer = _trainer_container(pod_spec) or {}
     trainer.update(command=list(PROBE_COMMAND), args=[], env=[], ports=[])
+    trainer.pop("envFrom", None)  # it trains nothing: no bucket credentials
     for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
         trainer.pop(probe, None)
     pod_spec["containers"] = [trainer]

@@ -12,6 +12,7 @@ from typing import Any
 import pydantic
 
 from kerasjob.api import (
+    BUCKET_ONLY,
     JAX_NO_CHIEF,
     JAX_NO_EVALUATOR,
     LABEL_VALUE_MAX,
@@ -20,15 +21,19 @@ from kerasjob.api import (
     PS_NEEDS_TENSORFLOW,
     PS_NO_EVALUATOR,
     PS_NOT_ELASTIC,
+    VOLUME_OR_LOCATION,
     Backend,
+    CheckpointSpec,
     DatasetSource,
     KerasJob,
     ReplicaRole,
+    location_problems,
     mount_path_problem,
 )
 from kerasjob.k8s import bounded
 from kerasjob.manifests.children import (
     CHECKPOINT_VOLUME,
+    GCS_CREDENTIALS_VOLUME,
     OWNED_ENV,
     OWNED_POD_SPEC_FIELDS,
     JobLike,
@@ -115,11 +120,14 @@ def _spec_problems(j: KerasJob) -> list[str]:
         problems.append(f"spec.{mount_problem}")
     if ckpt.volume is not None and len(ckpt.volume) != 1:
         problems.append("spec.checkpoint.volume must have exactly one volume source key")
-    shared = ckpt.volume is not None and "emptyDir" not in ckpt.volume
+    problems.extend(_bucket_problems(ckpt))
+    shared = (ckpt.volume is not None and "emptyDir" not in ckpt.volume) or (
+        ckpt.location is not None
+    )
     if len(spec.tasks()) > 1 and not shared:
         problems.append(
             "a job with more than one Pod needs a shared spec.checkpoint.volume "
-            "(emptyDir is per Pod)"
+            "(emptyDir is per Pod) or a spec.checkpoint.location"
         )
     if spec.trainer.backend is Backend.JAX:  # workers only (the CRD's CEL rules, repeated)
         roles = spec.replicas()
@@ -127,6 +135,18 @@ def _spec_problems(j: KerasJob) -> list[str]:
             problems.append(JAX_NO_CHIEF)
         if ReplicaRole.EVALUATOR in roles:
             problems.append(JAX_NO_EVALUATOR)
+    return problems
+
+
+def _bucket_problems(ckpt: CheckpointSpec) -> list[str]:
+    """checkpoint.location and its settings (the CRD's CEL rules, repeated for objects that
+    never went through the API server)."""
+    problems = [f"spec.{p}" for p in location_problems(ckpt.location, ckpt.endpoint)]
+    if ckpt.volume is not None and ckpt.location is not None:
+        problems.append(f"spec.{VOLUME_OR_LOCATION}")
+    settings = (ckpt.endpoint, ckpt.region, ckpt.path_style, ckpt.credentials)
+    if ckpt.location is None and any(v is not None for v in settings):
+        problems.append(f"spec.{BUCKET_ONLY}")
     return problems
 
 
@@ -239,6 +259,11 @@ def _template_problems(where: str, tpl: Any, mount_path: str) -> list[str]:
             problems.append(
                 f"{where}.spec.volumes may not define {CHECKPOINT_VOLUME!r}: use "
                 "spec.checkpoint.volume"
+            )
+        if v.get("name") == GCS_CREDENTIALS_VOLUME:
+            problems.append(
+                f"{where}.spec.volumes may not define {GCS_CREDENTIALS_VOLUME!r}: use "
+                "spec.checkpoint.credentials"
             )
     return problems
 
