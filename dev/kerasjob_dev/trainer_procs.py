@@ -23,6 +23,7 @@ from typing import Any
 
 import kerasjob_contract as contract
 from kerasjob_contract import Env
+from kerasjob_contract.tf_config import TfConfig
 
 STEP_LINE = re.compile(contract.LOG_STEP_RE)
 RESUMED_LINE = re.compile(contract.LOG_RESUMED_RE)
@@ -40,7 +41,8 @@ def free_ports(n: int) -> list[int]:
 
 
 def tf_config(cluster: dict[str, list[str]], role: str, index: int) -> str:
-    return json.dumps({"cluster": cluster, "task": {"type": role, "index": index}})
+    """TF_CONFIG of task role:index (`cluster` as given: the evaluator in it too)."""
+    return TfConfig({r: tuple(a) for r, a in cluster.items()}, role, index).to_json()
 
 
 def jax_identity(coordinator: str, processes: int, process_id: int) -> dict[str, str]:

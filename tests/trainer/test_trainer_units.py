@@ -115,10 +115,10 @@ def test_tf_config_roles() -> None:
     assert parse_tf_config(None) == LOCAL and parse_tf_config("") == LOCAL
     workers = {"worker": ["a:1", "b:2"]}
     w0, w1 = parse_tf_config(_tf(workers, "worker", 0)), parse_tf_config(_tf(workers, "worker", 1))
-    assert w0.is_chief and not w1.is_chief and w1.num_workers == 2 and w1.multi_worker
+    assert w0.is_chief and not w1.is_chief and w1.workers == 2 and w1.multi_worker
     full = {"chief": ["c:1"], "worker": ["a:1"], "evaluator": ["e:1"]}
     chief = parse_tf_config(_tf(full, "chief"))
-    assert chief.is_chief and chief.num_workers == 2
+    assert chief.is_chief and chief.workers == 2
     assert "evaluator" not in chief.training_cluster
     assert not parse_tf_config(_tf(full, "worker", 0)).is_chief
     ev = parse_tf_config(_tf(full, "evaluator"))

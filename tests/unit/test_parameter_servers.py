@@ -93,7 +93,7 @@ def test_the_crd_refuses_the_same_in_the_same_words() -> None:
 
 def test_tf_config_lists_the_ps_tasks() -> None:
     counts = {"worker": 2, "chief": 1, "ps": 2}
-    tf_config = build_tf_config("j", "ns", counts, 2222, "ps", 1)
+    tf_config = build_tf_config("j", "ns", counts, 2222, "ps", 1).to_dict()
     assert list(tf_config["cluster"]) == ["chief", "worker", "ps"]
     assert tf_config["cluster"]["ps"] == [
         "j-ps-0.j.ns.svc:2222",

@@ -27,7 +27,9 @@ class Identity(Protocol):
     def index(self) -> int: ...
 
     @property
-    def workers(self) -> int: ...  # processes of the training group, at least 1
+    def workers(self) -> int:
+        """The processes that train, at least 1: the group of a collective strategy (chief
+        included), a parameter-server job's worker tasks (not its chief or ps)."""
 
     @property
     def multi_process(self) -> bool: ...  # a group of more than one process

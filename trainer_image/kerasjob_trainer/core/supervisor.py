@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
-import json
 import os
 import re
 import signal
@@ -57,6 +56,8 @@ from kerasjob_contract import (
     invalid_config_reason,
     termination_log,
 )
+from kerasjob_contract.tf_config import parse_tf_config
+from kerasjob_contract.trainer_config import ConfigError
 from kerasjob_trainer.shared.metrics import leave_invalid_config
 
 PR_SET_PDEATHSIG = 1
@@ -97,10 +98,10 @@ def replica_name(env: Mapping[str, str]) -> str:
     role, index = env.get(Env.ROLE.value, ""), env.get(Env.INDEX.value, "")
     if role and index.isdigit():
         return f"{role}-{index}"
-    with contextlib.suppress(ValueError, TypeError, AttributeError, KeyError):
-        task = json.loads(env.get(Env.TF_CONFIG.value) or "{}").get("task") or {}
-        if str(task["type"]).isidentifier() and isinstance(task.get("index", 0), int):
-            return f"{task['type']}-{task.get('index', 0)}"
+    with contextlib.suppress(ConfigError):  # the trainer says why, and exits 78
+        tf_config = parse_tf_config(env.get(Env.TF_CONFIG.value))
+        if tf_config is not None:
+            return f"{tf_config.task_type}-{tf_config.task_index}"
     return socket.gethostname()
 
 

@@ -1,30 +1,45 @@
-"""TF_CONFIG of a parameter-server job: a chief (the coordinator), workers and ps tasks.
-Pure Python, no TensorFlow."""
+"""TF_CONFIG (`kerasjob_contract.tf_config`) of a parameter-server job: a chief (the
+coordinator), workers and ps tasks. Pure Python, no TensorFlow."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 
+from kerasjob_contract.tf_config import CHIEF, PS, WORKER, parse_tf_config
 from kerasjob_contract.trainer_config import ConfigError
-from kerasjob_trainer.runtimes.tf_keras.cluster import ClusterInfo
 
-ROLES = ("chief", "worker", "ps")
+#: The roles of a parameter-server job (no evaluator: the operator refuses one with spec.ps).
+ROLES = (CHIEF, WORKER, PS)
 
 
 @dataclasses.dataclass(frozen=True)
-class PsCluster(ClusterInfo):
-    """Who this process is in a parameter-server cluster: the tf-keras runtime's
-    `ClusterInfo` over every task (chief, workers and ps)."""
+class PsCluster:
+    """Who this process is in a parameter-server cluster (`core.runtime.Identity`):
+    `cluster` holds every task, chief, workers and ps; `workers` counts the worker tasks
+    only (the chief and the ps train no batch)."""
+
+    role: str
+    index: int
+    cluster: dict[str, list[str]]
 
     @property
-    def cluster(self) -> dict[str, list[str]]:
-        return self.training_cluster
+    def is_chief(self) -> bool:
+        return self.role == CHIEF
 
     @property
     def workers(self) -> int:
         """The workers the chief dispatches steps to (constant across restarts)."""
-        return len(self.cluster["worker"])
+        return len(self.cluster[WORKER])
+
+    @property
+    def multi_process(self) -> bool:
+        """Always: a chief, at least one worker and one ps."""
+        return True
+
+    @property
+    def name(self) -> str:
+        """The goodput and audit files' name for this process: role and index."""
+        return f"{self.role}{self.index}"
 
     @property
     def own_address(self) -> str:
@@ -37,30 +52,14 @@ class PsCluster(ClusterInfo):
 
 def parse_ps_tf_config(text: str | None) -> PsCluster:
     """TF_CONFIG text -> PsCluster (ConfigError: exit 78 before TensorFlow starts)."""
-    try:
-        raw = json.loads(text or "")
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"TF_CONFIG is not valid JSON: {e}") from None
-    cluster = raw.get("cluster") if isinstance(raw, dict) else None
-    task = raw.get("task") if isinstance(raw, dict) else None
-    if not isinstance(cluster, dict) or not isinstance(task, dict):
-        raise ConfigError('strategy parameterServer needs a TF_CONFIG with "cluster" and "task"')
+    tf_config = parse_tf_config(text, ROLES)
+    if tf_config is None:
+        raise ConfigError(
+            "TF_CONFIG is not valid JSON (it is empty): strategy parameterServer needs one with "
+            '"cluster" and "task"'
+        )
     for role in ROLES:
-        addresses = cluster.get(role)
-        if not isinstance(addresses, list) or not addresses:
+        if not tf_config.addresses(role):
             raise ConfigError(f"strategy parameterServer needs cluster.{role} in TF_CONFIG")
-        if not all(isinstance(a, str) and _is_address(a) for a in addresses):
-            raise ConfigError(f"TF_CONFIG cluster.{role} must be a list of 'host:port'")
-    if len(cluster["chief"]) != 1 or set(cluster) - {*ROLES, "evaluator"}:
-        raise ConfigError("TF_CONFIG of a parameter-server job: one chief, workers and ps")
-    role, index = str(task.get("type")), task.get("index", 0)
-    if role not in ROLES:
-        raise ConfigError(f"TF_CONFIG task.type {task.get('type')!r} is not one of {ROLES}")
-    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(cluster[role]):
-        raise ConfigError(f"TF_CONFIG task {role}:{index!r} is not in cluster.{role}")
-    return PsCluster(role, index, {r: list(cluster[r]) for r in ROLES})
-
-
-def _is_address(address: str) -> bool:
-    host, sep, port = address.rpartition(":")
-    return bool(sep and host and port.isdigit() and 0 < int(port) < 65536)
+    cluster = {r: list(tf_config.addresses(r)) for r in ROLES}
+    return PsCluster(tf_config.task_type, tf_config.task_index, cluster)
