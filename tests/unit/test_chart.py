@@ -110,6 +110,7 @@ NAMESPACED_PERMISSIONS = {
     "/services": {"list", "watch", "create", "patch"},
     "/events": {"create"},
     "networking.k8s.io/networkpolicies": {"list", "watch", "create", "patch"},
+    "/secrets": {"get"},
 }
 
 
@@ -531,6 +532,17 @@ def test_network_policy_env_and_rbac_follow_the_switch() -> None:
     env = {e["name"]: e.get("value") for e in container(off)["env"]}
     assert env["KERASJOB_NETWORK_POLICY"] == "false" and "KERASJOB_METRICS_FROM" not in env
     assert "networking.k8s.io/networkpolicies" not in rules_by_resource(one(off, "ClusterRole"))
+
+
+@needs_helm
+def test_secrets_rule_follows_the_switch() -> None:
+    """Only get on Secrets (the one a job's checkpoint.credentials names), and none when
+    checkpointSecrets.check is off."""
+    assert rules_by_resource(one(render(), "ClusterRole"))["/secrets"] == {"get"}
+    off = render(**{"checkpointSecrets.check": False})
+    assert "/secrets" not in rules_by_resource(one(off, "ClusterRole"))
+    for role in of_kind(render(watchNamespaces=["team-a"]), "Role"):
+        assert rules_by_resource(role)["/secrets"] == {"get"}
 
 
 @needs_helm

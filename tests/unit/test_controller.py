@@ -571,6 +571,105 @@ def test_a_refusal_of_an_older_generation_is_forgotten() -> None:
     run(scenario())
 
 
+# -- the Secret of a bucket's credentials ---------------------------------------------------
+
+S3_KEYS = {"location": "s3://ckpt-bucket", "credentials": {"secretName": "aws-keys"}}
+
+
+def test_a_missing_credentials_secret_holds_the_pods_back_until_it_exists() -> None:
+    async def scenario() -> None:
+        cluster = FakeCluster()
+        cluster.add_job(workers=2, checkpoint=S3_KEYS)
+        op = Operator(cluster, "a")
+        op.sync()
+        assert await op.reconcile() == 0.0  # shown at once
+        op.sync()
+        delay = await op.reconcile()
+        assert delay is not None and delay >= 4.0  # then looked at again on a timer
+        assert not cluster.pods
+        op.sync()
+        delay = await op.reconcile()
+        assert delay is not None and delay >= 8.0 and not cluster.pods  # backs off
+        status = cluster.status()
+        assert status["phase"] == "Pending"
+        created = next(c for c in status["conditions"] if c["type"] == "Created")
+        assert (created["status"], created["reason"]) == ("False", "CheckpointSecretMissing")
+        assert created["message"] == (
+            f"Secret {NS}/aws-keys (spec.checkpoint.credentials of s3://ckpt-bucket) not found: "
+            "it must hold AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY; no Pods are created "
+            "until it exists"
+        )
+        await op.controller.events.drain()
+        warnings = [e for e in cluster.events if e["reason"] == "CheckpointSecretMissing"]
+        assert [e["type"] for e in warnings] == ["Warning"]  # once, not at every retry
+        assert warnings[0]["message"] == created["message"]
+        # There, but without the secret key: the condition says what it lacks.
+        assert cluster.secrets is not None
+        cluster.secrets["aws-keys"] = {"data": {"AWS_ACCESS_KEY_ID": "QQ=="}}
+        assert await op.reconcile() == 0.0  # another message: shown at once
+        op.sync()
+        await op.reconcile()
+        assert not cluster.pods
+        created = next(c for c in cluster.status()["conditions"] if c["type"] == "Created")
+        assert created["message"].endswith(
+            "lacks AWS_SECRET_ACCESS_KEY; no Pods are created until it has it"
+        )
+        cluster.secrets["aws-keys"]["data"]["AWS_SECRET_ACCESS_KEY"] = "Qg=="
+        await settle(cluster, [op])
+        assert running(cluster)
+        created = next(c for c in cluster.status()["conditions"] if c["type"] == "Created")
+        assert created["status"] == "True"
+        assert op.api.calls.count("get secrets") == 6  # only while Pods were to be made
+
+    run(scenario())
+
+
+def test_a_gcs_secret_needs_its_key_file_and_other_jobs_go_on() -> None:
+    async def scenario() -> None:
+        cluster = FakeCluster()
+        gcs = {"location": "gs://bkt/x", "credentials": {"secretName": "gcs"}}
+        cluster.add_job("waits", workers=1, checkpoint=gcs)
+        cluster.add_job("volume", workers=2)
+        assert cluster.secrets is not None
+        cluster.secrets["gcs"] = {"data": {"other.json": "e30="}}
+        op = Operator(cluster, "a")
+        op.sync()
+        for name in ("waits", "volume", "waits"):
+            await op.controller.reconcile((NS, name))
+            op.sync()
+        assert sorted(cluster.pods) == ["volume-worker-0", "volume-worker-1"]
+        created = next(c for c in cluster.status("waits")["conditions"] if c["type"] == "Created")
+        assert created["message"] == (
+            f"Secret {NS}/gcs (spec.checkpoint.credentials of gs://bkt/x) lacks key.json; "
+            "no Pods are created until it has it"
+        )
+
+    run(scenario())
+
+
+def test_without_rbac_for_secrets_the_pods_are_made() -> None:
+    async def scenario() -> None:
+        cluster = FakeCluster()
+        cluster.add_job(workers=2, checkpoint=S3_KEYS)
+        cluster.secrets = None  # 403: the chart's checkpointSecrets.check is off
+        op = Operator(cluster, "a")
+        await settle(cluster, [op])
+        assert running(cluster)
+
+    run(scenario())
+
+
+def test_a_job_without_credentials_reads_no_secret() -> None:
+    async def scenario() -> None:
+        cluster = FakeCluster()
+        cluster.add_job(workers=2, checkpoint={"location": "gs://bkt"})
+        op = Operator(cluster, "a")
+        await settle(cluster, [op])
+        assert running(cluster) and "get secrets" not in op.api.calls
+
+    run(scenario())
+
+
 # -- the job's NetworkPolicy ----------------------------------------------------------------
 
 

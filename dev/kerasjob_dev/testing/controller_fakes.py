@@ -63,6 +63,9 @@ class FakeCluster:
         self.down = False  # the API server is unreachable
         #: Answers a create with this error instead (an admission or validation refusal).
         self.refuse: Callable[[str, Mapping[str, Any]], ApiError | None] | None = None
+        #: Secrets by name (what GET answers; a Secret missing here is a 404); None: the
+        #: operator may not read Secrets (403).
+        self.secrets: dict[str, dict[str, Any]] | None = {}
         self.log: list[str] = []
         #: The Pod watch: (resourceVersion, Pod name, UID) of every change, in order.
         self.pod_events: list[tuple[int, str, str]] = []
@@ -318,6 +321,13 @@ class FakeApi:
         self._reachable()
         if path == "/readyz":
             return "ok"
+        if method == "GET" and "/secrets/" in path:
+            name = path.rsplit("/", 1)[1]
+            if self.cluster.secrets is None:
+                raise ApiError(403, method, path, {"reason": "Forbidden"})
+            if name not in self.cluster.secrets:
+                raise ApiError(404, method, path, {"reason": "NotFound"})
+            return copy.deepcopy(self.cluster.secrets[name])
         assert params is not None, (method, path)
         if method == "POST" and params.get("dryRun") == "All":
             if self.cluster.terminating_namespace:

@@ -20,6 +20,7 @@ from kerasjob.control.observed import (
     Restores,
     resource_version,
 )
+from kerasjob.control.secrets import checkpoint_secret
 from kerasjob.integrations.integration import PodUpdate, pod_updates
 from kerasjob.k8s.kube import ApiError, KubeApi, gather_limited
 from kerasjob.k8s.paths import (
@@ -126,6 +127,13 @@ class Acted:
 async def act(ctx: Acting, key: Key, seen: Observed, plan: Plan, actions: list[Action]) -> Acted:
     """Carry out the actions; a child the API server refused to create is returned (and
     kept for the next plan) instead of raised."""
+    # The Secret of the bucket's credentials, before any Pod: a missing one holds them back.
+    waiting = None
+    model = seen.parsed.model
+    if model is not None and any(isinstance(a, CreatePod | CreateProbe) for a in actions):
+        waiting = await checkpoint_secret(ctx.api, model, seen.job.generation)
+        if waiting is not None:
+            actions = [a for a in actions if not isinstance(a, CreatePod | CreateProbe)]
     # What must exist before the Pods (the gang's PodGroup), and what each integration adds
     # to them (a Kueue admission's flavors, the gang's name).
     updates = await pod_updates(seen.integrations, plan, actions)
@@ -149,7 +157,12 @@ async def act(ctx: Acting, key: Key, seen: Observed, plan: Plan, actions: list[A
         if name in _SHARED_KINDS and isinstance(result, Mapping)
     )
     restored = tuple(r for r in results if isinstance(r, RestoreChild))
-    return Acted(_outcome(ctx, key, seen, calls, results, probes), shared, restored)
+    previous = ctx.rejections.get(key)
+    refused = _outcome(ctx, key, seen, calls, results, probes)
+    if refused is None and waiting is not None:
+        refused = ctx.rejections[key] = waiting.again(previous)
+        log.info("%s/%s: %s", *key, refused.describe())
+    return Acted(refused, shared, restored)
 
 
 async def _call(

@@ -379,13 +379,14 @@ class Controller:
             log.debug("%s/%s: Pod index behind the status; waiting", *key)
             return 0.5
         now = utcnow()
+        shown = self.rejections.get(key)
         plan = rc.plan(
             seen.job,
             seen.status,
             seen.pods,
             now,
             force_delete_after=self.config.force_delete_after,
-            rejection=self.rejections.get(key),
+            rejection=shown,
         )
         patch = merge_patch(seen.status, plan.status)
         if plan.status.get("restarts") != seen.status.get("restarts") and (
@@ -416,7 +417,12 @@ class Controller:
             self.post(seen.job, [child_restored(seen.job, r) for r in acted.restored], now)
             refused = acted.refused
             if refused is not None:  # plan again with it: fail the job, or show the wait
-                return 0.0 if refused.permanent else refused.retry_after
+                # A missing prerequisite (the checkpoint Secret) is shown at once when it
+                # changed, then looked at again on the timer.
+                changed = refused.waiting_reason is not None and (
+                    shown is None or shown.describe() != refused.describe()
+                )
+                return 0.0 if refused.permanent or changed else refused.retry_after
         delay = (
             plan.requeue_after
             if wait is None

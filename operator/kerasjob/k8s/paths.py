@@ -27,6 +27,11 @@ def configmap_path(namespace: str, name: str | None = None) -> str:
     return _core(namespace, "configmaps", name)
 
 
+def secret_path(namespace: str, name: str) -> str:
+    """A Secret: the operator only reads the one a job's checkpoint.credentials names."""
+    return _core(namespace, "secrets", name)
+
+
 def events_path(namespace: str) -> str:
     return _core(namespace, "events", None)
 

@@ -13,6 +13,11 @@ must not just be retried in a loop while the job sits Pending with no word of wh
 
 Any other error (401, 404 of a terminating namespace, 409, 429, 5xx, network) is the
 controller's to retry as before.
+
+A prerequisite the job names that is missing waits the same way, before any Pod is made:
+the Secret of its bucket's credentials (spec.checkpoint.credentials) not found, or without a
+key its scheme needs (`missing`: reason ``CheckpointSecretMissing``, the message says which
+Secret and what it lacks). Nothing watches Secrets: the retry's timer looks again.
 """
 
 from __future__ import annotations
@@ -48,16 +53,23 @@ class Rejection:
     """The API server's own message."""
     generation: int | None
     attempts: int = 1
+    waiting_reason: str | None = None
+    """Set for a missing prerequisite (`missing`), not the API server's refusal: the
+    condition's reason, and ``message`` says it all."""
 
     @property
     def permanent(self) -> bool:
-        return self.status in PERMANENT_STATUSES
+        return self.waiting_reason is None and self.status in PERMANENT_STATUSES
 
     @property
     def reason(self) -> str:
+        if self.waiting_reason is not None:
+            return self.waiting_reason
         return REJECTED[self.kind] if self.permanent else Reason.CREATE_FORBIDDEN.value
 
     def describe(self) -> str:
+        if self.waiting_reason is not None:
+            return self.message
         verb = "rejected" if self.permanent else "refused"
         return f"the API server {verb} {self.kind} {self.name} (HTTP {self.status}): {self.message}"
 
@@ -84,3 +96,11 @@ def from_error(
     if status == 403 and "being terminated" in text:
         return None  # the namespace is going away, and the job with it
     return Rejection(kind, name, status, text[:4000], generation)
+
+
+def missing(
+    kind: str, name: str, message: str, *, reason: str, generation: int | None
+) -> Rejection:
+    """A prerequisite the job names (``kind``/``name``, e.g. its checkpoint Secret) that is
+    missing or incomplete: no Pods until it is there; ``message`` says what is missing."""
+    return Rejection(kind, name, 404, message, generation, waiting_reason=reason)
