@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from kerasjob_contract.mesh import Mesh, MeshError, parse_mesh
@@ -224,14 +225,25 @@ def parse_elastic(raw: Any) -> ElasticConfig | None:
 
 def parse_config(text: str | None) -> TrainerConfig:
     """Parse the JSON text of KERASJOB_TRAINER_CONFIG (None or empty = all defaults)."""
+    return config_from(decode_config(text))
+
+
+def decode_config(text: str | None) -> dict[str, Any]:
+    """The JSON object of KERASJOB_TRAINER_CONFIG (None or empty: {}), as a user's model and
+    dataset functions get it; ConfigError when it is not one."""
     if not text or not text.strip():
-        return TrainerConfig()
+        return {}
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as e:
         raise ConfigError(f"trainer config is not valid JSON: {e}") from None
     if not isinstance(raw, dict):
         raise ConfigError("trainer config must be a JSON object")
+    return raw
+
+
+def config_from(raw: Mapping[str, Any]) -> TrainerConfig:
+    """The trainer configuration of its JSON object (`decode_config`), checked (ConfigError)."""
     values: dict[str, Any] = {}
     for key, value in raw.items():
         if key == "dataset":

@@ -50,3 +50,33 @@ def test_a_path_through_a_file_is_a_configuration_error(tmp_path: Path) -> None:
     ckpt = tmp_path / "file" / "ckpt"
     with pytest.raises(ConfigError, match=r"checkpoint directory .*/file/ckpt cannot be written: "):
         context.check_writable(str(ckpt))
+
+
+def test_the_trainer_configuration_is_parsed_once_per_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`core.main` picks the runtime by the configuration, the runtime's context takes the
+    same parse on: one json.loads, one typed parse, whatever reads it."""
+    calls: list[str] = []
+    decode, parse = context.decode_config, context.config_from
+
+    def counted_decode(text: str | None) -> dict[str, object]:
+        calls.append("decode")
+        return decode(text)
+
+    def counted_parse(raw: dict[str, object]) -> object:
+        calls.append("parse")
+        return parse(raw)
+
+    monkeypatch.setattr(context, "decode_config", counted_decode)
+    monkeypatch.setattr(context, "config_from", counted_parse)
+    text = '{"epochs": 2, "modelArgs": {"width": 8}}'
+    monkeypatch.setenv("KERASJOB_TRAINER_CONFIG", text)
+    argv = ["--checkpoint-dir", str(tmp_path / "ckpt")]
+    assert context.runtime_key_of(argv) == "tensorflow"
+    ctx = context.build_context(argv, lambda args: "me", check_model=False)
+    assert calls == ["decode", "parse"]
+    assert ctx.config.epochs == 2 and ctx.raw_config == {"epochs": 2, "modelArgs": {"width": 8}}
+    monkeypatch.setenv("KERASJOB_TRAINER_CONFIG", '{"epochs": 5}')  # another text: read anew
+    assert context.build_context(argv, lambda args: "me", check_model=False).config.epochs == 5
+    assert calls == ["decode", "parse"] * 2

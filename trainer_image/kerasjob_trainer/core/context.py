@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import errno
-import json
 import os
 import shutil
 import tempfile
@@ -21,7 +20,8 @@ from kerasjob_contract.trainer_config import (
     BUILTIN_MODELS,
     ConfigError,
     TrainerConfig,
-    parse_config,
+    config_from,
+    decode_config,
 )
 from kerasjob_trainer.shared.config import validate_dataset_files
 
@@ -95,8 +95,8 @@ def build_context(
     command reads its own data and builds its own model."""
     args = parser().parse_args(argv)
     env = os.environ
-    text = config_text(args, env)
-    config = parse_config(text)
+    loaded = load_config(config_text(args, env))
+    config = loaded.config
     who = identity(args)
     checkpoint_dir, output_dir, port = places(args, env)
     check_writable(checkpoint_dir)
@@ -106,7 +106,7 @@ def build_context(
             check(config)
         if check_model:
             check_user_model(config)
-    return Context(config, raw_config(text), who, checkpoint_dir, output_dir, port)
+    return Context(config, loaded.raw, who, checkpoint_dir, output_dir, port)
 
 
 def check_writable(checkpoint_dir: str) -> None:
@@ -142,8 +142,28 @@ def config_text(args: argparse.Namespace, env: Mapping[str, str]) -> str | None:
     return args.config if args.config is not None else env.get(Env.TRAINER_CONFIG.value)
 
 
-def raw_config(text: str | None) -> dict[str, Any]:
-    return json.loads(text) if text and text.strip() else {}
+@dataclasses.dataclass(frozen=True)
+class Loaded:
+    """The trainer configuration as this process read it: its text, its JSON object (what a
+    user's model and dataset functions get) and its fields."""
+
+    text: str | None
+    raw: dict[str, Any]
+    config: TrainerConfig
+
+
+#: This process's configuration, once read (`load_config`).
+_LOADED: list[Loaded] = []
+
+
+def load_config(text: str | None) -> Loaded:
+    """The configuration of `text`, parsed once per process: `core.main` picks the runtime
+    by it (`runtime_key_of`) and the runtime's context takes it on (the same text: the same
+    `Loaded`, no second parse)."""
+    if not _LOADED or _LOADED[0].text != text:
+        raw = decode_config(text)
+        _LOADED[:] = [Loaded(text, raw, config_from(raw))]
+    return _LOADED[0]
 
 
 def places(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[str, str, int | None]:
@@ -174,4 +194,4 @@ def runtime_key_of(argv: list[str] | None) -> str:
     """The registry key of the job's runtime from the config (flag or environment): its
     backend, and its strategy when one is set (`TrainerConfig.runtime_key`)."""
     args, _ = parser().parse_known_args(argv)
-    return parse_config(config_text(args, os.environ)).runtime_key
+    return load_config(config_text(args, os.environ)).config.runtime_key
