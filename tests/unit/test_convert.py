@@ -150,3 +150,40 @@ def test_cli_convert_errors_are_one_line(capsys, tmp_path: Path) -> None:
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 2 and all(line.startswith("kerasjob: ") for line in err)
     assert "not a kubeflow.org/v1 TFJob" in err[0] and "missing.yaml" in err[1]
+
+
+def test_a_bucket_instead_of_a_claim() -> None:
+    job, warnings = convert_tfjob(_load("dist-mnist.yaml"), checkpoint_location="s3://ckpt/tf/")
+    assert job["spec"]["checkpoint"] == {"location": "s3://ckpt/tf/"}
+    assert validate_job(job) == []
+    (said,) = [w for w in warnings if w.startswith("checkpoint")]
+    assert "s3://ckpt/tf/<namespace>/<name>/<uid>" in said and "own identity" in said
+    single, _ = convert_tfjob(
+        _load("mnist-with-summaries.yaml"),
+        checkpoint_location="gs://ckpt",
+        checkpoint_secret="gcs-key",
+    )
+    assert single["spec"]["checkpoint"] == {
+        "location": "gs://ckpt",
+        "credentials": {"secretName": "gcs-key"},
+    }
+    assert validate_job(single) == []
+    with pytest.raises(
+        ConversionError, match=r"--checkpoint http://x: must be s3://BUCKET\[/PREFIX\] or gs://"
+    ):
+        convert_tfjob(_load("simple.yaml"), checkpoint_location="http://x")
+    with pytest.raises(ConversionError, match="--checkpoint-secret is for a bucket"):
+        convert_tfjob(_load("simple.yaml"), checkpoint_secret="s")
+
+
+def test_cli_convert_checkpoint_location(capsys) -> None:
+    args = ["convert", str(CORPUS / "simple.yaml"), "--checkpoint", "s3://ckpt"]
+    assert cli.main([*args, "--checkpoint-secret", "aws-keys"]) == 0
+    out, err = capsys.readouterr()
+    assert yaml.safe_load(out)["spec"]["checkpoint"] == {
+        "location": "s3://ckpt",
+        "credentials": {"secretName": "aws-keys"},
+    }
+    assert "with the keys of Secret 'aws-keys'" in err
+    with pytest.raises(SystemExit):  # argparse: not both
+        cli.main([*args, "--checkpoint-claim", "c"])

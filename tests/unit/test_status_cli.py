@@ -141,3 +141,56 @@ def test_gang_scheduling_without_a_reachable_cluster_is_one_line_and_exit_1(
     err = capsys.readouterr().err
     assert code == 1 and err.count("\n") == 1, err
     assert err.startswith("kerasjob: --gang-scheduling: cannot ask the API server"), err
+
+
+def test_status_says_why_a_pending_job_has_no_pods() -> None:
+    why = (
+        "Secret ml/aws-keys (spec.checkpoint.credentials of s3://bkt) not found: it must hold "
+        "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY; no Pods are created until it exists"
+    )
+    obj = {
+        "metadata": {"name": "b"},
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "Created",
+                    "status": "False",
+                    "reason": "CheckpointSecretMissing",
+                    "message": why,
+                },
+            ],
+        },
+    }
+    assert cli._summary(obj)["waiting"] == why
+
+
+def test_describe_says_where_the_backups_are() -> None:
+    from kerasjob.api import KerasJob
+    from kerasjob.sdk.summary import checkpoint_where
+
+    meta = {"name": "b", "namespace": "ml", "uid": "u-1"}
+    bucket = {
+        "location": "s3://bkt/team/",
+        "endpoint": "http://versitygw:7070",
+        "region": "us-east-1",
+        "pathStyle": True,
+        "credentials": {"secretName": "aws-keys"},
+    }
+    job = KerasJob.from_body({"metadata": meta, "spec": {"workers": 2, "checkpoint": bucket}})
+    assert checkpoint_where(job) == (
+        "s3://bkt/team/ml/b/u-1 (endpoint http://versitygw:7070, region us-east-1, path-style, "
+        "Secret aws-keys; staged in an emptyDir at /kerasjob/checkpoint)"
+    )
+    gcs = {"metadata": meta, "spec": {"checkpoint": {"location": "gs://bkt"}}}
+    assert checkpoint_where(KerasJob.from_body(gcs)) == (
+        "gs://bkt/ml/b/u-1 (the Pods' own identity; staged in an emptyDir at /kerasjob/checkpoint)"
+    )
+    pvc = {"persistentVolumeClaim": {"claimName": "ckpt"}}
+    volume = {"metadata": meta, "spec": {"workers": 2, "checkpoint": {"volume": pvc}}}
+    assert checkpoint_where(KerasJob.from_body(volume)) == (
+        "/kerasjob/checkpoint/ml/b/u-1 on volume persistentVolumeClaim ckpt"
+    )
+    assert checkpoint_where(KerasJob.from_body({"metadata": meta})) == (
+        "/kerasjob/checkpoint/ml/b/u-1 on volume emptyDir"
+    )

@@ -135,10 +135,23 @@ def add_job_commands(sub: Any, root: argparse.ArgumentParser) -> None:
     )
     p.add_argument("filename", help="TFJob YAML file, - for stdin")
     p.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
-    p.add_argument(
+    where = p.add_mutually_exclusive_group()
+    where.add_argument(
         "--checkpoint-claim",
         default="kerasjob-ckpt",
         help="ReadWriteMany claim for a multi-Pod job's checkpoints",
+    )
+    where.add_argument(
+        "--checkpoint",
+        metavar="LOCATION",
+        help="a bucket for the checkpoints instead of a claim: s3://BUCKET[/PREFIX] or "
+        "gs://BUCKET[/PREFIX] (spec.checkpoint.location)",
+    )
+    p.add_argument(
+        "--checkpoint-secret",
+        metavar="NAME",
+        help="with --checkpoint: the Secret of the bucket's credentials (default: the Pods' "
+        "own identity)",
     )
     p.set_defaults(func=cli_jobs.convert)
 

@@ -21,8 +21,11 @@ container named "tensorflow" becomes the trainer container, its command and imag
 |                                        |   queue the kueue.x-k8s.io/queue-name label     |
 | container port "tfjob-port"            | spec.port                                       |
 
-A KerasJob with more than one Pod needs a shared checkpoint volume (BackupAndRestore); a
-TFJob has none, so the conversion names a ReadWriteMany claim (``checkpoint_claim``).
+A KerasJob with more than one Pod needs a shared checkpoint volume or a bucket
+(BackupAndRestore); a TFJob has neither, so the conversion names a ReadWriteMany claim
+(``checkpoint_claim``), or, given ``checkpoint_location`` (``--checkpoint s3://BUCKET/PREFIX``
+or ``gs://...``), that bucket instead (with ``checkpoint_secret``: the Secret of its
+credentials; without: the Pods' own identity), for any number of Pods.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from kerasjob.api import API_VERSION_FULL, MAX_PS_REPLICAS, KerasJob, plain
+from kerasjob.api import API_VERSION_FULL, MAX_PS_REPLICAS, KerasJob, location_problems, plain
 from kerasjob_contract import DEFAULT_TF_PORT, TRAINER_CONTAINER
 
 TFJOB_API_VERSIONS = ("kubeflow.org/v1",)
@@ -58,20 +61,36 @@ class ConversionError(ValueError):
 
 
 def convert_tfjob(
-    tfjob: Mapping[str, Any], *, checkpoint_claim: str = DEFAULT_CHECKPOINT_CLAIM
+    tfjob: Mapping[str, Any],
+    *,
+    checkpoint_claim: str = DEFAULT_CHECKPOINT_CLAIM,
+    checkpoint_location: str | None = None,
+    checkpoint_secret: str | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
-    """(the KerasJob manifest, warnings about what has no equivalent). Pure."""
+    """(the KerasJob manifest, warnings about what has no equivalent). Pure.
+    ``checkpoint_location``: a bucket (s3:// or gs://) instead of the claim."""
     if tfjob.get("kind") != "TFJob" or tfjob.get("apiVersion") not in TFJOB_API_VERSIONS:
         raise ConversionError(
             f"not a kubeflow.org/v1 TFJob: {tfjob.get('apiVersion')}/{tfjob.get('kind')}"
         )
+    if checkpoint_location is not None:
+        problems = location_problems(checkpoint_location, None)
+        if problems:
+            raise ConversionError(
+                f"--checkpoint {checkpoint_location}: " + problems[0].split(" ", 1)[1]
+            )
+    elif checkpoint_secret is not None:
+        raise ConversionError("--checkpoint-secret is for a bucket: give --checkpoint too")
     spec = plain(tfjob.get("spec") or {})
     warnings: list[str] = []
     replicas = _replica_specs(spec.get("tfReplicaSpecs") or {}, warnings)
     out_spec = _roles(replicas, warnings)
     out_spec.update(_restart_policy(replicas, warnings))
     out_spec.update(_run_policy(spec, out_spec, warnings))
-    out_spec.update(_checkpoint(out_spec, checkpoint_claim, warnings))
+    if checkpoint_location is not None:
+        out_spec.update(_bucket(out_spec, checkpoint_location, checkpoint_secret, warnings))
+    else:
+        out_spec.update(_checkpoint(out_spec, checkpoint_claim, warnings))
     ignored = {
         "successPolicy": "the chief's success completes a KerasJob",
         "enableDynamicWorker": "a KerasJob that trains on the workers there is room for "
@@ -169,6 +188,28 @@ def _checkpoint(
         "(KERASJOB_CHECKPOINT_DIR; create it first, e.g. examples/checkpoint-pvc.yaml)"
     )
     return {"checkpoint": {"volume": {"persistentVolumeClaim": {"claimName": checkpoint_claim}}}}
+
+
+def _bucket(
+    out_spec: Mapping[str, Any], location: str, secret: str | None, warnings: list[str]
+) -> dict[str, Any]:
+    """spec.checkpoint.location (and its credentials Secret) instead of a claim."""
+    who = (
+        f"the keys of Secret {secret!r}"
+        if secret
+        else "the Pods' own identity (GKE Workload Identity, EKS Pod Identity/IRSA: set "
+        "spec.template.spec.serviceAccountName)"
+    )
+    warnings.append(
+        f"checkpoint: backups go to {location.rstrip('/')}/<namespace>/<name>/<uid> "
+        f"(KERASJOB_CHECKPOINT_LOCATION) with {who}; for an S3-compatible store add "
+        "spec.checkpoint.endpoint (and pathStyle)"
+    )
+    checkpoint: dict[str, Any] = {"location": location}
+    if secret:
+        checkpoint["credentials"] = {"secretName": secret}
+    del out_spec  # every job, one Pod or more, uses the bucket it is given
+    return {"checkpoint": checkpoint}
 
 
 def _replica_specs(specs: Mapping[str, Any], warnings: list[str]) -> dict[str, dict[str, Any]]:

@@ -15,7 +15,7 @@ from kerasjob.api import KerasJob, Phase
 from kerasjob.planner import goodput
 from kerasjob.sdk import KerasJobClient, load_job, summarize
 from kerasjob.sdk.errors import InvalidError, NotFoundError
-from kerasjob.sdk.summary import JobSummary
+from kerasjob.sdk.summary import JobSummary, checkpoint_where
 from kerasjob_contract.times import format_time
 
 RESOURCE = "kerasjob.kerasjob.dev"
@@ -184,6 +184,7 @@ def describe(args: argparse.Namespace) -> int:
         f"Policy:       restartPolicy {spec.restart_policy.value}, backoffLimit "
         f"{spec.backoff_limit}, cleanPodPolicy {spec.clean_pod_policy.value}, suspend "
         f"{str(spec.suspend).lower()}",
+        f"Checkpoint:   {checkpoint_where(job)}",
         f"Restarts:     {s.disruptions} disruptions, {s.failures} failures",
         f"Progress:     {s.progress}",
     ]
@@ -334,7 +335,12 @@ def convert(args: argparse.Namespace) -> int:
     out = []
     for doc in docs:
         try:
-            job, warnings = convert_tfjob(doc, checkpoint_claim=args.checkpoint_claim)
+            job, warnings = convert_tfjob(
+                doc,
+                checkpoint_claim=args.checkpoint_claim,
+                checkpoint_location=args.checkpoint,
+                checkpoint_secret=args.checkpoint_secret,
+            )
         except (ConversionError, ValueError) as e:
             raise InvalidError(0, f"{args.filename}: {str(e).splitlines()[0]}") from None
         for w in warnings:

@@ -68,6 +68,12 @@ def reader_pod(
 ) -> dict[str, Any]:
     """The reader Pod for `replicas` (replica -> newest files to skip) of `job`."""
     volume = job.spec.checkpoint.volume
+    location = job.spec.checkpoint.location
+    if location is not None:
+        raise KerasJobError(
+            f"KerasJob {job.name!r} checkpoints to a bucket ({location}): the logs of earlier "
+            f"incarnations are read from a checkpoint volume only"
+        )
     if not volume or "emptyDir" in volume:
         raise KerasJobError(
             f"KerasJob {job.name!r} keeps its checkpoint in an emptyDir: the logs of earlier "

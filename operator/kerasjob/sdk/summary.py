@@ -7,7 +7,15 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from kerasjob.api import Condition, ConditionStatus, ConditionType, KerasJob, Phase
+from kerasjob.api import (
+    Condition,
+    ConditionStatus,
+    ConditionType,
+    KerasJob,
+    Phase,
+    checkpoint_dir,
+    checkpoint_location,
+)
 from kerasjob_contract.times import parse_time, utcnow
 
 #: Phases after which a job never changes again.
@@ -115,10 +123,12 @@ def summarize(job: KerasJob | Mapping[str, Any]) -> JobSummary:
         else None
     )
     if phase == Phase.PENDING.value:
-        # Why its Pods do not run yet (a gang that cannot be placed, a Pod no node fits, an
-        # image that cannot be pulled): its Running condition, False.
+        # Why its Pods are not made (a missing checkpoint Secret, a forbidden create): its
+        # Created condition, False; else why they do not run yet (a gang that cannot be
+        # placed, a Pod no node fits, an image that cannot be pulled): Running, False.
+        created = condition(job, ConditionType.CREATED.value)
         running = condition(job, ConditionType.RUNNING.value)
-        why = running if running and running.status is ConditionStatus.FALSE else None
+        why = next((c for c in (created, running) if c and c.status is ConditionStatus.FALSE), None)
     elastic = status.elastic if status and status.elastic else None
     return JobSummary(
         name=job.name,
@@ -137,3 +147,31 @@ def summarize(job: KerasJob | Mapping[str, Any]) -> JobSummary:
         message=why.message if why else "",
         created=job.metadata.get("creationTimestamp"),
     )
+
+
+def checkpoint_where(job: KerasJob) -> str:
+    """Where the job's backups are, in one line (`kerasjob describe`): its own prefix in the
+    bucket, or its own directory on the checkpoint volume (and which volume)."""
+    ckpt = job.spec.checkpoint
+    if ckpt.location is not None:
+        where = checkpoint_location(ckpt.location, job.namespace, job.name, job.uid)
+        how = [f"endpoint {ckpt.endpoint}"] if ckpt.endpoint else []
+        if ckpt.region:
+            how.append(f"region {ckpt.region}")
+        if ckpt.path_style:
+            how.append("path-style")
+        creds = ckpt.credentials
+        how.append(f"Secret {creds.secret_name}" if creds else "the Pods' own identity")
+        return f"{where} ({', '.join(how)}; staged in an emptyDir at {ckpt.mount_path})"
+    directory = checkpoint_dir(ckpt.mount_path, job.namespace, job.name, job.uid)
+    volume = ckpt.volume or {"emptyDir": {}}
+    kind, source = next(iter(volume.items()))
+    named = next(
+        (
+            str(source[k])
+            for k in ("claimName", "path", "server")
+            if isinstance(source, Mapping) and source.get(k)
+        ),
+        "",
+    )
+    return f"{directory} on volume {kind}{' ' + named if named else ''}"
