@@ -104,6 +104,30 @@ VALID_SPECS: dict[str, dict[str, Any]] = {
         "checkpoint": {"volume": {"nfs": {"server": "nfs", "path": "/ckpt"}}},
     },
     "zero-replica-roles": {"workers": 1, "chief": {"replicas": 0}, "evaluator": {"replicas": 0}},
+    "bucket-s3": {
+        "workers": 2,
+        "chief": {},
+        "evaluator": {},
+        "checkpoint": {
+            "location": "s3://ckpt-bucket/team/runs",
+            "endpoint": "http://versitygw.store.svc:7070",
+            "region": "us-east-1",
+            "pathStyle": True,
+            "credentials": {"secretName": "aws-keys"},
+        },
+    },
+    "bucket-gs": {
+        "workers": 3,
+        "trainer": {"backend": "jax"},
+        "checkpoint": {"location": "gs://ckpt.bucket_1", "credentials": {"secretName": "k"}},
+    },
+    "bucket-identity": {
+        "workers": 2,
+        "ps": {"replicas": 1},
+        "chief": {},
+        "checkpoint": {"location": "gs://ckpt-bucket/"},
+    },
+    "bucket-single-pod": {"workers": 1, "checkpoint": {"location": "s3://abc"}},
     "jax": {"workers": 3, "trainer": {"backend": "jax"}, "checkpoint": {"volume": PVC}},
     "jax-zero-replica-roles": {
         "workers": 1,
@@ -225,6 +249,49 @@ INVALID: dict[str, tuple[str, dict[str, Any], str]] = {
         "needs a shared checkpoint.volume",
     ),
     "evaluator-no-volume": ("job", {"evaluator": {}}, "needs a shared checkpoint.volume"),
+    "bucket-and-volume": (
+        "job",
+        {"workers": 2, "checkpoint": {"volume": PVC, "location": "s3://ckpt-bucket"}},
+        "checkpoint.volume and checkpoint.location are exclusive",
+    ),
+    "bucket-and-emptydir-single-pod": (
+        "job",
+        {"workers": 1, "checkpoint": {"volume": {"emptyDir": {}}, "location": "gs://bkt"}},
+        "checkpoint.volume and checkpoint.location are exclusive",
+    ),
+    "bucket-bad-scheme": (
+        "job",
+        {"workers": 2, "checkpoint": {"location": "http://ckpt-bucket/x"}},
+        "checkpoint.location must be s3://BUCKET[/PREFIX] or gs://BUCKET[/PREFIX]",
+    ),
+    "bucket-bad-name": (
+        "job",
+        {"workers": 2, "checkpoint": {"location": "s3://Ckpt"}},
+        "checkpoint.location must be s3://BUCKET[/PREFIX] or gs://BUCKET[/PREFIX]",
+    ),
+    "bucket-endpoint-not-a-url": (
+        "job",
+        {"workers": 2, "checkpoint": {"location": "s3://bkt", "endpoint": "store:7070"}},
+        "checkpoint.endpoint must be an http:// or https:// URL",
+    ),
+    "endpoint-without-location": (
+        "job",
+        {"workers": 2, "checkpoint": {"volume": PVC, "endpoint": "http://store:7070"}},
+        "checkpoint.endpoint, region, pathStyle and credentials are for a checkpoint.location",
+    ),
+    "credentials-without-location": (
+        "job",
+        {"workers": 1, "checkpoint": {"credentials": {"secretName": "s"}}},
+        "are for a checkpoint.location",
+    ),
+    "credentials-bad-secret-name": (
+        "job",
+        {
+            "workers": 2,
+            "checkpoint": {"location": "s3://bkt", "credentials": {"secretName": "A_b"}},
+        },
+        "spec.checkpoint.credentials.secretName",
+    ),
     "backend-unknown": ("job", {"trainer": {"backend": "torch"}}, "Unsupported value"),
     "jax-chief": (
         "job",
@@ -363,6 +430,10 @@ IMMUTABLE: dict[str, tuple[dict[str, Any], str]] = {
     "checkpoint-save-freq": ({"checkpoint": {"saveFreq": 5}}, "checkpoint is immutable"),
     "checkpoint-volume": (
         {"checkpoint": {"volume": {"persistentVolumeClaim": {"claimName": "other"}}}},
+        "checkpoint is immutable",
+    ),
+    "checkpoint-volume-to-bucket": (
+        {"checkpoint": {"volume": None, "location": "s3://ckpt-bucket"}},
         "checkpoint is immutable",
     ),
     "chief-removed": ({"chief": None}, "chief cannot be added, removed or resized"),

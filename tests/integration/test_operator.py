@@ -492,3 +492,63 @@ def test_trainer_pods_pass_restricted_pod_security(
         assert pod.spec.security_context.run_as_non_root is True
     events = core(kube).list_namespaced_event(namespace).items
     assert not [e.message for e in events if "violates PodSecurity" in (e.message or "")]
+
+
+def test_a_missing_checkpoint_secret_holds_the_pods_until_it_has_its_keys(
+    operator: OperatorProcess, kube: Any, namespace: str
+) -> None:
+    """A bucket job whose credentials Secret does not exist (then lacks a key) makes no Pod:
+    condition Created False (CheckpointSecretMissing) and a Warning name the Secret and what
+    it lacks; another job of the namespace runs meanwhile; once the Secret is complete the
+    Pods are made with its keys as env and the job's own prefix in the bucket."""
+    checkpoint = {"location": "s3://ckpt-bucket/team", "credentials": {"secretName": "aws-keys"}}
+    created = create_job(kube, namespace, job_manifest("bkt", workers=2, checkpoint=checkpoint))
+    where = f"Secret {namespace}/aws-keys (spec.checkpoint.credentials of s3://ckpt-bucket/team)"
+
+    def waiting(message: str) -> dict[str, Any] | None:
+        got = condition(job_status(kube, namespace, "bkt"), "Created")
+        if got and got["status"] == "False" and got["message"] == message:
+            return dict(got)
+        return None
+
+    missing = (
+        f"{where} not found: it must hold AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY; "
+        "no Pods are created until it exists"
+    )
+    got = wait_for(lambda: waiting(missing), timeout=30, what="condition CheckpointSecretMissing")
+    assert got["reason"] == "CheckpointSecretMissing"
+    assert job_status(kube, namespace, "bkt")["phase"] == "Pending"
+    warnings = wait_for(
+        lambda: [e for e in events_for(kube, namespace, "bkt") if e.reason == got["reason"]],
+        timeout=30,
+        what="the Warning",
+    )
+    assert [(e.type, e.message) for e in warnings] == [("Warning", missing)]
+    running_job(kube, namespace, "other", workers=1)  # the operator goes on with the others
+    assert not pods(kube, namespace, "bkt")
+
+    secret = client.V1Secret(
+        metadata=client.V1ObjectMeta(name="aws-keys"), string_data={"AWS_ACCESS_KEY_ID": "id"}
+    )
+    core(kube).create_namespaced_secret(namespace, secret)
+    lacks = f"{where} lacks AWS_SECRET_ACCESS_KEY; no Pods are created until it has it"
+    wait_for(lambda: waiting(lacks), timeout=60, what="the Secret's missing key named")
+    assert not pods(kube, namespace, "bkt")
+
+    core(kube).patch_namespaced_secret(
+        "aws-keys", namespace, {"stringData": {"AWS_SECRET_ACCESS_KEY": "key"}}
+    )
+    got_pods = wait_for(
+        lambda: len(p := pods(kube, namespace, "bkt")) == 2 and p, timeout=90, what="2 Pods"
+    )
+    uid = created["metadata"]["uid"]
+    for pod in got_pods.values():
+        trainer = next(c for c in pod.spec.containers if c.name == "trainer")
+        assert [e.secret_ref.name for e in trainer.env_from or []] == ["aws-keys"]
+        assert env_of(pod)["KERASJOB_CHECKPOINT_LOCATION"] == (
+            f"s3://ckpt-bucket/team/{namespace}/bkt/{uid}"
+        )
+        volume = next(v for v in pod.spec.volumes if v.name == "kerasjob-checkpoint")
+        assert volume.empty_dir is not None and volume.host_path is None
+    status = wait_phase(kube, namespace, "bkt", "Running")
+    assert condition(status, "Created")["status"] == "True"
