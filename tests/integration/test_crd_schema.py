@@ -628,3 +628,33 @@ def test_rendered_children_pass_api_server_validation(crd: Any, kube: Any, names
         got = core.create_namespaced_pod(namespace, pod, dry_run="All")
         assert got.metadata.owner_references[0].uid == job["metadata"]["uid"]
         assert got.spec.hostname == pod["metadata"]["name"]
+
+
+@pytest.mark.parametrize(
+    "checkpoint",
+    [
+        {"location": "gs://ckpt-bucket/x", "credentials": {"secretName": "gcs-key"}},
+        {
+            "location": "s3://ckpt-bucket",
+            "endpoint": "http://store:7070",
+            "pathStyle": True,
+            "credentials": {"secretName": "aws-keys"},
+        },
+    ],
+    ids=["gs", "s3"],
+)
+def test_rendered_bucket_pods_pass_api_server_validation(
+    crd: Any, kube: Any, namespace: str, checkpoint: dict[str, Any]
+) -> None:
+    """A bucket job's Pods (every role), with the credentials Secret's envFrom or read-only
+    key mount, dry-run created."""
+    from kerasjob.manifests import children
+
+    spec = {"workers": 2, "chief": {}, "evaluator": {}, "checkpoint": checkpoint}
+    job = create(kube, namespace, body("bucket", spec), dry_run=True)
+    job["metadata"].setdefault("uid", "00000000-0000-0000-0000-000000000000")
+    assert validation.validate_job(job) == []
+    core = client.CoreV1Api(kube)
+    for pod in children.desired_pods(job, default_image="kerasjob/trainer:test"):
+        got = core.create_namespaced_pod(namespace, pod, dry_run="All")
+        assert {v.name for v in got.spec.volumes} >= {"kerasjob-checkpoint", "kerasjob-tmp"}
