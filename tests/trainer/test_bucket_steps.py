@@ -9,8 +9,6 @@ generation can neither commit nor, racing the new fence, have its commit counted
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from kerasjob_dev import objectstores
@@ -18,12 +16,6 @@ from kerasjob_trainer.shared.bucket_steps import MARKER, BucketSteps, Committed,
 from kerasjob_trainer.shared.objectstore import Location, ObjectStore, open_store
 
 pytestmark = [pytest.mark.slow]
-
-
-@pytest.fixture(scope="module")
-def stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[objectstores.Stores]:
-    with objectstores.running(tmp_path_factory.mktemp("objectstores")) as s:
-        yield s
 
 
 @pytest.fixture(params=["s3", "gs"])

@@ -3,7 +3,8 @@ lock, only a write that creates.
 
 Layout under the job's location (every key written once, never overwritten):
 
-    fences/<generation>.json                    {"generation": g, "restored_step": r}
+    fences/<generation>.json                    {"generation": g, "restored_step": r,
+                                                 "restored_generation": h or null}
     steps/<step>/g<generation>/<part>           a process's part of a step
     steps/<step>/g<generation>/COMMITTED.json   {"step": s, "generation": g, "parts": [...]}
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Iterable
+from typing import Any
 
 from kerasjob_trainer.shared.objectstore import Location, ObjectStore
 
@@ -73,9 +75,25 @@ class BucketSteps:
     def next_generation(self) -> int:
         return max(self.fences(), default=0) + 1
 
-    def fence(self, generation: int, restored_step: int) -> None:
-        """Claim `generation`, which restored `restored_step`; Fenced if it was taken."""
-        body = json.dumps({"generation": generation, "restored_step": restored_step})
+    def newest_fence(self) -> dict[str, Any] | None:
+        """The newest generation's fence as written (None before any start)."""
+        keys = sorted(self.store.list(self.location.key("fences") + "/"))
+        raw = self.store.get(keys[-1]) if keys else None
+        return json.loads(raw) if raw is not None else None
+
+    def fence(
+        self, generation: int, restored_step: int, restored_generation: int | None = None
+    ) -> None:
+        """Claim `generation`, which restored `restored_step` (written by
+        `restored_generation`: which of the committed copies of that step, when known);
+        Fenced if it was taken."""
+        body = json.dumps(
+            {
+                "generation": generation,
+                "restored_step": restored_step,
+                "restored_generation": restored_generation,
+            }
+        )
         key = self.location.key("fences", f"{generation:010d}.json")
         if not self.store.put(key, body.encode(), create_only=True):
             raise Fenced(f"generation {generation} of {self.location} was already claimed")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime
 import os
 from collections.abc import Mapping
 from typing import Any, Protocol
@@ -109,8 +110,12 @@ class S3Store:
 class GcsStore:
     """GCS (or its emulator, `endpoint`) through google-cloud-storage."""
 
-    def __init__(self, location: Location, endpoint: str | None = None) -> None:
+    def __init__(
+        self, location: Location, endpoint: str | None = None, patience_s: float | None = None
+    ) -> None:
+        from google.api_core.retry import Retry
         from google.cloud import storage
+        from google.cloud.storage.retry import DEFAULT_RETRY
 
         if endpoint:  # an emulator: no Google credentials
             from google.auth.credentials import AnonymousCredentials
@@ -123,13 +128,20 @@ class GcsStore:
         else:
             client = storage.Client()
         self._bucket = client.bucket(location.bucket)
+        # Every call's retries end after `patience_s` (the library's default: 120 s).
+        self._calls: dict[str, Any] = {}
+        if patience_s is not None:
+            retry: Retry = DEFAULT_RETRY.with_deadline(patience_s)
+            self._calls = {"retry": retry, "timeout": (min(5.0, patience_s), 120.0)}
 
     def put(self, key: str, data: bytes, *, create_only: bool = False) -> bool:
         from google.api_core.exceptions import PreconditionFailed
 
         blob = self._bucket.blob(key)
         try:
-            blob.upload_from_string(data, if_generation_match=0 if create_only else None)
+            blob.upload_from_string(
+                data, if_generation_match=0 if create_only else None, **self._calls
+            )
         except PreconditionFailed:
             return False
         return True
@@ -138,26 +150,38 @@ class GcsStore:
         from google.api_core.exceptions import NotFound
 
         try:
-            return bytes(self._bucket.blob(key).download_as_bytes())
+            return bytes(self._bucket.blob(key).download_as_bytes(**self._calls))
         except NotFound:
             return None
 
     def list(self, prefix: str) -> list[str]:
-        return [b.name for b in self._bucket.client.list_blobs(self._bucket, prefix=prefix)]
+        blobs = self._bucket.client.list_blobs(self._bucket, prefix=prefix, **self._calls)
+        return [b.name for b in blobs]
 
     def delete(self, key: str) -> None:
         from google.api_core.exceptions import NotFound
 
         with contextlib.suppress(NotFound):
-            self._bucket.blob(key).delete()
+            self._bucket.blob(key).delete(**self._calls)
 
 
 def s3_options(
-    env: Mapping[str, str], endpoint: str | None, region: str | None, path_style: bool
+    env: Mapping[str, str],
+    endpoint: str | None,
+    region: str | None,
+    path_style: bool,
+    patience_s: float | None = None,
 ) -> dict[str, Any]:
     """obstore's S3 options: the endpoint and addressing the job names, the credentials of
-    the standard AWS variables (from a Secret the job names, or none: the Pod's identity)."""
+    the standard AWS variables (from a Secret the job names, or none: the Pod's identity);
+    with `patience_s`, retries end after that long (obstore's default: 3 minutes)."""
     options: dict[str, Any] = {"region": region or env.get("AWS_REGION") or "us-east-1"}
+    if patience_s is not None:
+        options["retry_config"] = {
+            "max_retries": 10,
+            "retry_timeout": datetime.timedelta(seconds=patience_s),
+        }
+        options["client_options"] = {"connect_timeout": f"{min(5.0, patience_s)}s"}
     if endpoint:
         options["endpoint"] = endpoint
         options["allow_http"] = endpoint.startswith("http://")
@@ -179,8 +203,11 @@ def open_store(
     region: str | None = None,
     path_style: bool = False,
     env: Mapping[str, str] | None = None,
+    patience_s: float | None = None,
 ) -> ObjectStore:
-    """The store of `location` (its scheme's client, imported only now)."""
+    """The store of `location` (its scheme's client, imported only now); with `patience_s`,
+    a request that keeps failing (the store unreachable) gives up after about that long."""
     if location.scheme == "s3":
-        return S3Store(location, **s3_options(env or os.environ, endpoint, region, path_style))
-    return GcsStore(location, endpoint)
+        options = s3_options(env or os.environ, endpoint, region, path_style, patience_s)
+        return S3Store(location, **options)
+    return GcsStore(location, endpoint, patience_s)
