@@ -1,5 +1,6 @@
-"""The Keras 3 session API at the path own scripts import: a re-export of
-`kerasjob_trainer.runtimes.keras3.session`, kept for users; new code may import either."""
+"""User API: the Keras 3 session (`session.start()`, `Session`), re-exported from
+`kerasjob_trainer.runtimes.keras3.session` at the stable path own scripts import. Scripts
+import this one; the runtime's own path is internal."""
 
 from kerasjob_trainer.runtimes.keras3.session import Context, Session, session_for, start
 
