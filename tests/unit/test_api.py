@@ -13,6 +13,7 @@ from kerasjob.api import (
     CleanPodPolicy,
     Condition,
     DatasetFormat,
+    DatasetSource,
     DatasetSpec,
     KerasJob,
     KerasJobSpec,
@@ -22,6 +23,7 @@ from kerasjob.api import (
     RestartPolicy,
     checkpoint_dir,
 )
+from kerasjob_contract import tf_config, trainer_config
 
 
 def test_defaults() -> None:
@@ -288,3 +290,10 @@ def test_mount_path_rules_are_in_the_crd() -> None:
 
     rules = CheckpointSpec.model_config["json_schema_extra"]["x-kubernetes-validations"]  # type: ignore[index]
     assert {r["message"] for r in rules} >= {MOUNT_PATH_NOT_NORMAL, MOUNT_PATH_SYSTEM}
+
+
+def test_each_enum_mirroring_the_contract_holds_the_contracts_values() -> None:
+    """The API spells what the trainer reads: its enums are the contract's tuples, in order."""
+    assert tuple(r.value for r in DatasetSource) == trainer_config.API_DATASET_SOURCES
+    assert tuple(f.value for f in DatasetFormat) == trainer_config.FILE_FORMATS
+    assert {r.value for r in ReplicaRole} == set(tf_config.ROLES)
