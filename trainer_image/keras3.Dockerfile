@@ -32,6 +32,15 @@ RUN case "${VARIANT}" in jax-cpu|jax-gpu) ;; \
  && pip install --no-deps -r /tmp/no-deps.txt \
  && rm /tmp/requirements.txt /tmp/no-deps.txt pyproject.toml
 
+# 1b. The clients of checkpoints in a bucket ([project.optional-dependencies] buckets: S3
+#     through obstore, GCS through google-cloud-storage), a layer of its own after the
+#     frameworks' so that it costs seconds to change.
+COPY trainer_image/pyproject.toml /tmp/extras.toml
+RUN python -c "import tomllib; \
+      print(*tomllib.load(open('/tmp/extras.toml', 'rb'))['project']['optional-dependencies']['buckets'], sep=chr(10))" \
+      > /tmp/buckets.txt \
+ && cat /tmp/buckets.txt && pip install -r /tmp/buckets.txt && rm /tmp/buckets.txt /tmp/extras.toml
+
 # 2. The trainer's two distributions, without dependencies (their tensorflow-cpu line is for
 #    the tf-keras image). The check imports every module but the tf-keras runtime's (the core,
 #    the shared utilities, the Keras 3 runtime), with Keras on JAX, and fails if TensorFlow or
