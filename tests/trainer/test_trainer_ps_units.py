@@ -18,6 +18,7 @@ from kerasjob_trainer.runtimes.tf_ps import recovery, stop
 from kerasjob_trainer.runtimes.tf_ps.backup import latest_step
 from kerasjob_trainer.runtimes.tf_ps.callback import save_now
 from kerasjob_trainer.runtimes.tf_ps.cluster import parse_ps_tf_config
+from kerasjob_trainer.runtimes.tf_ps.context import refuse_a_bucket
 from kerasjob_trainer.runtimes.tf_ps.session import fit_calls
 from kerasjob_trainer.runtimes.tf_ps.workers import _disruption
 
@@ -235,3 +236,10 @@ def test_no_periodic_backup_while_a_worker_is_missing_but_a_stop_always_saves() 
     assert not save_now(49, 50, None, _Chief(missing=False))
     assert not save_now(80, 50, None, _Chief(missing=True))  # deferred, not dropped
     assert save_now(3, 50, "SIGTERM to ps0", _Chief(missing=True))
+
+
+def test_a_parameter_server_job_on_a_bucket_is_refused_with_its_reason() -> None:
+    refuse_a_bucket(None)
+    refuse_a_bucket("")
+    with pytest.raises(ConfigError, match=r"s3://b/p\): parameter-server jobs keep"):
+        refuse_a_bucket("s3://b/p")
