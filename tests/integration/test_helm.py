@@ -12,14 +12,16 @@
 3. With those permissions it takes a 2-worker KerasJob (Pods on fake KWOK nodes) to
    Running and through a disruption (a worker Pod deleted: re-created, counted as one
    disruption), and every API call the controller made is one the chart grants.
-4. The same token is refused (403) anything outside the operator's needs: Secrets,
-   Nodes, RBAC objects, other namespaces.
+4. The same token is refused (403) anything outside the operator's needs: listing Secrets
+   (it may only get one by name: a job's bucket credentials), ConfigMaps, Nodes, RBAC
+   objects, other namespaces.
 5. A cluster-wide install's ClusterRole grants the same, cluster-wide, and no more.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import signal
 import time
@@ -220,6 +222,25 @@ def test_operator_with_sa_permissions_runs_a_job_through_a_disruption(
             )
             assert restarts == {"disruptions": 1, "failures": 0}
             assert get_job()["status"]["phase"] in ("Running", "Restarting")
+
+            # A bucket job naming a Secret that does not exist: the chart lets the operator
+            # read it (a 404, not a 403 that would skip the check), so it waits, no Pod.
+            bucket = copy.deepcopy(job)
+            bucket["metadata"]["name"] = "rbac-bucket"
+            bucket["spec"]["checkpoint"] = {
+                "location": "s3://ckpt-bucket",
+                "credentials": {"secretName": "absent"},
+            }
+            custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, bucket)
+
+            def secret_missing() -> bool:
+                got = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "rbac-bucket")
+                conditions = (got.get("status") or {}).get("conditions") or []
+                return any(c.get("reason") == "CheckpointSecretMissing" for c in conditions)
+
+            wait_for(secret_missing, timeout=30, interval=0.5, what="CheckpointSecretMissing")
+            names = [p.metadata.name for p in core.list_namespaced_pod(ns).items]
+            assert not [n for n in names if n.startswith("rbac-bucket-")], names
         except (TimeoutError, AssertionError) as exc:
             raise AssertionError(f"{exc}{diagnose()}") from exc
 
@@ -312,7 +333,10 @@ def test_cluster_wide_install_grants_the_same_everywhere_and_no_more(
             assert can("create", "pods", "-n", ns)
             assert can("watch", "kerasjobs.kerasjob.dev", "-n", ns)
             assert can("patch", "kerasjobs.kerasjob.dev", "--subresource=status", "-n", ns)
-            assert not can("get", "secrets", "-n", ns)
+            # A job's bucket credentials, by name (checkpointSecrets.check), nothing more.
+            assert can("get", "secrets", "-n", ns)
+            assert not can("list", "secrets", "-n", ns)
+            assert not can("watch", "secrets", "-n", ns)
             assert not can("patch", "pods", "-n", ns)
             assert not can("update", "kerasjobs.kerasjob.dev", "-n", ns)
         assert can("watch", "customresourcedefinitions.apiextensions.k8s.io")
