@@ -245,12 +245,17 @@ class Group:
                 **identity,
                 **self.env,
                 Env.TRAINER_CONFIG.value: json.dumps(self.trainer_config()),
-                Env.CHECKPOINT_DIR.value: str(self.ckpt),
+                Env.CHECKPOINT_DIR.value: str(self.checkpoint_dir(role, index)),
                 Env.METRICS_PORT.value: str(self.metrics_port),
             }
             name = f"g{self.generation}-{role}{index}"
             self.trainers.append(Trainer(name, self.tmp, env))
         return self.trainers
+
+    def checkpoint_dir(self, role: str, index: int) -> Path:
+        """KERASJOB_CHECKPOINT_DIR of process role:index in this generation: the shared one
+        (a job with a volume); a subclass gives each its own (backups in a bucket)."""
+        return self.ckpt
 
     def trainer_config(self) -> dict[str, Any]:
         """What the operator passes: the config, the backend and, with ps, the strategy."""

@@ -36,8 +36,9 @@ from kerasjob_trainer.shared.objectstore import Location, ObjectStore, open_stor
 
 #: The read-manager's directory of BackupAndRestore (tf_keras's `WorkerTrainingState`).
 CHIEF_SUBDIR = "chief"
-#: How long one request keeps retrying before it gives up (connect: 5 s of it at most).
-PATIENCE_S = 30.0
+#: How long one request keeps retrying before it gives up (connect: 5 s of it at most):
+#: the SIGTERM save's push must end within the Pod's grace period (60 s) either way.
+PATIENCE_S = 15.0
 #: At start, before any process trains: an unreachable store is a configuration error soon.
 CHECK_PATIENCE_S = 10.0
 #: The committed steps kept in the bucket.
@@ -220,7 +221,8 @@ class BucketSync:
         return staged
 
     def _push(self, step: int, staged: str) -> bool:
-        """Parts, marker, clean; one `kerasjob:` line and False when it cannot."""
+        """Parts, marker, clean; one `kerasjob:` line and False when it cannot commit
+        (training goes on: the next backup tries again)."""
         try:
             if self.generation is None:
                 raise Fenced("this process claimed no generation (not the chief?)")
@@ -229,16 +231,17 @@ class BucketSync:
                 with open(os.path.join(staged, name), "rb") as f:
                     self.steps.write_part(step, self.generation, name, f.read())
             self.steps.commit(step, self.generation, names)
-            self.steps.clean(self.generation)
-            return True
         except Exception as e:
-            say(
-                f"backup of step {step} not committed to {self.config.location}: "
-                f"{cause(e) if not isinstance(e, Fenced) else e}; training goes on"
-            )
+            why = e if isinstance(e, Fenced) else cause(e)
+            say(f"backup of step {step} not committed to {self.config.location}: {why}")
             return False
         finally:
             shutil.rmtree(staged, ignore_errors=True)
+        try:
+            self.steps.clean(self.generation)
+        except Exception as e:  # the next push cleans again
+            say(f"backup of step {step} committed; older steps not cleaned: {cause(e)}")
+        return True
 
 
 def _source(latest: Committed | None) -> int | None:

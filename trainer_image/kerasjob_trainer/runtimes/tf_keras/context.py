@@ -1,5 +1,6 @@
 """A tf-keras trainer process's context: the core's (flags, config, places) with TF_CONFIG's
-`ClusterInfo` as its identity. Pure: checked before TensorFlow starts (ConfigError: exit 78)."""
+`ClusterInfo` as its identity. Checked before TensorFlow starts (ConfigError: exit 78), the
+job's bucket too when its backups are kept in one (one listing)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,18 @@ import os
 from kerasjob_contract import Env
 from kerasjob_trainer.core import context
 from kerasjob_trainer.runtimes.tf_keras.cluster import ClusterInfo, parse_tf_config
+from kerasjob_trainer.shared.bucket_sync import BucketConfig, check
 
 #: The tf-keras runtime's context: `ctx.identity` is the parsed TF_CONFIG.
 RunContext = context.Context[ClusterInfo]
 
 
 def build_context(argv: list[str] | None = None, *, check_model: bool = True) -> RunContext:
-    return context.build_context(argv, _cluster, check_model=check_model)
+    ctx = context.build_context(argv, _cluster, check_model=check_model)
+    bucket = BucketConfig.from_env(os.environ)
+    if bucket is not None:  # backups in a bucket: it must answer before anything trains
+        check(bucket)
+    return ctx
 
 
 def _cluster(args: argparse.Namespace) -> ClusterInfo:

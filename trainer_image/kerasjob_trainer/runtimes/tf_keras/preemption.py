@@ -102,10 +102,15 @@ def enable_save_before_preemption() -> bool:
 
 
 def backup_and_restore(
-    backup_dir: str, save_freq: int, on_saved: Callable[[], None], metric_state: Any = None
+    backup_dir: str,
+    save_freq: int,
+    on_saved: Callable[[], None],
+    metric_state: Any = None,
+    on_backup: Callable[[int], None] | None = None,
 ) -> Any:
     """A BackupAndRestore callback; with the override, SIGTERM saves and calls on_saved().
-    `metric_state` (a `metric_state.MetricState`) is kept in every backup it writes."""
+    `metric_state` (a `metric_state.MetricState`) is kept in every backup it writes;
+    `on_backup(step)` is called after each periodic backup (the step a restart resumes at)."""
     import tf_keras
 
     enabled = enable_save_before_preemption()
@@ -143,6 +148,11 @@ def backup_and_restore(
                 on_saved()
 
             handler._exit_fn = exit_fn
+
+        def _backup(self, epoch: int, batch: int = 0) -> None:
+            super()._backup(epoch, batch)
+            if on_backup is not None:
+                on_backup(int(self.model.optimizer.iterations.numpy()))
 
     return PreemptibleBackupAndRestore(
         # Kept after fit(): the chief deletes it only once the final model is on disk, so a

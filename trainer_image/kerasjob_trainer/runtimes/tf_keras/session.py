@@ -42,12 +42,19 @@ from kerasjob_trainer.runtimes.tf_keras.cluster import ClusterInfo
 from kerasjob_trainer.runtimes.tf_keras.context import RunContext, build_context
 from kerasjob_trainer.runtimes.tf_keras.metric_state import MetricState
 from kerasjob_trainer.runtimes.tf_keras.progress import progress_callback
-from kerasjob_trainer.shared import faults, leader, startup
+from kerasjob_trainer.shared import bucket_sync, faults, leader, startup
+from kerasjob_trainer.shared.bucket_sync import BucketSync
 from kerasjob_trainer.shared.faults import hard_exit, say
 
 #: Without the group's barrier: how long a preempted worker waits after its save before it
 #: exits, so peers still pulling its last collective chunks do not see a lost peer (43).
 PREEMPTED_EXIT_DELAY_SECONDS = 0.3
+
+#: With a bucket: how long the end of `fit` waits for the last periodic backup's push.
+BUCKET_FLUSH_SECONDS = 60.0
+#: ... and how long a chief leaving (a lost peer: 43; SIGTERM: 42, before its own save's
+#: push) lets a periodic backup's push in flight finish.
+BUCKET_EXIT_WAIT_SECONDS = 10.0
 
 
 class Session(Lifecycle):
@@ -55,9 +62,13 @@ class Session(Lifecycle):
 
     ctx: RunContext
 
-    def __init__(self, ctx: RunContext, strategy: Any) -> None:
+    def __init__(self, ctx: RunContext, strategy: Any, bucket: BucketSync | None = None) -> None:
         super().__init__(ctx)
         self.strategy = strategy
+        #: With spec.checkpoint.location: the backups' bucket (pulled already).
+        self.bucket = bucket
+        if bucket is not None and self.is_chief:
+            faults.on_hard_exit(self._finish_push)
         self.peers = faults.PeerMonitor(_peer_addresses(ctx.identity))
         self.metric_state: MetricState | None = None  # made by callbacks()
 
@@ -135,8 +146,21 @@ class Session(Lifecycle):
                 cfg.save_freq,
                 lambda: self._preempted_saved(model),
                 self.metric_state,
+                on_backup=self._backed_up if self.bucket and self.is_chief else None,
             ),
         ]
+
+    def _finish_push(self, code: int) -> None:
+        """On a hard exit (a lost peer: 43): a complete backup's push in flight may end (42
+        waited already, before its own save's push)."""
+        assert self.bucket is not None
+        if code != ExitCode.PREEMPTED_SAVED:
+            self.bucket.wait(BUCKET_EXIT_WAIT_SECONDS)
+
+    def _backed_up(self, step: int) -> None:
+        """The chief's periodic backup of `step` is on its disk: commit it to the bucket."""
+        assert self.bucket is not None
+        self.bucket.push_later(step)
 
     def _preempted_saved(self, model: Any) -> None:
         """The group saved at the agreed step: leave together, exit 42."""
@@ -148,6 +172,12 @@ class Session(Lifecycle):
             if why is not None:
                 say(f"preempted: leaving without the group's barrier ({why})")
                 time.sleep(PREEMPTED_EXIT_DELAY_SECONDS)
+        if self.bucket is not None and self.is_chief:
+            # The peers are gone (the barrier); the save is committed within the grace
+            # period, or the last committed step stays the one a restart restores.
+            self.bucket.wait(BUCKET_EXIT_WAIT_SECONDS)
+            if self.bucket.push_now(step):
+                say(f"backup of step {step} committed to {self.bucket.config.location}")
         hard_exit(
             ExitCode.PREEMPTED_SAVED,
             f"preempted: state saved at step {step}; exiting {int(ExitCode.PREEMPTED_SAVED)}",
@@ -189,6 +219,8 @@ class Session(Lifecycle):
             )
         except Exception as e:  # every error must end in a contract exit code, fast
             self.fail(e)
+        if self.bucket is not None and not self.bucket.wait(BUCKET_FLUSH_SECONDS):
+            say("the last backup's push to the bucket is still running; finishing")
         self.watchdog.pause()
         self.peers.stop()  # peers finish and leave on their own from here on
         self.steps = int(model.optimizer.iterations.numpy())
@@ -218,6 +250,10 @@ def session_for(ctx: RunContext) -> Session:
 
     if ctx.config.deterministic:
         make_deterministic()
+    bucket = BucketSync.from_env(os.environ, ctx.backup_dir)
+    if bucket is not None and ctx.identity.is_chief:
+        # Before the group forms: the peers pull the step this claim names once it has.
+        _pull(bucket, claim=True)
     if ctx.identity.multi_worker:
         # Its own name at its own address, then the leader's server (`leader.py`): either
         # too early costs gRPC's 30 s re-resolution back-off.
@@ -232,8 +268,25 @@ def session_for(ctx: RunContext) -> Session:
         multi = ctx.identity.multi_process
         faults.exit_for(e, errors.classify(e) if multi else ExitCode.FAILURE)
     startup.mark("cluster")
+    if bucket is not None and not ctx.identity.is_chief:
+        _pull(bucket, claim=False)
     tf.keras.utils.set_random_seed(ctx.config.seed)
-    return Session(ctx, strategy)
+    return Session(ctx, strategy, bucket)
+
+
+def _pull(bucket: BucketSync, *, claim: bool) -> None:
+    """The chief claims this incarnation's generation (the step every process restores);
+    every process then replaces its local backup with that step's files. A store that
+    fails here (it answered the start's check) is a failure (exit 1)."""
+    began = time.monotonic()
+    try:
+        committed = bucket.claim() if claim else bucket.chosen()
+        size = bucket.pull(committed)
+    except Exception as e:
+        faults.exit_for(e, ExitCode.FAILURE)
+    took = f" in {time.monotonic() - began:.2f}s"
+    claimed = f"; this incarnation is generation {bucket.generation}" if claim else ""
+    say(bucket_sync.describe_pull(committed, size, bucket.config) + took + claimed)
 
 
 def make_deterministic() -> None:
