@@ -24,6 +24,13 @@ file: the job's first group, or one that cannot publish), the name once it accep
 connection, as before.
 Anything that goes wrong with the file (no shared volume, no own address, a read-only
 directory) leaves the name-based path exactly as it was.
+
+Without a shared volume (backups in a bucket, KERASJOB_CHECKPOINT_LOCATION) the address
+is an object, `<location>/coordinator.json` (`ObjectBoard`): an object has no mtime to
+touch, so process 0 writes `{"address", "touched"}` (its clock, epoch seconds) again every
+TOUCH_SECONDS, and a reader takes it when `touched` is within FRESH_SECONDS of its own
+clock: the file's semantics, with the writer's clock in the object instead of the file
+system's. Where a function takes `where`, it is a directory (the file) or a `Board`.
 """
 
 from __future__ import annotations
@@ -35,11 +42,23 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from typing import Protocol
 
 from kerasjob_trainer.shared.faults import connect_error, say
 from kerasjob_trainer.shared.leader import LOOPBACK, own_addresses
+from kerasjob_trainer.shared.objectstore import ObjectStore
 
-__all__ = ["FILE", "Published", "find_leader", "host_port", "publish", "read_fresh"]
+__all__ = [
+    "FILE",
+    "Board",
+    "FileBoard",
+    "ObjectBoard",
+    "Published",
+    "find_leader",
+    "host_port",
+    "publish",
+    "read_fresh",
+]
 
 FILE = "coordinator.json"
 #: How often process 0 touches the file while its group forms.
@@ -65,11 +84,111 @@ def _preferred(addresses: set[str]) -> str | None:
     return usable[0] if usable else None
 
 
-class Published:
-    """Process 0's address in the file, touched until `done()` (the group formed)."""
+class Board(Protocol):
+    """Where process 0's address is published: a file on the shared volume or an object."""
 
-    def __init__(self, path: str, address: str) -> None:
-        self.path = path
+    def write(self, address: str) -> None:
+        """Publish `address`, touched now (raises when it cannot)."""
+        ...
+
+    def touch(self) -> None:
+        """Mark the published address as touched now (raises when it cannot)."""
+        ...
+
+    def read(self) -> tuple[str, float] | None:
+        """(the address as written, when it was last touched: epoch seconds), or None."""
+        ...
+
+    def exists(self) -> bool:
+        """Whether an address was ever published here (fresh or not)."""
+        ...
+
+    def __str__(self) -> str: ...
+
+
+class FileBoard:
+    """`<directory>/coordinator.json` on the shared volume, touched through its mtime."""
+
+    def __init__(self, directory: str) -> None:
+        self.path = os.path.join(directory, FILE)
+
+    def write(self, address: str) -> None:
+        tmp = f"{self.path}.{os.getpid()}.tmp"
+        try:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump({"address": address}, f)
+            os.replace(tmp, self.path)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+    def touch(self) -> None:
+        os.utime(self.path)
+
+    def read(self) -> tuple[str, float] | None:
+        try:
+            touched = os.stat(self.path).st_mtime
+            with open(self.path, encoding="utf-8") as f:
+                return json.load(f)["address"], touched
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def exists(self) -> bool:
+        return os.path.exists(self.path)
+
+    def __str__(self) -> str:
+        return self.path
+
+
+class ObjectBoard:
+    """An object in the job's bucket, `{"address", "touched"}`, written again to touch it."""
+
+    def __init__(self, store: ObjectStore, key: str, where: str) -> None:
+        self.store, self.key, self.where = store, key, where
+        self._address: str | None = None
+
+    def write(self, address: str) -> None:
+        body = json.dumps({"address": address, "touched": time.time()})
+        self.store.put(self.key, body.encode())
+        self._address = address
+
+    def touch(self) -> None:
+        if self._address is not None:
+            self.write(self._address)
+
+    def read(self) -> tuple[str, float] | None:
+        try:
+            raw = self.store.get(self.key)
+            if raw is None:
+                return None
+            found = json.loads(raw)
+            return found["address"], float(found["touched"])
+        except Exception:  # a store that does not answer now: nothing published, as a file
+            return None
+
+    def exists(self) -> bool:
+        try:
+            return self.store.get(self.key) is not None
+        except Exception:
+            return False
+
+    def __str__(self) -> str:
+        return self.where
+
+
+Where = str | Board
+
+
+def _board(where: Where) -> Board:
+    return FileBoard(where) if isinstance(where, str) else where
+
+
+class Published:
+    """Process 0's address on its board, touched until `done()` (the group formed)."""
+
+    def __init__(self, board: Board, address: str) -> None:
+        self.board = board
         self.address = address
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._touch, name="kerasjob-rendezvous")
@@ -78,67 +197,62 @@ class Published:
 
     def _touch(self) -> None:
         while not self._done.wait(TOUCH_SECONDS):
-            with contextlib.suppress(OSError):
-                os.utime(self.path)
+            with contextlib.suppress(Exception):  # a later touch may get through
+                self.board.touch()
 
     def done(self) -> None:
         self._done.set()
 
 
-def publish(directory: str, port: int, *, mine: set[str] | None = None) -> Published | None:
-    """Write this process's address (an own address, `port`) to `directory`/FILE atomically
-    and keep the file fresh; None (nothing published) when there is no own address or the
-    directory cannot be written."""
+def publish(where: Where, port: int, *, mine: set[str] | None = None) -> Published | None:
+    """Publish this process's address (an own address, `port`) on `where` (a directory:
+    its FILE, written atomically; or a Board) and keep it fresh; None (nothing published)
+    when there is no own address or it cannot be written."""
     own = _preferred(own_addresses() if mine is None else mine)
     if own is None:
         return None
     address = host_port(own, port)
-    path = os.path.join(directory, FILE)
-    tmp = f"{path}.{os.getpid()}.tmp"
+    board = _board(where)
     try:
-        os.makedirs(directory, exist_ok=True)
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump({"address": address}, f)
-        os.replace(tmp, path)
-    except OSError as e:
-        say(f"warning: could not publish the coordinator's address in {path}: {e}")
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        board.write(address)
+    except Exception as e:  # a volume's OSError, a store's own errors
+        say(f"warning: could not publish the coordinator's address in {board}: {e}")
         return None
-    return Published(path, address)
+    return Published(board, address)
 
 
 def read_fresh(
-    directory: str, *, now: Callable[[], float] = time.time, fresh: float = FRESH_SECONDS
+    where: Where, *, now: Callable[[], float] = time.time, fresh: float = FRESH_SECONDS
 ) -> str | None:
-    """The published address when the file was touched in the last `fresh` seconds."""
-    path = os.path.join(directory, FILE)
+    """The published address when it was touched in the last `fresh` seconds."""
+    found = _board(where).read()
+    if found is None:
+        return None
+    address, touched = found
     try:
-        if now() - os.stat(path).st_mtime > fresh:
+        if now() - touched > fresh:
             return None
-        with open(path, encoding="utf-8") as f:
-            address = json.load(f)["address"]
         _split(address)
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, TypeError, AttributeError):
         return None
     return str(address)
 
 
-def _ever_published(directory: str) -> bool:
-    """Whether this job's process 0 published (a file there, fresh or not): else it is the
-    job's first group, or one whose process 0 cannot publish."""
-    return os.path.exists(os.path.join(directory, FILE))
+def _ever_published(where: Where) -> bool:
+    """Whether this job's process 0 published (fresh or not): else it is the job's first
+    group, or one whose process 0 cannot publish."""
+    return _board(where).exists()
 
 
 def find_leader(
-    directory: str,
+    where: Where,
     name: str,
     *,
     deadline: float = 60.0,
     interval: float = 0.1,
     connect_timeout: float = 0.2,
     probe: Callable[[str, int, float], str | None] = connect_error,
-    read: Callable[[str], str | None] = read_fresh,
+    read: Callable[[Where], str | None] = read_fresh,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> str:
@@ -159,7 +273,7 @@ def find_leader(
         return error is None
 
     while True:
-        published = read(directory)
+        published = read(where)
         if published is not None:
             if accepts(published):
                 waited = round(clock() - start, 2)
@@ -170,7 +284,7 @@ def find_leader(
                         f"(failed connects before: {tries})"
                     )
                 return published
-        elif not _ever_published(directory) and accepts(name):
+        elif not _ever_published(where) and accepts(name):
             return name
         if clock() - start >= deadline:
             say(
