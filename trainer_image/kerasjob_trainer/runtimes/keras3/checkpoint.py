@@ -29,6 +29,11 @@ sharding it has now (another process count or mesh: Orbax reshards), and checks 
 bit for bit (`state.check_bit_for_bit`). A backup of the trainer before Orbax (one
 `keras3-state.npz` by process 0) is restored once, when no Orbax step exists (`legacy`);
 the next save is an Orbax step.
+
+With a bucket (KERASJOB_CHECKPOINT_LOCATION=gs://...) the same manager writes straight to
+`<location>/backup/orbax/g<generation>/<step>/`, one directory per incarnation, and a
+restore reads the step process 0 chose when it claimed the generation (`bucket`: commit
+files instead of renames, zombies fenced by generation); no npz backup there.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ import json
 import os
 from typing import Any
 
-from kerasjob_trainer.runtimes.keras3 import legacy, state
+from kerasjob_trainer.runtimes.keras3 import bucket, legacy, state
 
 SUBDIR = "orbax"
 KEEP = 2
@@ -104,18 +109,34 @@ def _manager_class(ocp: Any) -> Any:
 
 
 class Backups:
-    """This process's side of the job's Orbax checkpoints (every process makes one)."""
+    """This process's side of the job's Orbax checkpoints (every process makes one); with
+    `place`, in the job's bucket (`bucket.Place`)."""
 
-    def __init__(self, backup_dir: str, *, keep: int = KEEP, asynchronous: bool = True) -> None:
+    def __init__(
+        self,
+        backup_dir: str,
+        *,
+        keep: int = KEEP,
+        asynchronous: bool = True,
+        place: bucket.Place | None = None,
+    ) -> None:
         import orbax.checkpoint as ocp
 
         self.backup_dir = backup_dir
+        self.place = place
         self._ocp = ocp
+        self._keep, self._asynchronous = keep, asynchronous
+        root = place.orbax_dir() if place is not None else directory(backup_dir)
+        self.manager = self._manager(root)
+
+    def _manager(self, root: str, *, read_only: bool = False) -> Any:
+        ocp = self._ocp
         options = ocp.CheckpointManagerOptions(
-            max_to_keep=keep,
-            enable_async_checkpointing=asynchronous,
-            create=True,
-            cleanup_tmp_directories=True,
+            max_to_keep=self._keep,
+            enable_async_checkpointing=self._asynchronous,
+            create=not read_only,
+            read_only=read_only,
+            cleanup_tmp_directories=not read_only,
             save_decision_policy=_TrainerDecides(),
         )
         handlers = {
@@ -123,9 +144,7 @@ class Backups:
             "totals": ocp.PyTreeCheckpointHandler(use_compression=False),
             "meta": ocp.JsonCheckpointHandler(),
         }
-        self.manager = _manager_class(ocp)(
-            directory(backup_dir), options=options, item_handlers=handlers
-        )
+        return _manager_class(ocp)(root, options=options, item_handlers=handlers)
 
     def save(self, model: Any, header: Header) -> None:
         """Start the save of `model`'s state at `header.step` (every process; returns once
@@ -158,23 +177,36 @@ class Backups:
     def restore(self, model: Any) -> Restored | None:
         """The newest backup into `model`'s variables (bit for bit, checked); None: none.
         Raises ValueError when it does not belong to this model."""
+        if self.place is not None:
+            chosen = self.place.chosen
+            if chosen is None:
+                return None
+            reader = self._manager(self.place.orbax_dir(chosen.generation), read_only=True)
+            try:
+                return _restore_step(self._ocp, reader, chosen.step, model)
+            finally:
+                reader.close()
         step = self.manager.latest_step()
         if step is None:
             return _restore_npz(self.backup_dir, model)
-        ocp = self._ocp
-        meta = self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
-        meta = meta["meta"]
-        saved = [(k, tuple(s), d) for k, s, d in meta["variables"]]
-        pairs, how = state.match(saved, state.variables(model))
-        abstract = {k: _abstract(pairs[k], shape, dtype) for k, shape, dtype in saved}
-        items: dict[str, Any] = {"state": _restore_args(ocp, abstract)}
-        if meta["metrics"]:
-            items["totals"] = _restore_args(ocp, _host_targets(meta["metrics"]))
-        restored = self.manager.restore(step, args=ocp.args.Composite(**items))
-        state.assign(pairs, restored["state"])
-        state.check_bit_for_bit(pairs, restored["state"])
-        totals = dict(restored["totals"]) if meta["metrics"] else {}
-        return Restored(Header(**meta["header"]), totals, how)
+        return _restore_step(self._ocp, self.manager, step, model)
+
+
+def _restore_step(ocp: Any, manager: Any, step: int, model: Any) -> Restored:
+    """`step` of `manager` into `model` (each variable in its live sharding)."""
+    meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
+    meta = meta["meta"]
+    saved = [(k, tuple(s), d) for k, s, d in meta["variables"]]
+    pairs, how = state.match(saved, state.variables(model))
+    abstract = {k: _abstract(pairs[k], shape, dtype) for k, shape, dtype in saved}
+    items: dict[str, Any] = {"state": _restore_args(ocp, abstract)}
+    if meta["metrics"]:
+        items["totals"] = _restore_args(ocp, _host_targets(meta["metrics"]))
+    restored = manager.restore(step, args=ocp.args.Composite(**items))
+    state.assign(pairs, restored["state"])
+    state.check_bit_for_bit(pairs, restored["state"])
+    totals = dict(restored["totals"]) if meta["metrics"] else {}
+    return Restored(Header(**meta["header"]), totals, how)
 
 
 def _restore_args(ocp: Any, targets: dict[str, Any]) -> Any:

@@ -1,13 +1,14 @@
 """How a Keras 3 process group forms and leaves: JAX's distributed runtime, coordinator first.
 
 Process 0 serves JAX's coordination service. Its address goes through the job's shared
-volume (`shared/rendezvous.py`), not the cluster DNS: process 0 publishes its own address
-and reaches its own service through the loopback interface; the others take the published
-address when it is fresh and accepts a connection. Where nothing can be published (no
-shared volume, no own address) both wait as the tf-keras path does (`leader.py`): process 0
-for its name to resolve to its own new address, the others for the name to accept a
-connection; without those waits a re-created worker 0 cost gRPC's 30 s re-resolution
-back-off in 4 of 5 container SIGTERMs on the real node.
+volume, or its bucket when it has none (`shared/rendezvous.py`), not the cluster DNS:
+process 0 publishes its own address and reaches its own service through the loopback
+interface; the others take the published address when it is fresh and accepts a
+connection. Where nothing can be published (no shared volume or bucket, no own address)
+both wait as the tf-keras path does (`leader.py`): process 0 for its name to resolve to its
+own new address, the others for the name to accept a connection; without those waits a
+re-created worker 0 cost gRPC's 30 s re-resolution back-off in 4 of 5 container SIGTERMs
+on the real node.
 """
 
 from __future__ import annotations
@@ -28,20 +29,21 @@ SLOW_SECONDS = 2.0
 INVALID_LEAVE_SECONDS = 30.0
 
 
-def form(jax: Any, identity: Identity, directory: str, heartbeat_seconds: int) -> None:
+def form(jax: Any, identity: Identity, where: rendezvous.Where, heartbeat_seconds: int) -> None:
     """jax.distributed.initialize for `identity` (a multi-process one); exit 43 when the
-    group cannot form (e.g. the coordinator went away meanwhile). `directory`: the job's
-    shared checkpoint directory, where process 0 publishes its address."""
+    group cannot form (e.g. the coordinator went away meanwhile). `where`: the job's
+    shared checkpoint directory, or an object in its bucket, where process 0 publishes its
+    address."""
     assert identity.coordinator is not None
     port = int(identity.coordinator.rpartition(":")[2])
     published = None
     if identity.is_chief:
-        published = rendezvous.publish(directory, port)
+        published = rendezvous.publish(where, port)
         if published is None:
             leader.before_the_group_forms(own=identity.coordinator, leader=None)
         address = identity.coordinator if published is None else f"127.0.0.1:{port}"
     else:
-        address = rendezvous.find_leader(directory, identity.coordinator)
+        address = rendezvous.find_leader(where, identity.coordinator)
     started = time.monotonic()
     try:
         jax.distributed.initialize(

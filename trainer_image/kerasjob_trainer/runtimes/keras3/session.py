@@ -19,7 +19,8 @@ The Keras 3 runtime's session (its lifecycle is the core's `Lifecycle`), in a fe
   ``batch(step, process, processes) -> (x, y)`` that returns this process's share.
 - **Backups**: every `saveFreq` steps every process writes its shards of an Orbax checkpoint
   (`checkpoint.py`: every variable, the metrics' totals, the data position; asynchronous,
-  committed atomically); a restarted job resumes at the exact step, bit for bit.
+  committed atomically); a restarted job resumes at the exact step, bit for bit. With
+  KERASJOB_CHECKPOINT_LOCATION=gs://... they go straight to the bucket (`bucket.py`).
 - **SIGTERM** (eviction, preemption): JAX's preemption sync point makes every process stop
   after the same step; all save, all exit 42. A lost peer: 43 (an error in a
   collective, the stall watchdog, or the JAX runtime's abort, turned into 43 by
@@ -38,7 +39,7 @@ from kerasjob_contract import ExitCode
 from kerasjob_contract.trainer_config import ConfigError
 from kerasjob_trainer.core import lifecycle
 from kerasjob_trainer.core.lifecycle import Lifecycle
-from kerasjob_trainer.runtimes.keras3 import checkpoint, errors, group
+from kerasjob_trainer.runtimes.keras3 import bucket, checkpoint, errors, group
 from kerasjob_trainer.runtimes.keras3 import data as k3data
 from kerasjob_trainer.runtimes.keras3 import mesh as k3mesh
 from kerasjob_trainer.runtimes.keras3.callback import SIGTERM_SEEN, keras_callback
@@ -134,7 +135,7 @@ class Session(Lifecycle):
         backups, save-on-SIGTERM, progress and goodput. Returns the steps done."""
         self._guard_layout(model)
         source = self._source(train, global_batch_size, data_workers)
-        self.backups = checkpoint.Backups(self.backup_dir)
+        self.backups = checkpoint.Backups(self.backup_dir, place=self._bucket_place())
         restored = self._restore(model, source, steps_per_epoch)
         step = restored.header.step if restored else 0
         # A resume in mid-epoch continues the epoch's running averages (not at an epoch start:
@@ -177,6 +178,14 @@ class Session(Lifecycle):
         self._close(source)
         self.steps = step
         return step
+
+    def _bucket_place(self) -> bucket.Place | None:
+        """With a bucket location: this incarnation's generation there (process 0 claims
+        it; every process learns it and the step to restore)."""
+        config = bucket.config_from(os.environ)
+        if config is None:
+            return None
+        return bucket.open_place(config, self.index, self.num_workers, os.environ)
 
     def _restore(
         self, model: Any, source: k3data.StepSource, steps_per_epoch: int
@@ -285,7 +294,9 @@ def session_for(ctx: Context) -> Session:
     identity = ctx.identity
     if identity.multi_process:
         heartbeat = max(int(ctx.config.collective_timeout_seconds), 10)
-        group.form(jax, identity, ctx.checkpoint_dir, heartbeat)
+        config = bucket.config_from(os.environ)
+        where = bucket.board(config) if config is not None else ctx.checkpoint_dir
+        group.form(jax, identity, where, heartbeat)
     import keras
 
     if keras.backend.backend() != "jax":
