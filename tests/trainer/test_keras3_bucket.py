@@ -260,3 +260,30 @@ def test_a_zombie_commit_and_a_half_written_step_never_count(
     base = location.key(ORBAX) + "/"
     left = {tuple(k[len(base) :].split("/")[:2]) for k in store.list(base)}
     assert left == {("g0000000001", "10")}, store.list(base)
+
+
+def test_the_coordinator_object_is_fresh_while_touched_and_stale_after(
+    stores: objectstores.Stores,
+) -> None:
+    """The object keeps the file's semantics: fresh while process 0 touches it (the time
+    inside the JSON), stale FRESH_SECONDS after the last touch, and an object that was ever
+    written counts as published (no name tried while it is fresh)."""
+    from kerasjob_trainer.runtimes.keras3 import bucket
+    from kerasjob_trainer.shared import rendezvous
+    from kerasjob_trainer.shared.bucket_sync import BucketConfig
+
+    location = Location.parse(f"gs://{stores.bucket}/jobs/board-{time.time_ns()}")
+    board = bucket.board(BucketConfig(location, stores.gcs_endpoint))
+    assert rendezvous.read_fresh(board) is None and not board.exists()
+    published = rendezvous.publish(board, 1234, mine={"10.0.0.9"})
+    assert published is not None
+    first = board.read()
+    assert first is not None and first[0] == "10.0.0.9:1234"
+    deadline = time.monotonic() + 5 * rendezvous.TOUCH_SECONDS
+    while (now := board.read()) is not None and now[1] == first[1]:
+        assert time.monotonic() < deadline, "never touched"
+        time.sleep(0.1)
+    published.done()
+    assert rendezvous.read_fresh(board) == "10.0.0.9:1234" and board.exists()
+    later = time.time() + rendezvous.FRESH_SECONDS + 2  # a successor's reader, long after
+    assert rendezvous.read_fresh(board, now=lambda: later) is None
