@@ -15,7 +15,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from kerasjob_contract.mesh import Mesh, MeshError, parse_mesh
+from kerasjob_contract.mesh import NEEDS_JAX, Mesh, MeshError, builtin_error, parse_mesh
 
 BUILTIN_MODELS = ("mnist-mlp", "mnist-cnn", "cifar10-cnn")
 #: spec.trainer.backend: which Keras the job runs. "tensorflow": tf-keras (Keras 2) under
@@ -301,7 +301,17 @@ def _check_mesh(config: TrainerConfig) -> None:
     if config.mesh is None:
         return
     if config.backend != "jax":
-        raise ConfigError("mesh needs backend jax (keras.distribution.ModelParallel)")
+        raise ConfigError(NEEDS_JAX)
+    # The device checks need the processes: the trainer makes them once JAX is up.
+    why = builtin_error(config.mesh) if shards_builtin(config.model, config.command) else None
+    if why is not None:
+        raise ConfigError(why)
+
+
+def shards_builtin(model: str, command: Any) -> bool:
+    """Whether the job's mesh shards a built-in model (the bundled trainer's; a command runs
+    the user's own program and layout)."""
+    return model in BUILTIN_MODELS and not command
 
 
 def validate_model_name(model: str) -> None:

@@ -5,18 +5,34 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, field_validator
 from pydantic.config import JsonDict
 
 from kerasjob.api.base import MODEL_PATTERN, DatasetFormat, DatasetSource, _cel, _Model
 from kerasjob_contract import Backend
-from kerasjob_contract.mesh import AXIS_NAME_PATTERN, MAX_AXES
+from kerasjob_contract.mesh import (
+    AXIS_NAME_PATTERN,
+    BUILTIN_AXIS,
+    BUILTIN_AXIS_SIZES,
+    BUILTIN_LAYOUT,
+    ELASTIC_WHOLE_REPLICAS,
+    MAX_AXES,
+    MAX_AXIS_SIZE,
+    NEEDS_JAX,
+    PRODUCT_IS_DEVICES,
+    PRODUCT_PER_WORKER,
+    MeshError,
+    parse_mesh,
+)
 from kerasjob_contract.trainer_config import BUILTIN_MODELS, infer_format
 from kerasjob_contract.trainer_config import DEFAULTS as TRAINER_DEFAULTS
 
 # ---------------------------------------------------------------------------------------
 # Spec
 # ---------------------------------------------------------------------------------------
+
+#: "2, 4, 8 or 16": the sizes of the axis the built-in models shard on.
+_SIZES_TEXT = f"{', '.join(map(str, BUILTIN_AXIS_SIZES[:-1]))} or {BUILTIN_AXIS_SIZES[-1]}"
 
 # Object fields built by default_factory carry `"default": {}` into the CRD: the API server
 # then creates the object and fills in its fields' defaults, so CEL rules and the operator
@@ -90,7 +106,7 @@ class MeshAxisSpec(_Model):
             "batch axis; the built-in models shard on an axis named model)."
         ),
     )
-    size: int = Field(..., ge=1, le=4096, description="Devices along this axis.")
+    size: int = Field(..., ge=1, le=MAX_AXIS_SIZE, description="Devices along this axis.")
 
 
 class TrainerSpec(_Model):
@@ -241,7 +257,8 @@ class TrainerSpec(_Model):
             "job laid out row-major in that shape, processes in order (the last axis within "
             "a process first). The FIRST axis is the batch axis: the global batch is "
             "batchSizePerReplica x its size, split along it. Variables are sharded by the "
-            "model's layout: the built-in models shard their kernels on an axis named model; "
+            "model's layout: the built-in models shard their kernels on an axis named model "
+            f"of size {_SIZES_TEXT}, not the first (checked at apply time); "
             "a KerasHub backbone's own get_layout_map; a user's module-level "
             "layout_map(mesh, config). The product of the sizes must equal workers x the "
             "devices of each process (checked at apply time against devicesPerProcess, "
@@ -266,6 +283,16 @@ class TrainerSpec(_Model):
         ),
     )
 
+    @field_validator("mesh")
+    @classmethod
+    def _unique_axes(cls, mesh: list[MeshAxisSpec] | None) -> list[MeshAxisSpec] | None:
+        """The contract's parser (two axes of one name: the CRD's list-map keys refuse it)."""
+        try:
+            parse_mesh([a.model_dump() for a in mesh or []])
+        except MeshError as e:
+            raise ValueError(str(e)) from None
+        return mesh
+
 
 def _mesh_product(mesh: str, first: int = 0) -> str:
     """CEL: the product of the mesh's axis sizes from axis `first` on (a list of at most
@@ -280,36 +307,34 @@ _PRODUCT = _mesh_product(_M)
 #: CEL: one model replica's devices, the product of the axes after the first (batch) one.
 _REPLICA_DEVICES = _mesh_product(_M, first=1)
 _BUILTINS = ", ".join(f"'{m}'" for m in BUILTIN_MODELS)
-#: KerasJobSpec's rules for trainer.mesh (they need spec.workers and spec.elastic).
+_SIZES = ", ".join(map(str, BUILTIN_AXIS_SIZES))
+#: KerasJobSpec's rules for trainer.mesh (they need spec.workers and spec.elastic): the
+#: contract's `kerasjob_contract.mesh.job_problems` in CEL, in its order and with its messages
+#: (static: a messageExpression that prints the product, string() of an int, is estimated
+#: beyond the API server's cost budget; v1.36 refused the whole CRD: "more than 100x"). One
+#: table of cases holds them to it (`kerasjob_dev.testing.mesh_cases`, run through the API
+#: server, the operator's validation, the contract and the trainer).
 MESH_RULES: list[JsonDict] = [
-    _cel(
-        f"!has({_M}) || self.trainer.backend == 'jax'",
-        "trainer.mesh needs trainer.backend jax (keras.distribution.ModelParallel)",
-    ),
+    _cel(f"!has({_M}) || self.trainer.backend == 'jax'", NEEDS_JAX),
     _cel(
         f"!has({_M}) || !has(self.elastic) || !has(self.trainer.devicesPerProcess) || "
         f"self.trainer.devicesPerProcess % ({_REPLICA_DEVICES}) == 0",
-        "trainer.mesh with elastic: the batch axis follows the workers, so the product of "
-        "the axes after it must divide trainer.devicesPerProcess",
+        ELASTIC_WHOLE_REPLICAS,
     ),
-    # Static messages: a messageExpression that prints the product (string() of an int) is
-    # estimated beyond the API server's cost budget (v1.36 refused the whole CRD: "more than
-    # 100x"); the trainer's exit-78 line gives the numbers.
     _cel(
         f"!has({_M}) || !has(self.trainer.devicesPerProcess) || "
         f"{_PRODUCT} == self.workers * self.trainer.devicesPerProcess",
-        "trainer.mesh: the product of its axis sizes must equal workers x "
-        "trainer.devicesPerProcess",
+        PRODUCT_IS_DEVICES,
     ),
     _cel(
         f"!has({_M}) || has(self.trainer.devicesPerProcess) || {_PRODUCT} % self.workers == 0",
-        "trainer.mesh: the product of its axis sizes must be a multiple of workers (every "
-        "process has the same number of devices)",
+        PRODUCT_PER_WORKER,
     ),
+    # `shards_builtin`: a built-in model run by the bundled trainer (not a command)
     _cel(
-        f"!has({_M}) || !(self.trainer.model in [{_BUILTINS}]) || "
-        f"({_M}.exists(a, a.name == 'model' && a.size > 1) && {_M}[0].name != 'model')",
-        "trainer.mesh: the built-in models shard their kernels on an axis named model of "
-        "size > 1, which must not be the first (batch) axis",
+        f"!has({_M}) || has(self.trainer.command) || !(self.trainer.model in [{_BUILTINS}]) || "
+        f"({_M}.exists(a, a.name == '{BUILTIN_AXIS}' && a.size in [{_SIZES}]) && "
+        f"{_M}[0].name != '{BUILTIN_AXIS}')",
+        BUILTIN_LAYOUT,
     ),
 ]

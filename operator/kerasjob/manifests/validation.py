@@ -41,6 +41,8 @@ from kerasjob.manifests.children import (
 )
 from kerasjob.manifests.tf_config import pod_name
 from kerasjob_contract import DEFAULT_METRICS_PORT
+from kerasjob_contract.mesh import MeshError, job_problems, parse_mesh
+from kerasjob_contract.trainer_config import shards_builtin
 
 _DNS_1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 # Label and annotation keys and label values, as Kubernetes checks them (apimachinery's
@@ -79,6 +81,7 @@ def validate_job(obj: JobLike) -> list[str]:
         *_spec_problems(j),
         *_elastic_problems(j),
         *_ps_problems(j),
+        *_mesh_problems(j),
     ]
     for where, tpl in _templates(j):
         problems.extend(_template_problems(where, tpl, j.spec.checkpoint.mount_path))
@@ -163,6 +166,26 @@ def _ps_problems(j: KerasJob) -> list[str]:
         (ReplicaRole.EVALUATOR not in spec.replicas(), PS_NO_EVALUATOR),
     )
     return [message for ok, message in rules if not ok]
+
+
+def _mesh_problems(j: KerasJob) -> list[str]:
+    """spec.trainer.mesh: the contract's rules (the CRD's CEL rules, the same words, repeated
+    for objects that never went through the API server)."""
+    spec, trainer = j.spec, j.spec.trainer
+    try:
+        mesh = parse_mesh([a.model_dump() for a in trainer.mesh or []])
+    except MeshError as e:  # e.g. two axes of one name (the CRD's list-map keys)
+        return [f"spec.trainer.{e}"]
+    if mesh is None:
+        return []
+    return job_problems(
+        mesh,
+        backend=trainer.backend.value,
+        builtin_model=shards_builtin(trainer.model, trainer.command),
+        workers=spec.workers,
+        devices_per_process=trainer.devices_per_process,
+        elastic=spec.elastic is not None,
+    )
 
 
 def _elastic_problems(j: KerasJob) -> list[str]:

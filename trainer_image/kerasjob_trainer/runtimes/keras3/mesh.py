@@ -18,13 +18,9 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from kerasjob_contract.mesh import Mesh, elastic_error, fit_error
+from kerasjob_contract.mesh import BUILTIN_AXIS, Mesh, builtin_error, elastic_error, fit_error
 from kerasjob_contract.trainer_config import ConfigError
 
-#: The axis the built-in models shard their kernels on, and the sizes that divide every
-#: sharded dimension of theirs (784, 256, 800, 2304, 64 rows; 16..64 filters).
-BUILTIN_AXIS = "model"
-BUILTIN_SIZES = (2, 4, 8, 16)
 #: The built-in models' Sequential names (shared/models.py) and what their layouts shard:
 #: every Dense kernel by rows (its input dimension), every Conv2D kernel by filters.
 _BUILTIN_PREFIX = {"mnist-mlp": "mnist_mlp", "mnist-cnn": "mnist_cnn", "cifar10-cnn": "cifar10_cnn"}
@@ -42,6 +38,21 @@ def check_fits(mesh: Mesh, processes: int, local_devices: int, declared: int | N
     why = fit_error(mesh, processes, local_devices)
     if why is not None:
         raise ConfigError(why)
+
+
+def fitted(
+    mesh: Mesh, processes: int, local_devices: int, declared: int | None, *, elastic: bool
+) -> Mesh:
+    """The mesh over the job's devices (`processes` x `local_devices`): as declared, or in an
+    elastic job with its batch axis following the processes there are now (`Mesh.over`);
+    ConfigError (exit 78) when it cannot cover them."""
+    if elastic:
+        why = elastic_error(mesh, local_devices)
+        if why is not None:
+            raise ConfigError(why)
+        mesh = mesh.over(processes * local_devices) or mesh
+    check_fits(mesh, processes, local_devices, declared)
+    return mesh
 
 
 def device_mesh(mesh: Mesh) -> Any:
@@ -89,16 +100,12 @@ def data_shard(grid: Any, process: int) -> tuple[int, int]:
 
 def builtin_layout(name: str, mesh: Mesh, dmesh: Any) -> Any:
     """The layout of built-in model `name`: Dense kernels by rows and Conv2D kernels by
-    filters on the axis named model (of size 2, 4, 8 or 16; else ConfigError)."""
+    filters on the axis named model (the contract's rule, `builtin_error`; else ConfigError)."""
+    why = builtin_error(mesh)
+    if why is not None:
+        raise ConfigError(why)
     import keras
 
-    sizes = {a.name: a.size for a in mesh.axes[1:]}
-    if sizes.get(BUILTIN_AXIS) not in BUILTIN_SIZES:
-        raise ConfigError(
-            f"mesh {mesh.describe()}: the built-in models shard their kernels on an axis named "
-            f"{BUILTIN_AXIS!r} of size {', '.join(map(str, BUILTIN_SIZES))}, not the first "
-            "(batch) axis"
-        )
     prefix = _BUILTIN_PREFIX[name]
     layout = keras.distribution.LayoutMap(dmesh)
     layout[rf"{prefix}/dense(_\d+)?/kernel"] = (BUILTIN_AXIS, None)
@@ -208,12 +215,7 @@ class Sharding:
         import keras
 
         processes, local = jax.process_count(), jax.local_device_count()
-        if elastic:
-            why = elastic_error(mesh, local)
-            if why is not None:
-                raise ConfigError(why)
-            mesh = mesh.over(processes * local) or mesh
-        check_fits(mesh, processes, local, declared_devices)
+        mesh = fitted(mesh, processes, local, declared_devices, elastic=elastic)
         dmesh = device_mesh(mesh)
         made = cls(mesh, dmesh, data_shard(process_grid(mesh), jax.process_index()), local)
         keras.distribution.set_distribution(model_parallel(mesh, dmesh, None))
