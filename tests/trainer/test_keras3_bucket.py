@@ -53,7 +53,10 @@ from kerasjob_trainer.shared import rendezvous
 rendezvous.own_addresses = lambda: {"127.0.0.2"}
 for name in ("JAX_COORDINATOR_ADDRESS", "KERAS_DISTRIBUTION_JOB_ADDRESSES"):
     os.environ[name] = os.environ[name].replace("127.0.0.1:", "no-such-host.invalid:")
-""" + own_keras3_script(2, TOTAL // 2)
+""" + own_keras3_script(2, TOTAL // 2).replace(
+    "job = session.start()\n",
+    "job = session.start()\nprint(f'test: restored_step={job.restored_step()}', flush=True)\n",
+)
 
 
 class BucketGroup(Group):
@@ -138,6 +141,7 @@ def test_a_keras3_job_in_gs_forms_through_the_bucket_and_resumes_bit_for_bit(
         saved = [_matches(PREEMPTED_LINE, t) for t in (chief, worker)]
         assert len(saved[0]) == 1 and saved[0] == saved[1], g.logs()
         step = saved[0][0]
+        assert "test: restored_step=0" in chief.text(), chief.tail()
         published = json.loads(store.get(location.key("coordinator.json")) or b"{}")
         assert published["address"].startswith("127.0.0.2:"), published
         committed = store.list(location.key(ORBAX) + "/")
@@ -156,6 +160,7 @@ def test_a_keras3_job_in_gs_forms_through_the_bucket_and_resumes_bit_for_bit(
         resumed = [_matches(RESUMED_LINE, t) for t in g.trainers]
         assert resumed == [[step], [step]], g.logs()
         assert f"generation 2, restoring step {step} of generation 1" in g.trainers[0].text()
+        assert f"test: restored_step={step}" in g.trainers[1].text(), g.logs()
         assert not store.list(planted), "the half-written step was not removed"
         done = json.loads((g_output(tmp) / "progress.json").read_text())
         assert done["step"] == TOTAL and done["done"] is True, done

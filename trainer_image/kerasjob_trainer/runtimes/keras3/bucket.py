@@ -128,6 +128,13 @@ def committed(steps: BucketSteps, config: BucketConfig) -> list[Committed]:
     return sorted(found)
 
 
+def latest_step(config: BucketConfig) -> int:
+    """The newest step that counts (0: none): a look, claiming nothing."""
+    steps = BucketSteps(config.open(bucket_sync.PATIENCE_S), config.location, keep=KEEP)
+    found = committed(steps, config)
+    return found[-1].step if found else 0
+
+
 @dataclasses.dataclass(frozen=True)
 class Place:
     """This incarnation's side of the job's Keras 3 backups in a bucket."""

@@ -82,7 +82,11 @@ class Session(Lifecycle):
         return self.keep_global_batch(per_replica, devices, preferred, "device", self.num_workers)
 
     def restored_step(self) -> int:
-        """The global step a resumed job starts at (0: no backup)."""
+        """The global step a resumed job starts at (0: no backup); with a bucket, the newest
+        step there that counts (what `fit`'s claim chooses unless another start wins)."""
+        config = bucket.config_from(os.environ)
+        if config is not None:
+            return bucket.latest_step(config)
         header = checkpoint.read_header(self.backup_dir)
         return header.step if header else 0
 
