@@ -68,12 +68,14 @@ class BucketGroup(Group):
         return self.tmp / "local" / f"g{self.generation}-{role}{index}"
 
 
-def _env(stores: objectstores.Stores, prefix: str) -> dict[str, str]:
+def _env(stores: objectstores.Stores, prefix: str, scheme: str = "s3") -> dict[str, str]:
     return {
         "AWS_ACCESS_KEY_ID": stores.env["AWS_ACCESS_KEY_ID"],
         "AWS_SECRET_ACCESS_KEY": stores.env["AWS_SECRET_ACCESS_KEY"],
-        Env.CHECKPOINT_LOCATION.value: f"s3://{stores.bucket}/{prefix}",
-        Env.CHECKPOINT_ENDPOINT.value: stores.s3_endpoint,
+        Env.CHECKPOINT_LOCATION.value: f"{scheme}://{stores.bucket}/{prefix}",
+        Env.CHECKPOINT_ENDPOINT.value: stores.s3_endpoint
+        if scheme == "s3"
+        else stores.gcs_endpoint,
         Env.CHECKPOINT_PATH_STYLE.value: "true",
     }
 
@@ -92,11 +94,13 @@ def undisturbed(tmp_path_factory: pytest.TempPathFactory) -> list[Any]:
     return base.final_weights()
 
 
-def _bucket_group(tmp: Path, stores: objectstores.Stores, endpoint: str) -> BucketGroup:
+def _bucket_group(
+    tmp: Path, stores: objectstores.Stores, endpoint: str | None = None, scheme: str = "s3"
+) -> BucketGroup:
     (tmp / "dropmodel.py").write_text(USER_MODULE)
     env = {
-        **_env(stores, f"jobs/{tmp.name}"),
-        Env.CHECKPOINT_ENDPOINT.value: endpoint,
+        **_env(stores, f"jobs/{tmp.name}", scheme),
+        **({Env.CHECKPOINT_ENDPOINT.value: endpoint} if endpoint else {}),
         "PYTHONPATH": str(tmp),
         Env.OUTPUT_DIR.value: str(tmp / "ckpt" / "output"),
     }
@@ -115,7 +119,8 @@ def _same_weights(undisturbed: list[Any], g: Group) -> None:
 def _committed(stores: objectstores.Stores, g: Group) -> int:
     """The newest committed step in the job's bucket location (0: none)."""
     location = Location.parse(g.env[Env.CHECKPOINT_LOCATION.value])
-    store = open_store(location, endpoint=stores.s3_endpoint, path_style=True, env=stores.env)
+    endpoint = stores.s3_endpoint if location.scheme == "s3" else stores.gcs_endpoint
+    store = open_store(location, endpoint=endpoint, path_style=True, env=stores.env)
     latest = BucketSteps(store, location).latest()
     return latest.step if latest else 0
 
@@ -130,7 +135,7 @@ def _first(lines: list[str], pattern: Any) -> int:
 def test_two_workers_without_a_shared_directory_resume_exactly_from_the_bucket(
     tmp_path: Path, stores: objectstores.Stores, undisturbed: list[Any]
 ) -> None:
-    hit = _bucket_group(tmp_path, stores, stores.s3_endpoint)
+    hit = _bucket_group(tmp_path, stores)
     try:
         # 1. SIGTERM to the chief: the group saves at one agreed step, the chief commits it.
         chief, worker = hit.start()
@@ -203,6 +208,28 @@ def test_the_store_down_mid_run_and_at_sigterm_loses_only_uncommitted_steps(
         f"\nstore down {down_for:.1f}s from step {at}; SIGTERM saved at {saved} (not "
         f"committed; the chief exited 42 {exit_s:.1f}s after SIGTERM); resumed at {committed}"
     )
+    _same_weights(undisturbed, hit)
+
+
+@pytest.mark.timeout(300)
+def test_gcs_sigterm_save_resumes_exactly(
+    tmp_path: Path, stores: objectstores.Stores, undisturbed: list[Any]
+) -> None:
+    """The same on gs:// (fake-gcs-server): the agreed save committed, resumed there."""
+    hit = _bucket_group(tmp_path, stores, scheme="gs")
+    try:
+        chief, worker = hit.start()
+        worker.wait_for_step(8, GEN_TIMEOUT)
+        worker.signal(signal.SIGTERM)  # an eviction of a non-chief
+        assert [chief.wait(60), worker.wait(60)] == [ExitCode.PREEMPTED_SAVED] * 2, hit.logs()
+        saved = _first(chief.lines(), PREEMPTED_LINE)
+        assert _committed(stores, hit) == saved, chief.tail()
+        hit.start()
+        assert hit.wait_all(GEN_TIMEOUT) == [0, 0], hit.logs()
+        resumed = [_first(t.lines(), RESUMED_LINE) for t in hit.trainers]
+        assert resumed == [saved, saved], hit.logs()
+    finally:
+        hit.stop()
     _same_weights(undisturbed, hit)
 
 
