@@ -22,7 +22,14 @@ import pytest
 import kerasjob_contract as contract
 from kerasjob_contract import Env, ExitCode
 from kerasjob_dev import objectstores
-from kerasjob_dev.trainer_procs import PREEMPTED_LINE, RESUMED_LINE, Group, Trainer, free_ports
+from kerasjob_dev.trainer_procs import (
+    PREEMPTED_LINE,
+    RESUMED_LINE,
+    Group,
+    Trainer,
+    free_ports,
+    tf_config,
+)
 from kerasjob_trainer.shared.bucket_steps import BucketSteps
 from kerasjob_trainer.shared.objectstore import Location, open_store
 
@@ -256,3 +263,21 @@ def test_a_store_that_cannot_be_reached_at_start_is_exit_78_with_its_reason(
         "the store cannot be reached"
     ), reason
     assert took < 40
+
+
+def test_a_sidecar_evaluator_with_a_bucket_is_exit_78(
+    tmp_path: Path, stores: objectstores.Stores
+) -> None:
+    """It reads the chief's backups from a shared directory, which a bucket job lacks: a
+    reason at once rather than an evaluator that waits for ever."""
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in free_ports(2)]}
+    env = {
+        **_env(stores, "jobs/evaluator"),
+        Env.TRAINER_CONFIG.value: json.dumps({"epochs": 1, "stepsPerEpoch": 10}),
+        Env.CHECKPOINT_DIR.value: str(tmp_path / "ckpt"),
+        Env.TF_CONFIG.value: tf_config(cluster, "evaluator", 0),
+    }
+    t = Trainer("evaluator", tmp_path, env)
+    assert t.wait(60) == ExitCode.INVALID_CONFIG, t.text()
+    reason = contract.invalid_config_reason(t.termination_message())
+    assert reason is not None and reason.startswith("the sidecar evaluator reads"), reason

@@ -147,6 +147,11 @@ class BucketSync:
     def chief_dir(self) -> str:
         return os.path.join(self.backup_dir, CHIEF_SUBDIR)
 
+    @property
+    def _staging_root(self) -> str:
+        """Beside the backup directory (the end of a job deletes that one)."""
+        return os.path.join(os.path.dirname(self.backup_dir), ".bucket-staging")
+
     # -- start: claim (the chief), pull (everyone) ----------------------------------------------
 
     def claim(self) -> Committed | None:
@@ -178,6 +183,7 @@ class BucketSync:
         """Replace the local backup with `committed`'s files (None: no backup, a fresh
         start). Returns the bytes written."""
         shutil.rmtree(self.chief_dir, ignore_errors=True)
+        shutil.rmtree(self._staging_root, ignore_errors=True)  # an earlier process's leftovers
         os.makedirs(self.chief_dir, exist_ok=True)
         written = 0
         for name in committed.parts if committed else ():
@@ -207,7 +213,7 @@ class BucketSync:
     def _stage(self, step: int) -> str:
         """Hard links to the backup's files (copies where links fail): what is pushed stays
         as it is while the next backup replaces the directory's files."""
-        staged = os.path.join(os.path.dirname(self.backup_dir), ".bucket-staging", str(step))
+        staged = os.path.join(self._staging_root, str(step))
         shutil.rmtree(staged, ignore_errors=True)
         os.makedirs(staged)
         for name in sorted(os.listdir(self.chief_dir)):

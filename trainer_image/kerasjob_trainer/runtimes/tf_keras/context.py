@@ -8,6 +8,7 @@ import argparse
 import os
 
 from kerasjob_contract import Env
+from kerasjob_contract.trainer_config import ConfigError
 from kerasjob_trainer.core import context
 from kerasjob_trainer.runtimes.tf_keras.cluster import ClusterInfo, parse_tf_config
 from kerasjob_trainer.shared.bucket_sync import BucketConfig, check
@@ -20,6 +21,12 @@ def build_context(argv: list[str] | None = None, *, check_model: bool = True) ->
     ctx = context.build_context(argv, _cluster, check_model=check_model)
     bucket = BucketConfig.from_env(os.environ)
     if bucket is not None:  # backups in a bucket: it must answer before anything trains
+        if ctx.identity.is_evaluator:
+            raise ConfigError(
+                "the sidecar evaluator reads the chief's backups and final model from a "
+                f"shared volume; with backups in {bucket.location} it would see neither: "
+                "remove spec.evaluator or use spec.checkpoint.volume"
+            )
         check(bucket)
     return ctx
 
