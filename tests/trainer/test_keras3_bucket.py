@@ -292,3 +292,93 @@ def test_the_coordinator_object_is_fresh_while_touched_and_stale_after(
     assert rendezvous.read_fresh(board) == "10.0.0.9:1234" and board.exists()
     later = time.time() + rendezvous.FRESH_SECONDS + 2  # a successor's reader, long after
     assert rendezvous.read_fresh(board, now=lambda: later) is None
+
+
+RESHARD_PRELUDE = """
+import json, os, sys
+import numpy as np
+import keras
+from kerasjob_trainer.runtimes.keras3 import bucket, checkpoint, state
+
+config = bucket.config_from(os.environ)
+dist = keras.distribution
+
+def build():
+    m = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation="relu"),
+                          keras.layers.Dense(3)])
+    m.compile(optimizer="adam", loss="mse")
+    return m
+
+def values(m):
+    return [np.asarray(v.numpy()).tobytes().hex() for v in state.variables(m)]
+
+place = bucket.open_place(config, 0, 1, os.environ)
+print("PLACE", place.generation, place.chosen)
+"""
+
+SHARDED_TO_GS = """
+mesh = dist.DeviceMesh((1, 2), ("batch", "model"), dist.list_devices())
+layout = dist.LayoutMap(mesh)
+layout["sequential/dense/kernel"] = (None, "model")
+dist.set_distribution(dist.ModelParallel(layout_map=layout, batch_dim_name="batch"))
+m = build()
+rng = np.random.default_rng(0)
+m.fit(rng.random((32, 6), dtype=np.float32), rng.random((32, 3), dtype=np.float32),
+      batch_size=8, verbose=0)
+assert not state.variables(m)[0].value.sharding.is_fully_replicated
+b = checkpoint.Backups(sys.argv[1], place=place)
+b.save(m, checkpoint.Header(step=3, processes=1))
+b.close()
+print("VALUES", json.dumps(values(m)))
+"""
+
+REPLICATED_FROM_GS = """
+dist.set_distribution(dist.DataParallel(devices=dist.list_devices()))
+m = build()
+r = checkpoint.Backups(sys.argv[1], place=place).restore(m)
+assert r.header.step == 3 and r.matched_by == "path", r
+assert all(v.value.sharding.is_fully_replicated for v in state.variables(m))
+print("VALUES", json.dumps(values(m)))
+"""
+
+
+def _child(code: str, env: dict[str, str], tmp: Path) -> str:
+    import os
+    import subprocess
+
+    full = {
+        **os.environ,
+        **env,
+        "KERAS_BACKEND": "jax",
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+        "TF_USE_LEGACY_KERAS": "0",
+    }
+    script = textwrap.dedent(RESHARD_PRELUDE) + textwrap.dedent(code)
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp / "backup")],
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_a_sharded_backup_in_gs_restores_resharded_in_the_next_generation(
+    tmp_path: Path, stores: objectstores.Stores
+) -> None:
+    """Saved to gs:// with a kernel split over 2 devices by generation 1, restored by
+    generation 2 into the same model replicated on both (Orbax reshards): bit for bit."""
+    env = _gs_env(stores, f"jobs/reshard-{time.time_ns()}")
+    from kerasjob_trainer.runtimes.keras3 import bucket
+
+    bucket.orbax_env(bucket.config_from(env), env)  # type: ignore[arg-type]
+    saved = _child(SHARDED_TO_GS, env, tmp_path)
+    assert "PLACE 1 None" in saved, saved
+    restored = _child(REPLICATED_FROM_GS, env, tmp_path)
+    assert "PLACE 2 Committed(step=3, generation=1, parts=())" in restored, restored
+    values = [json.loads(out.split("VALUES ", 1)[1]) for out in (saved, restored)]
+    assert values[0] == values[1] and values[0]
+    assert not (tmp_path / "backup").exists()  # nothing on the local disk

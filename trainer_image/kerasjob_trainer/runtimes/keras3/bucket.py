@@ -82,9 +82,13 @@ def check_start(config: BucketConfig, env: Mapping[str, str] | None = None) -> N
 
 def orbax_env(config: BucketConfig, env: MutableMapping[str, str]) -> None:
     """What Orbax and TensorStore read to reach the job's store: etils through gcsfs, and
-    an emulator's endpoint (no Google credentials there) for gcsfs and TensorStore."""
+    an emulator's endpoint (no Google credentials there) for gcsfs and TensorStore. Set
+    before Orbax (gcsfs) is imported."""
     env["EPATH_USE_TF"] = "false"
     if config.endpoint:
+        # gcsfs's extended file system asks GCS's control API (gRPC, not at an emulator's
+        # endpoint) for each bucket's layout, warning on every path: its plain one here.
+        env.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
         env.setdefault("STORAGE_EMULATOR_HOST", config.endpoint)
         env.setdefault("TENSORSTORE_GCS_HTTP_URL", config.endpoint)
         env.setdefault("GOOGLE_AUTH_TOKEN_FOR_TESTING", "kerasjob-emulator")
