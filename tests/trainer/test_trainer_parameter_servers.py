@@ -13,6 +13,8 @@ import signal
 import sys
 from pathlib import Path
 
+from kerasjob_contract import Env
+from kerasjob_dev import objectstores
 from kerasjob_dev.trainer_procs import RESUMED_LINE, Group, Trainer, group, progress
 from kerasjob_trainer.runtimes.tf_ps.backup import latest_step
 
@@ -121,6 +123,51 @@ def test_sigterm_to_the_ps_saves_at_a_step_boundary_and_resumes_there(tmp_path: 
             t.wait(60)
         chief = _resumes_at(g, step)
         assert "cause=preempted" in chief.text()
+
+
+class _BucketGroup(Group):
+    """Every process of every generation its own empty checkpoint directory (a Pod's
+    emptyDir): the backups and the group's notes live in the bucket alone."""
+
+    def checkpoint_dir(self, role: str, index: int) -> Path:
+        return self.tmp / "local" / f"g{self.generation}-{role}{index}"
+
+
+def test_on_s3_a_sigterm_to_the_ps_commits_the_save_and_the_group_resumes_there(
+    tmp_path: Path, stores: objectstores.Stores
+) -> None:
+    """No shared directory: the ps's request, the chief's answer and its done go through
+    the bucket, the backups are committed there, and the next generation resumes at the
+    step the SIGTERM saved."""
+    env = {
+        "AWS_ACCESS_KEY_ID": stores.env["AWS_ACCESS_KEY_ID"],
+        "AWS_SECRET_ACCESS_KEY": stores.env["AWS_SECRET_ACCESS_KEY"],
+        Env.CHECKPOINT_LOCATION.value: f"s3://{stores.bucket}/jobs/{tmp_path.name}",
+        Env.CHECKPOINT_ENDPOINT.value: stores.s3_endpoint,
+        Env.CHECKPOINT_PATH_STYLE.value: "true",
+        Env.OUTPUT_DIR.value: str(tmp_path / "ckpt" / "output"),  # read back here only
+    }
+    g = _BucketGroup(tmp_path, CONFIG, workers=1, chief=True, ps=1, env=env)
+    try:
+        tasks = _run_until(g, 70)
+        tasks["ps0"].signal(signal.SIGTERM)
+        assert tasks["ps0"].wait(60) == 42, tasks["ps0"].tail()
+        assert tasks["chief0"].wait(60) == 42, tasks["chief0"].tail()
+        line = next(x for x in tasks["ps0"].lines() if "state saved at step" in x)
+        step = int(line.split("state saved at step ")[1].split(";")[0])
+        assert f"backup of step {step} committed to s3://" in tasks["chief0"].text()
+        for t in g.trainers:
+            t.wait(60)
+        g.start()
+        chief = _by_role(g)["chief0"]
+        codes = g.wait_all(TIMEOUT)
+        assert codes == [0, 0, 0], g.logs()
+        assert _resumed_at(chief) == [step]
+        assert f"backup of step {step} pulled from s3://" in chief.text()
+        p = progress(g)
+        assert p["done"] and p["step"] == TOTAL
+    finally:
+        g.stop()
 
 
 OWN_SCRIPT = """

@@ -8,7 +8,10 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,11 +19,12 @@ from kerasjob_contract.trainer_config import ConfigError, parse_config
 from kerasjob_trainer.core import registry
 from kerasjob_trainer.runtimes.tf_ps import recovery, stop
 from kerasjob_trainer.runtimes.tf_ps.backup import latest_step
+from kerasjob_trainer.runtimes.tf_ps.board import Board, BucketBoard, DirBoard
 from kerasjob_trainer.runtimes.tf_ps.callback import save_now
 from kerasjob_trainer.runtimes.tf_ps.cluster import parse_ps_tf_config
-from kerasjob_trainer.runtimes.tf_ps.context import refuse_a_bucket
 from kerasjob_trainer.runtimes.tf_ps.session import fit_calls
 from kerasjob_trainer.runtimes.tf_ps.workers import _disruption
+from kerasjob_trainer.shared.objectstore import Location, open_store
 
 CLUSTER = {
     "chief": ["c:2222"],
@@ -100,21 +104,47 @@ def test_the_backup_step_is_read_without_tensorflow(tmp_path: Path) -> None:
     assert latest_step(str(tmp_path)) == 150
 
 
-def test_a_sigterm_to_the_ps_is_answered_by_the_chiefs_save(tmp_path: Path) -> None:
-    ckpt = str(tmp_path)
-    assert stop.requested(ckpt) is None
-    since = stop.request(ckpt, "ps0")
-    assert stop.requested(ckpt) == "SIGTERM to ps0"
-    assert stop.wait_saved(ckpt, since, deadline=0.1) is None  # no answer yet
-    stop.saved(ckpt, 110)
-    assert stop.wait_saved(ckpt, since, deadline=1) == 110
-    assert stop.requested(ckpt) is None  # answered
-    assert stop.wait_saved(ckpt, since + 3600, deadline=0.1) is None  # an older save
-    # A request the chief never answered (it died) does not stop the next chief.
-    stop.request(ckpt, "ps0")
-    stop.forget(ckpt)
-    assert stop.requested(ckpt) is None
-    stop.forget(str(tmp_path / "nothing-here"))  # no directory yet: nothing to forget
+def _board(kind: str, tmp_path: Path, stores: Any) -> Board:
+    if kind == "volume":
+        return DirBoard(str(tmp_path / "ps-stop"))
+    bucket = open_store(
+        Location.parse(f"s3://{stores.bucket}"),
+        endpoint=stores.s3_endpoint,
+        path_style=True,
+        env=stores.env,
+    )
+    return BucketBoard(bucket, f"jobs/{tmp_path.name}/ps-stop", poll=0.05)
+
+
+def _eventually(read: Callable[[], Any]) -> Any:
+    """What a reader sees once the bucket board's poller has listed (at once on a volume)."""
+    deadline = time.monotonic() + 5
+    while not (value := read()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return value
+
+
+@pytest.mark.parametrize("kind", ["volume", "bucket"])
+def test_a_sigterm_to_the_ps_is_answered_by_the_chiefs_save(
+    kind: str, tmp_path: Path, stores: Any
+) -> None:
+    board = _board(kind, tmp_path, stores)
+    assert stop.requested(board) is None
+    since = stop.request(board, "ps0")
+    assert _eventually(lambda: stop.requested(board)) == "SIGTERM to ps0"
+    assert stop.wait_saved(board, since, deadline=0.1) is None  # no answer yet
+    stop.saved(board, 110)
+    assert stop.wait_saved(board, since, deadline=1) == 110
+    assert stop.requested(board) is None  # answered
+    assert stop.wait_saved(board, since + 3600, deadline=0.1) is None  # an older save
+    # A request the chief never answered (it died) does not stop the next chief, nor does
+    # an earlier chief's done.
+    stop.request(board, "ps0")
+    stop.finish(board, 300)
+    assert _eventually(lambda: stop.requested(board)) and stop.finished(board)
+    stop.forget(board)
+    assert stop.requested(board) is None and not stop.finished(board)
+    assert DirBoard(str(tmp_path / "nothing-here")).names() == []  # no directory yet
 
 
 def test_a_lost_workers_cost_is_the_speed_lost_while_it_was_gone() -> None:
@@ -236,10 +266,3 @@ def test_no_periodic_backup_while_a_worker_is_missing_but_a_stop_always_saves() 
     assert not save_now(49, 50, None, _Chief(missing=False))
     assert not save_now(80, 50, None, _Chief(missing=True))  # deferred, not dropped
     assert save_now(3, 50, "SIGTERM to ps0", _Chief(missing=True))
-
-
-def test_a_parameter_server_job_on_a_bucket_is_refused_with_its_reason() -> None:
-    refuse_a_bucket(None)
-    refuse_a_bucket("")
-    with pytest.raises(ConfigError, match=r"s3://b/p\): parameter-server jobs keep"):
-        refuse_a_bucket("s3://b/p")

@@ -2,6 +2,11 @@
 on the ps; the chief reads and writes them), numbered by the global step `fit` had reached
 when it was taken, so a restart resumes at exactly that step.
 
+With spec.checkpoint.location the directory is the chief's Pod-local copy of the bucket's
+(`shared.bucket_sync`): at start the chief claims its incarnation's generation and pulls
+the newest committed step; each backup is committed to the bucket after it is written (in
+the background; a stop's at once, before exit 42).
+
 Written whole by `tf.train.CheckpointManager` (the index file last), two kept: a chief
 killed mid-write leaves the previous one. The step is the schedule's position (steps `fit`
 handed to the workers, every one of them finished: the coordinator is joined first), which
@@ -12,7 +17,13 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from typing import Any
+
+from kerasjob_contract import ExitCode
+from kerasjob_trainer.shared import bucket_sync, faults
+from kerasjob_trainer.shared.bucket_sync import BucketSync
+from kerasjob_trainer.shared.faults import say
 
 KEEP = 2
 PREFIX = "ckpt"
@@ -60,3 +71,20 @@ def latest_step(directory: str) -> int:
         return 0
     match = re.search(r'model_checkpoint_path: "([^"]+)"', first)
     return step_of(match.group(1)) if match else 0
+
+
+def claim_and_pull(bucket: BucketSync) -> None:
+    """The chief, before the group forms: this incarnation's generation claimed and the
+    newest committed step pulled (a store that fails here answered the start's check:
+    exit 1)."""
+    began = time.monotonic()
+    try:
+        committed = bucket.claim()
+        size = bucket.pull(committed)
+    except Exception as e:
+        faults.exit_for(e, ExitCode.FAILURE)
+    took = time.monotonic() - began
+    say(
+        f"{bucket_sync.describe_pull(committed, size, bucket.config)} in {took:.2f}s; "
+        f"this incarnation is generation {bucket.generation}"
+    )

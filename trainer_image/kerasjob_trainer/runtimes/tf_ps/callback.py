@@ -35,6 +35,23 @@ def save_now(since: int, save_freq: int, why: str | None, session: Any) -> bool:
     return why is not None or (since >= save_freq and not session.worker_missing())
 
 
+#: A stop's save: how long its commit waits for a periodic one still being pushed.
+PUSH_WAIT_SECONDS = 10.0
+
+
+def commit(bucket: Any, step: int, *, stopping: bool) -> None:
+    """A backup just written, committed to the job's bucket (if it has one): a periodic
+    one in the background, a stop's here and now (its ps waits for the answer)."""
+    if bucket is None:
+        return
+    if not stopping:
+        bucket.push_later(step)
+        return
+    bucket.wait(PUSH_WAIT_SECONDS)
+    if bucket.push_now(step):
+        say(f"backup of step {step} committed to {bucket.config.location}")
+
+
 def ps_callback(
     session: Any, steplog: StepLog, backup: Backup, position: Position, saved_at: list[int]
 ) -> Any:
@@ -65,13 +82,14 @@ def ps_callback(
                 session.logged = step
                 values = tf_utils.sync_to_numpy_or_python_type(logs or {})
                 steplog.log(step, self.epoch, {k: float(v) for k, v in values.items()})
-            why = stop.requested(session.checkpoint_dir)
+            why = stop.requested(session.board)
             if save_now(step - saved_at[0], session.config.save_freq, why, session):
                 self.model._cluster_coordinator.join()  # every step up to `step` done
                 backup.save(step)
                 saved_at[0] = step
+                commit(session.bucket, step, stopping=why is not None)
                 if why is not None:
-                    stop.saved(session.checkpoint_dir, step)
+                    stop.saved(session.board, step)
                     code = int(ExitCode.PREEMPTED_SAVED)
                     hard_exit(code, f"preempted: state saved at step {step}; exiting {code}")
 

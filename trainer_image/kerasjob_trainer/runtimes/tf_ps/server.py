@@ -4,20 +4,20 @@ ClusterCoordinator uses, until training is done.
 It watches the chief and the ps (not the other workers): when one of them is gone, the
 group restarts from the chief's last backup (exit 43; the container's supervisor starts it
 again in place), since a new chief or ps starts from that backup. When the chief's
-progress says done, it exits 0. SIGTERM: see `stop`.
+`done` is on the group's board (`stop`), it exits 0. SIGTERM: see `stop`.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import threading
 import time
-from typing import Any, NoReturn
+from typing import NoReturn
 
-from kerasjob_contract import PROGRESS_FILE, ExitCode
+from kerasjob_contract import ExitCode
 from kerasjob_trainer.runtimes.tf_ps import stop
+from kerasjob_trainer.runtimes.tf_ps.board import Board, board_for
 from kerasjob_trainer.runtimes.tf_ps.context import PsContext
 from kerasjob_trainer.shared import faults, leader, startup
 from kerasjob_trainer.shared.faults import hard_exit, say
@@ -31,8 +31,9 @@ def serve(ctx: PsContext) -> NoReturn:
 
     startup.mark("tensorflow")
     me = ctx.identity
+    board = board_for(ctx.checkpoint_dir, os.environ)
     leader.before_the_group_forms(own=me.own_address, leader=None)
-    signal.signal(signal.SIGTERM, lambda signum, frame: _on_sigterm(ctx))
+    signal.signal(signal.SIGTERM, lambda signum, frame: _on_sigterm(ctx, board))
     resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
         tf.train.ClusterSpec(me.cluster), task_type=me.role, task_id=me.index, rpc_layer="grpc"
     )
@@ -41,7 +42,10 @@ def serve(ctx: PsContext) -> NoReturn:
     )
     startup.mark("cluster")
     say(f"{me.role}:{me.index} serving for the chief at {me.own_address}")
-    done = _done_check(ctx.output_dir)
+
+    def done() -> bool:
+        return stop.finished(board)
+
     peers = faults.PeerMonitor(me.addresses("chief", "ps"))
     peers.quiet_when(done)
     threading.Thread(target=_arm_when_up, args=(peers, me.cluster["chief"][0]), daemon=True).start()
@@ -63,27 +67,14 @@ def _arm_when_up(peers: faults.PeerMonitor, chief: str) -> None:
     say(startup.line())
 
 
-def _done_check(output_dir: str) -> Any:
-    path = os.path.join(output_dir, PROGRESS_FILE)
-
-    def done() -> bool:
-        try:
-            with open(path) as f:
-                return bool(json.load(f).get("done"))
-        except (OSError, ValueError):
-            return False
-
-    return done
-
-
-def _on_sigterm(ctx: PsContext) -> None:
+def _on_sigterm(ctx: PsContext, board: Board) -> None:
     me = ctx.identity
     if me.role != "ps":
         hard_exit(
             ExitCode.PREEMPTED_SAVED, f"{me.name}: SIGTERM; a worker holds no state; exiting 42"
         )
-    since = stop.request(ctx.checkpoint_dir, me.name)
-    step = stop.wait_saved(ctx.checkpoint_dir, since)
+    since = stop.request(board, me.name)
+    step = stop.wait_saved(board, since)
     if step is None:
         hard_exit(
             ExitCode.PEER_LOST,

@@ -37,10 +37,12 @@ from kerasjob_trainer.core.lifecycle import Lifecycle
 from kerasjob_trainer.core.steplog import StepLog
 from kerasjob_trainer.runtimes.tf_keras import errors
 from kerasjob_trainer.runtimes.tf_ps import recovery, server, stop, workers
-from kerasjob_trainer.runtimes.tf_ps.backup import Backup, latest_step
+from kerasjob_trainer.runtimes.tf_ps.backup import Backup, claim_and_pull, latest_step
+from kerasjob_trainer.runtimes.tf_ps.board import board_for
 from kerasjob_trainer.runtimes.tf_ps.callback import Position, ps_callback
 from kerasjob_trainer.runtimes.tf_ps.context import PsContext, build_context
 from kerasjob_trainer.shared import faults, leader, startup
+from kerasjob_trainer.shared.bucket_sync import BucketSync
 from kerasjob_trainer.shared.faults import hard_exit, say
 
 #: Steps in one closure the coordinator sends a worker (fewer round trips); a divisor of
@@ -53,14 +55,23 @@ class Session(Lifecycle):
 
     ctx: PsContext
 
-    def __init__(self, ctx: PsContext, strategy: Any, reconnecting: threading.Event) -> None:
+    def __init__(
+        self,
+        ctx: PsContext,
+        strategy: Any,
+        reconnecting: threading.Event,
+        bucket: BucketSync | None = None,
+    ) -> None:
         super().__init__(ctx)
         self.strategy, self.logged = strategy, 0  # logged: the step of the last step line
         self.reconnecting = reconnecting  # set while the coordinator reconnects a worker
         # A lost ps: restart from the backup at once (its variables are gone).
         self.peers = faults.PeerMonitor(ctx.identity.addresses("ps"))
         self.workers = workers.watch(ctx.identity)  # a lost worker: its cost in goodput
-        stop.forget(ctx.checkpoint_dir)
+        self.board = board_for(ctx.checkpoint_dir, os.environ)  # stop requests, done
+        stop.forget(self.board)
+        #: With spec.checkpoint.location: the backups' bucket (claimed and pulled already).
+        self.bucket = bucket
 
     def worker_missing(self) -> bool:
         """A worker is gone or being reconnected: no periodic backup now (see `recovery`)."""
@@ -70,9 +81,14 @@ class Session(Lifecycle):
         """The batch of one step (one worker's): `per_replica` x its replicas."""
         return int(per_replica) * int(self.strategy.num_replicas_in_sync)
 
+    @property
+    def backups(self) -> str:
+        """The backups' directory: on the volume, or the Pod's copy of the bucket's."""
+        return self.bucket.chief_dir if self.bucket is not None else self.backup_dir
+
     def restored_step(self, steps_per_epoch: int) -> int:
         del steps_per_epoch
-        return latest_step(self.backup_dir)
+        return latest_step(self.backups)
 
     def steps_per_execution(self, steps_per_epoch: int) -> int:
         return math.gcd(STEPS_PER_EXECUTION, steps_per_epoch)
@@ -92,7 +108,7 @@ class Session(Lifecycle):
         import tf_keras
 
         total = epochs * steps_per_epoch
-        backup = Backup(self.backup_dir, model)
+        backup = Backup(self.backups, model)
         start = backup.restore()
         steplog = StepLog(
             self, total=total, steps_per_epoch=steps_per_epoch, global_batch=global_batch_size
@@ -135,7 +151,8 @@ class Session(Lifecycle):
         return self.steps
 
     def after_final_save(self) -> None:
-        stop.saved(self.checkpoint_dir, self.steps)  # a ps waiting on a save is answered
+        stop.saved(self.board, self.steps)  # a ps waiting on a save is answered
+        stop.finish(self.board, self.steps)  # the ps and the workers leave
 
     def leave(self) -> None:
         """Done and saved: the coordinator's teardown only waits on servers that are
@@ -176,6 +193,9 @@ def session_for(ctx: PsContext) -> Session:
         server.serve(ctx)  # never returns: exit 0 when the chief is done, 42/43 else
     if ctx.config.deterministic:
         make_deterministic()
+    bucket = BucketSync.from_env(os.environ, ctx.backup_dir)
+    if bucket is not None:  # the chief alone reads and writes the backups
+        claim_and_pull(bucket)
     leader.before_the_group_forms(own=me.own_address, leader=None)
     for address in me.addresses("ps", "worker"):  # the coordinator connects to every task
         leader.wait_for_leader(address)
@@ -189,4 +209,4 @@ def session_for(ctx: PsContext) -> Session:
     reconnecting = recovery.gate_cluster_updates(me.cluster["worker"], me.cluster["ps"])
     startup.mark("cluster")
     tf.keras.utils.set_random_seed(ctx.config.seed)
-    return Session(ctx, strategy, reconnecting)
+    return Session(ctx, strategy, reconnecting, bucket)

@@ -1,24 +1,27 @@
-"""Stopping a parameter-server group at a step boundary, with a backup.
+"""Stopping a parameter-server group at a step boundary, with a backup; and its end.
 
 The chief owns the backup: a SIGTERM to the chief (after its first step) asks it to save at
-the next step boundary and exit 42. A SIGTERM to a ps (whose variables are the state) files
-a request in `<checkpoint>/ps-stop/`; the chief, which looks at every step boundary, joins
-the steps in flight, saves, writes `saved` and exits 42; the ps waits for that (bounded by
-SAVE_WAIT_SECONDS: a chief that cannot answer leaves the periodic backup standing) and
-exits 42. The workers hold no state: a SIGTERM to one exits 42 at once, and the chief's
-ClusterCoordinator runs its steps on the other workers until it is back.
+the next step boundary and exit 42. A SIGTERM to a ps (whose variables are the state) puts
+a request on the group's `board` (the volume's `<checkpoint>/ps-stop/`, or the bucket's);
+the chief, which looks at every step boundary, joins the steps in flight, saves, answers
+`saved` and exits 42; the ps waits for that (bounded by SAVE_WAIT_SECONDS: a chief that
+cannot answer leaves the periodic backup standing) and exits 42. The workers hold no state:
+a SIGTERM to one exits 42 at once, and the chief's ClusterCoordinator runs its steps on the
+other workers until it is back. When training is done and saved the chief puts `done` on
+the board: the ps and the workers then exit 0.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 
+from kerasjob_trainer.runtimes.tf_ps.board import Board
+
 #: How long a SIGTERMed ps waits for the chief's save (well inside Kubernetes' 30 s grace).
 SAVE_WAIT_SECONDS = 20.0
-STOP_SUBDIR = "ps-stop"
+SAVED, DONE, REQUEST = "saved", "done", "request-"
 
 _signalled = threading.Event()
 
@@ -28,66 +31,59 @@ def requested_by_signal() -> None:
     _signalled.set()
 
 
-def _dir(checkpoint_dir: str) -> str:
-    return os.path.join(checkpoint_dir, STOP_SUBDIR)
-
-
-def request(checkpoint_dir: str, name: str) -> float:
+def request(board: Board, name: str) -> float:
     """A ps asks the chief to save now; returns when it asked."""
-    os.makedirs(_dir(checkpoint_dir), exist_ok=True)
     at = time.time()
-    with open(os.path.join(_dir(checkpoint_dir), f"request-{name}"), "w") as f:
-        f.write(str(at))
+    board.put(f"{REQUEST}{name}", str(at).encode())
     return at
 
 
-def forget(checkpoint_dir: str) -> None:
+def forget(board: Board) -> None:
     """A new chief: requests left by an earlier generation's ps were for a chief that is
-    gone (that ps left after SAVE_WAIT_SECONDS at most); they must not stop this one."""
-    d = _dir(checkpoint_dir)
-    for n in os.listdir(d) if os.path.isdir(d) else []:
-        if n.startswith("request-"):
-            os.remove(os.path.join(d, n))
+    gone (that ps left after SAVE_WAIT_SECONDS at most); they must not stop this one. Nor
+    is an earlier `done` this chief's."""
+    for n in board.names():
+        if n.startswith(REQUEST) or n == DONE:
+            board.delete(n)
 
 
-def requested(checkpoint_dir: str) -> str | None:
+def requested(board: Board) -> str | None:
     """Why the chief must save and stop now (a SIGTERM, a ps's request), or None."""
     if _signalled.is_set():
         return "SIGTERM"
-    try:
-        names = os.listdir(_dir(checkpoint_dir))
-    except FileNotFoundError:
-        return None
-    asked = sorted(n.removeprefix("request-") for n in names if n.startswith("request-"))
+    asked = sorted(n.removeprefix(REQUEST) for n in board.names() if n.startswith(REQUEST))
     return f"SIGTERM to {', '.join(asked)}" if asked else None
 
 
-def saved(checkpoint_dir: str, step: int) -> None:
+def saved(board: Board, step: int) -> None:
     """The chief saved at `step` for the requests standing: they are answered."""
-    d = _dir(checkpoint_dir)
-    os.makedirs(d, exist_ok=True)
-    tmp = os.path.join(d, ".saved.tmp")
-    with open(tmp, "w") as f:
-        json.dump({"step": step, "at": time.time()}, f)
-    os.replace(tmp, os.path.join(d, "saved"))
-    for n in os.listdir(d):
-        if n.startswith("request-"):
-            os.remove(os.path.join(d, n))
+    board.put(SAVED, json.dumps({"step": step, "at": time.time()}).encode())
+    for n in board.names():
+        if n.startswith(REQUEST):
+            board.delete(n)
 
 
-def wait_saved(
-    checkpoint_dir: str, since: float, deadline: float = SAVE_WAIT_SECONDS
-) -> int | None:
+def wait_saved(board: Board, since: float, deadline: float = SAVE_WAIT_SECONDS) -> int | None:
     """The step the chief saved at after `since`, or None when it did not within `deadline`."""
-    path = os.path.join(_dir(checkpoint_dir), "saved")
     end = time.monotonic() + deadline
     while time.monotonic() < end:
         try:
-            with open(path) as f:
-                raw = json.load(f)
-            if float(raw["at"]) >= since:
+            raw = json.loads(board.get(SAVED) or b"null")
+            if raw and float(raw["at"]) >= since:
                 return int(raw["step"])
-        except (FileNotFoundError, ValueError, KeyError):
+        except Exception:  # half a note, or the store for a moment: ask again
             pass
         time.sleep(0.05)
     return None
+
+
+def finish(board: Board, step: int) -> None:
+    """The chief trained every step and saved the model: the servers may leave."""
+    board.put(DONE, json.dumps({"step": step, "at": time.time()}).encode())
+
+
+def finished(board: Board) -> bool:
+    try:
+        return board.get(DONE) is not None
+    except Exception:  # the store, for a moment: not done yet
+        return False
