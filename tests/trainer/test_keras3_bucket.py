@@ -6,10 +6,11 @@ Orbax writes every process's shards straight to the bucket (runtimes/keras3/buck
 The coordinator's name does not resolve ("no-such-host.invalid"): the group forms only
 through the address process 0 publishes in the bucket. A SIGTERM makes both processes save
 at one agreed step and exit 42; a half-written step (no commit file) is planted past it;
-the next generation resumes at the agreed step, removes the half-written one, and ends
-with the exact step count and the weights of the same job run undisturbed on a shared
-volume, bit for bit. s3:// and a store that cannot be reached at start are exit 78 with
-their one-line reason."""
+the next generation resumes at the agreed step, removes the half-written one, outlasts 30 s
+with the store down (training waits at the next backup until the store is back: nothing
+fails), and ends with the exact step count and the weights of the same job run
+undisturbed on a shared volume, bit for bit. s3:// and a store that cannot be reached at
+start are exit 78 with their one-line reason."""
 
 from __future__ import annotations
 
@@ -44,6 +45,8 @@ pytestmark = [pytest.mark.tf, pytest.mark.slow]
 TIMEOUT = 240.0
 TOTAL = 200
 SAVE_FREQ = 20
+#: How long the store is down mid-run (issue 44: 30 s).
+OUTAGE_S = 30
 ORBAX = "backup/orbax"
 
 SCRIPT = """
@@ -127,7 +130,12 @@ def test_a_keras3_job_in_gs_forms_through_the_bucket_and_resumes_bit_for_bit(
     undisturbed = _run_undisturbed(tmp_path / "volume")
     tmp = tmp_path / "bucket"
     tmp.mkdir()
-    env = {**_gs_env(stores, f"jobs/{tmp_path.name}"), Env.OUTPUT_DIR.value: str(g_output(tmp))}
+    outage = objectstores.Outage(stores.gcs_endpoint)  # the trainers reach the store through it
+    env = {
+        **_gs_env(stores, f"jobs/{tmp_path.name}"),
+        Env.CHECKPOINT_ENDPOINT.value: outage.endpoint,
+        Env.OUTPUT_DIR.value: str(g_output(tmp)),
+    }
     g = BucketGroup(tmp, _config(tmp), backend="jax", env=env)
     store, location = _store(stores, g)
     try:
@@ -154,8 +162,15 @@ def test_a_keras3_job_in_gs_forms_through_the_bucket_and_resumes_bit_for_bit(
         planted = _plant_half_written(store, location, step, step + 40)
 
         # 2. Fresh local directories: the group forms through the bucket, resumes at the
-        # agreed step (not the half-written one past it) and trains to the exact end.
-        g.start()
+        # agreed step (not the half-written one past it); the store is down for OUTAGE_S
+        # (training waits at the next backup, nothing fails), and it trains to the exact end.
+        chief, _ = g.start()
+        chief.wait_for_step(step + 10, TIMEOUT)
+        outage.down()
+        down_at = max(chief.steps())
+        time.sleep(OUTAGE_S)
+        up_at = max(chief.steps())
+        outage.up()
         assert g.wait_all(TIMEOUT) == [0, 0], g.logs()
         resumed = [_matches(RESUMED_LINE, t) for t in g.trainers]
         assert resumed == [[step], [step]], g.logs()
@@ -167,7 +182,11 @@ def test_a_keras3_job_in_gs_forms_through_the_bucket_and_resumes_bit_for_bit(
         disrupted = g.final_weights()
     finally:
         g.stop()
-    print(f"\nSIGTERM saved at step {step}; resumed there from gs://, half-written ignored")
+        outage.close()
+    print(
+        f"\nSIGTERM saved at step {step}; resumed there from gs://, half-written ignored; "
+        f"store down {OUTAGE_S}s from step {down_at} (step {up_at} when it came back)"
+    )
     assert len(undisturbed) == len(disrupted) > 0
     for x, y in zip(undisturbed, disrupted, strict=True):
         assert x.dtype == y.dtype and np.array_equal(x, y)
