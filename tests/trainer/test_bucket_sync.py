@@ -112,6 +112,31 @@ def test_half_written_step_is_never_pulled_and_a_zombie_cannot_commit(
     assert chosen is not None and (chosen.step, chosen.generation) == (10, 1)
 
 
+def test_two_saves_of_one_step_commit_one_coherent_set_of_files(
+    stores: objectstores.Stores, tmp_path: Path
+) -> None:
+    """A periodic backup and the SIGTERM save at the same step (files ckpt-1.* and ckpt-2.*,
+    `checkpoint` naming the newer): the step's parts are those of one of them."""
+    env = _env(stores, "s3", "same-step")
+    sync = _sync(env, tmp_path / "backup")
+    sync.claim()
+    chief = Path(sync.chief_dir)
+    for save in (1, 2):
+        chief.mkdir(parents=True, exist_ok=True)
+        for old in chief.iterdir():
+            old.unlink()
+        (chief / "checkpoint").write_text(f'model_checkpoint_path: "ckpt-{save}"\n')
+        (chief / f"ckpt-{save}.index").write_bytes(b"index")
+        if save == 1:
+            sync.push_later(20)
+        else:
+            assert sync.push_now(20)  # waits for the one in flight; the step is there
+    assert sync.wait(30)
+    (committed,) = sync.steps.committed()
+    pointed = sync.steps.read_part(committed, "checkpoint").decode().split('"')[1]
+    assert set(committed.parts) == {"checkpoint", f"{pointed}.index"}, committed
+
+
 def test_a_push_to_a_store_that_is_down_is_skipped_in_one_line(
     stores: objectstores.Stores, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -22,6 +22,7 @@ volume. Its directory is Pod-local; the bucket holds the committed steps
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import re
 import shutil
@@ -30,7 +31,7 @@ from collections.abc import Mapping
 
 from kerasjob_contract import Env
 from kerasjob_contract.trainer_config import ConfigError
-from kerasjob_trainer.shared.bucket_steps import BucketSteps, Committed, Fenced
+from kerasjob_trainer.shared.bucket_steps import MARKER, BucketSteps, Committed, Fenced
 from kerasjob_trainer.shared.faults import say
 from kerasjob_trainer.shared.objectstore import Location, ObjectStore, open_store
 
@@ -133,6 +134,10 @@ class BucketSync:
         self.config = config
         self.backup_dir = backup_dir
         self.steps = BucketSteps(store, config.location, keep=KEEP)
+        # One push at a time: two of one step (a periodic backup and the SIGTERM save at the
+        # same step) must not mix their files under one step's keys.
+        self._push_lock = threading.Lock()
+        self._staged = itertools.count()
         self.generation: int | None = None
         self._pusher: _Pusher | None = None
 
@@ -213,7 +218,7 @@ class BucketSync:
     def _stage(self, step: int) -> str:
         """Hard links to the backup's files (copies where links fail): what is pushed stays
         as it is while the next backup replaces the directory's files."""
-        staged = os.path.join(self._staging_root, str(step))
+        staged = os.path.join(self._staging_root, f"{step}-{next(self._staged)}")
         shutil.rmtree(staged, ignore_errors=True)
         os.makedirs(staged)
         for name in sorted(os.listdir(self.chief_dir)):
@@ -229,25 +234,40 @@ class BucketSync:
     def _push(self, step: int, staged: str) -> bool:
         """Parts, marker, clean; one `kerasjob:` line and False when it cannot commit
         (training goes on: the next backup tries again)."""
-        try:
-            if self.generation is None:
-                raise Fenced("this process claimed no generation (not the chief?)")
-            names = sorted(os.listdir(staged))
-            for name in names:
-                with open(os.path.join(staged, name), "rb") as f:
-                    self.steps.write_part(step, self.generation, name, f.read())
-            self.steps.commit(step, self.generation, names)
-        except Exception as e:
-            why = e if isinstance(e, Fenced) else cause(e)
-            say(f"backup of step {step} not committed to {self.config.location}: {why}")
+        with self._push_lock:
+            try:
+                committed = self._commit(step, staged)
+            except Exception as e:
+                why = e if isinstance(e, Fenced) else cause(e)
+                say(f"backup of step {step} not committed to {self.config.location}: {why}")
+                return False
+            finally:
+                shutil.rmtree(staged, ignore_errors=True)
+            if committed:
+                self._clean(step)
+            return True
+
+    def _commit(self, step: int, staged: str) -> bool:
+        """Write the staged files and the marker; False: this generation committed this
+        step already (the periodic backup at the step SIGTERM's save agreed on)."""
+        generation = self.generation
+        if generation is None:
+            raise Fenced("this process claimed no generation (not the chief?)")
+        if self.steps.store.get(self.steps.part_key(step, generation, MARKER)) is not None:
             return False
-        finally:
-            shutil.rmtree(staged, ignore_errors=True)
+        names = sorted(os.listdir(staged))
+        for name in names:
+            with open(os.path.join(staged, name), "rb") as f:
+                self.steps.write_part(step, generation, name, f.read())
+        self.steps.commit(step, generation, names)
+        return True
+
+    def _clean(self, step: int) -> None:
+        assert self.generation is not None
         try:
             self.steps.clean(self.generation)
         except Exception as e:  # the next push cleans again
             say(f"backup of step {step} committed; older steps not cleaned: {cause(e)}")
-        return True
 
 
 def _source(latest: Committed | None) -> int | None:
