@@ -198,3 +198,19 @@ def test_a_bad_location_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="KERASJOB_CHECKPOINT_LOCATION"):
         BucketConfig.from_env({Env.CHECKPOINT_LOCATION.value: "file:///tmp/x"})
     assert BucketConfig.from_env({}) is None
+
+
+def test_a_fence_that_names_only_a_step_is_followed_too(
+    stores: objectstores.Stores, tmp_path: Path
+) -> None:
+    """A fence written without the restoring generation (`BucketSteps.fence(g, step)`):
+    the others pull the newest committed copy of that step, never a fresh start."""
+    env = _env(stores, "s3", "step-only-fence")
+    chief = _sync(env, tmp_path / "chief" / "backup")
+    chief.claim()
+    _backup(chief, 10)
+    assert chief.push_now(10)
+    chief.steps.fence(2, 10)
+    worker = _sync(env, tmp_path / "worker" / "backup")
+    chosen = worker.chosen()
+    assert chosen is not None and (chosen.step, chosen.generation) == (10, 1)

@@ -176,13 +176,18 @@ class BucketSync:
     def chosen(self) -> Committed | None:
         """The step the newest generation (this incarnation's chief) restores, or None."""
         source = self.steps.newest_fence()
-        if source is None or source.get("restored_generation") is None:
+        step = int(source["restored_step"]) if source else 0
+        if step == 0:
             return None
-        step, generation = int(source["restored_step"]), int(source["restored_generation"])
-        for found in self.steps.committed():
-            if (found.step, found.generation) == (step, generation):
-                return found
-        raise FileNotFoundError(f"committed step {step} (generation {generation}) is gone")
+        generation = (source or {}).get("restored_generation")  # None: a fence without it
+        found = [
+            c
+            for c in self.steps.committed()
+            if c.step == step and generation in (None, c.generation)
+        ]
+        if not found:
+            raise FileNotFoundError(f"committed step {step} (generation {generation}) is gone")
+        return found[-1]
 
     def pull(self, committed: Committed | None) -> int:
         """Replace the local backup with `committed`'s files (None: no backup, a fresh
