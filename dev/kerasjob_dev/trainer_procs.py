@@ -100,9 +100,15 @@ class Trainer:
     """One trainer process."""
 
     def __init__(
-        self, name: str, log_dir: Path, env: dict[str, str], args: list[str] | None = None
+        self,
+        name: str,
+        log_dir: Path,
+        env: dict[str, str],
+        args: list[str] | None = None,
+        prefix: list[str] | None = None,
     ) -> None:
         self.name = name
+        self.prefix = list(prefix or [])  # runs the process (e.g. in a namespace of its own)
         self.env = dict(env)  # what a replacement of this process is started with
         self.args = list(args or [])
         self.log = log_dir / f"{name}.log"
@@ -119,7 +125,7 @@ class Trainer:
         }
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "kerasjob_trainer", *(args or [])],
+                [*self.prefix, sys.executable, "-m", "kerasjob_trainer", *(args or [])],
                 env=full_env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -249,8 +255,12 @@ class Group:
                 Env.METRICS_PORT.value: str(self.metrics_port),
             }
             name = f"g{self.generation}-{role}{index}"
-            self.trainers.append(Trainer(name, self.tmp, env))
+            self.trainers.append(Trainer(name, self.tmp, env, prefix=self.prefix(role, index)))
         return self.trainers
+
+    def prefix(self, role: str, index: int) -> list[str]:
+        """What process role:index is started through (none: a subclass may give one)."""
+        return []
 
     def checkpoint_dir(self, role: str, index: int) -> Path:
         """KERASJOB_CHECKPOINT_DIR of process role:index in this generation: the shared one
@@ -307,3 +317,11 @@ def group(tmp: Path, config: dict[str, Any], **kwargs: Any) -> Iterator[Group]:
 
 def progress(g: Group) -> dict[str, Any]:
     return json.loads((g.output / "progress.json").read_text())
+
+
+def private_directory(directory: Path) -> list[str]:
+    """A `Trainer` prefix: the process runs in a mount namespace of its own where
+    `directory` is an empty tmpfs, so it sees none of the other processes' files under it
+    (as a Pod sees none of another Pod's emptyDir). Needs root, as the cluster tests do."""
+    script = 'mkdir -p "$0" && mount -t tmpfs kerasjob-private "$0" && exec "$@"'
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, str(directory)]

@@ -15,7 +15,14 @@ from pathlib import Path
 
 from kerasjob_contract import Env
 from kerasjob_dev import objectstores
-from kerasjob_dev.trainer_procs import RESUMED_LINE, Group, Trainer, group, progress
+from kerasjob_dev.trainer_procs import (
+    RESUMED_LINE,
+    Group,
+    Trainer,
+    group,
+    private_directory,
+    progress,
+)
 from kerasjob_trainer.runtimes.tf_ps.backup import latest_step
 
 CONFIG = {"epochs": 3, "stepsPerEpoch": 100, "saveFreq": 50, "batchSizePerReplica": 32}
@@ -127,10 +134,16 @@ def test_sigterm_to_the_ps_saves_at_a_step_boundary_and_resumes_there(tmp_path: 
 
 class _BucketGroup(Group):
     """Every process of every generation its own empty checkpoint directory (a Pod's
-    emptyDir): the backups and the group's notes live in the bucket alone."""
+    emptyDir): the backups and the group's notes live in the bucket alone. The ps and the
+    workers do not even see the chief's directory (a mount namespace each, `local/` an
+    empty tmpfs there): a ps that wrote its variables' shards into the chief's backup path,
+    as TensorFlow does by default, fails here as it did on the real node."""
 
     def checkpoint_dir(self, role: str, index: int) -> Path:
         return self.tmp / "local" / f"g{self.generation}-{role}{index}"
+
+    def prefix(self, role: str, index: int) -> list[str]:
+        return [] if role == "chief" else private_directory(self.tmp / "local")
 
 
 def test_on_s3_a_sigterm_to_the_ps_commits_the_save_and_the_group_resumes_there(

@@ -30,10 +30,19 @@ PREFIX = "ckpt"
 _NUMBER = re.compile(rf"{PREFIX}-(\d+)$")
 
 
-class Backup:
-    """The model's and optimizer's state in `directory` (backup_dir)."""
+#: The chief's CPU: where a backup on the chief's own disk is read and written.
+CHIEF_DEVICE = "/job:chief/replica:0/task:0/device:CPU:0"
 
-    def __init__(self, directory: str, model: Any) -> None:
+
+class Backup:
+    """The model's and optimizer's state in `directory` (backup_dir). `local`: the directory
+    is the chief's own (a Pod-local copy of the bucket's), so every variable is read and
+    written through the chief's CPU; by default TensorFlow writes each variable's shard from
+    the host that holds it, the ps, into the same path on its own file system (fine on a
+    shared volume; on a Pod-local one the ps's save failed, NOT_FOUND `.../ckpt-50_temp`,
+    on the real node, 2026-12-07)."""
+
+    def __init__(self, directory: str, model: Any, *, local: bool = False) -> None:
         import tensorflow as tf
 
         self.directory = directory
@@ -41,17 +50,19 @@ class Backup:
         self.manager = tf.train.CheckpointManager(
             self.checkpoint, directory, max_to_keep=KEEP, checkpoint_name=PREFIX
         )
+        device = CHIEF_DEVICE if local else None
+        self.options = tf.train.CheckpointOptions(experimental_io_device=device)
 
     def restore(self) -> int:
         """Restore the latest backup; the step it was taken at (0: none)."""
         latest = self.manager.latest_checkpoint
         if latest is None:
             return 0
-        self.checkpoint.restore(latest)
+        self.checkpoint.restore(latest, options=self.options)
         return step_of(latest)
 
     def save(self, step: int) -> str:
-        return str(self.manager.save(checkpoint_number=step))
+        return str(self.manager.save(checkpoint_number=step, options=self.options))
 
 
 def step_of(path: str) -> int:

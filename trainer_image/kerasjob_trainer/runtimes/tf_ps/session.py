@@ -108,7 +108,7 @@ class Session(Lifecycle):
         import tf_keras
 
         total = epochs * steps_per_epoch
-        backup = Backup(self.backups, model)
+        backup = Backup(self.backups, model, local=self.bucket is not None)
         start = backup.restore()
         steplog = StepLog(
             self, total=total, steps_per_epoch=steps_per_epoch, global_batch=global_batch_size
