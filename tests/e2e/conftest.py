@@ -9,6 +9,11 @@ made for this session, and uninstalled at the end. With ``KERASJOB_TEST_CLUSTER=
 
 ``images`` (session): just the images on the nodes (the node tests need no operator).
 
+``node_stores`` (session): versitygw (S3) and fake-gcs-server (GCS), real servers built from
+their Go modules, listening on the real node's address so that its Pods reach them (local
+cluster only: kind's nodes cannot reach this machine's servers) (`training_run.bucket_job`
+makes a job keep its checkpoints there).
+
 ``kj``: a dict-based API client (:class:`kerasjob_dev.synckube.Kube`) for the cluster under test.
 """
 
@@ -23,7 +28,9 @@ import pytest
 
 from kerasjob_dev import localdeploy
 from kerasjob_dev.cluster import Cluster
+from kerasjob_dev.objectstores import Stores, running
 from kerasjob_dev.synckube import ApiError, Kube
+from kerasjob_dev.testing.training_run import node_ip
 
 
 @dataclass(frozen=True)
@@ -98,3 +105,13 @@ def deployment(cluster: Cluster, images: localdeploy.Images | None) -> Iterator[
 @pytest.fixture
 def kj(cluster: Cluster) -> Kube:
     return Kube(str(cluster.kubeconfig))
+
+
+@pytest.fixture(scope="session")
+def node_stores(
+    deployment: Deployment, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stores]:
+    if not deployment.cluster.local:
+        pytest.skip("the object stores run on this machine, which kind's Pods cannot reach")
+    with running(tmp_path_factory.mktemp("objectstores"), host=node_ip(deployment.kube)) as s:
+        yield s

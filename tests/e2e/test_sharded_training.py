@@ -6,11 +6,12 @@ their shards there and exit 42; the chief restarts in place (its container's log
 incarnations), worker 1's Pod is re-created, and the job resumes at exactly the saved step
 (nothing redone) and ends Succeeded with the configured steps and one disruption counted.
 
-The data are the example's byte windows as ArrayRecord files on the checkpoint volume
-(`spec.trainer.dataset: {source: path, format: arrayrecord}`), read through Grain: on the
-local cluster the test writes them into the volume's directory (a hostPath of the real node,
-this machine). Another cluster's volume cannot be written from here: there the example feeds
-its own in-memory windows (through Grain too)."""
+On the local cluster the job has no volume: its backups are in gs:// (fake-gcs-server on the
+node's address, `spec.checkpoint.location`; Orbax writes every process's shards there) and
+its data are the example's byte windows as ArrayRecord files in a directory of this machine,
+mounted read-only at /data (`spec.trainer.dataset: {source: path, format: arrayrecord}`,
+read through Grain). On another cluster (kind) the job keeps its backups on a ReadWriteMany
+claim and the example feeds its own in-memory windows (through Grain too)."""
 
 from __future__ import annotations
 
@@ -22,8 +23,8 @@ from typing import Any
 import pytest
 
 import kerasjob_contract as contract
-from kerasjob.api.base import DEFAULT_MOUNT_PATH
 from kerasjob_dev.cluster import wait_for
+from kerasjob_dev.objectstores import Stores
 from kerasjob_dev.synckube import pod_path
 from kerasjob_dev.testing.training_run import FINAL, JOBS, RESUMED, Run, last_step, mnist_job
 from kerasjob_trainer.examples import keras_hub_lora
@@ -50,14 +51,29 @@ def run(deployment: Any, tmp_path: Path) -> Iterator[Run]:
         r.cleanup()
 
 
-def _job(run: Run) -> dict[str, Any]:
+def _job(run: Run, stores: Stores | None) -> dict[str, Any]:
+    """The example, shortened. With `stores` (the local cluster): its backups in gs:// on
+    fake-gcs-server and its data files in a directory of this machine mounted read-only at
+    /data (beside the checkpoint, as the Grain docs say); else on the claim, with the
+    example's own in-memory windows."""
     job = mnist_job(run.name, run.claim, EXAMPLE, epochs=EPOCHS, stepsPerEpoch=STEPS_PER_EPOCH)
     checkpoint = job["spec"]["checkpoint"]
     checkpoint["saveFreq"] = SAVE_FREQ
-    if run.ckpt is not None:  # the volume is this machine's directory: the data as files
-        keras_hub_lora.write_dataset(str(run.ckpt / DATA))
-        path = f"{checkpoint.get('mountPath', DEFAULT_MOUNT_PATH)}/{DATA}"
-        dataset = {"source": "path", "path": path, "format": "arrayrecord"}
+    if stores is not None:
+        data = run.tmp_path / "data"
+        keras_hub_lora.write_dataset(str(data / DATA))
+        for path in (data, *data.rglob("*")):
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        job["spec"]["checkpoint"] = {
+            "location": f"gs://{stores.bucket}/e2e",
+            "endpoint": stores.gcs_endpoint,
+            "saveFreq": SAVE_FREQ,
+        }
+        pod = job["spec"]["template"]["spec"]
+        pod["volumes"] = [{"name": "data", "hostPath": {"path": str(data), "type": "Directory"}}]
+        mount = {"name": "data", "mountPath": "/data", "readOnly": True}
+        pod["containers"][0].setdefault("volumeMounts", []).append(mount)
+        dataset = {"source": "path", "path": f"/data/{DATA}", "format": "arrayrecord"}
         job["spec"]["trainer"]["dataset"] = dataset
     assert [a["size"] for a in job["spec"]["trainer"]["mesh"]] == [2, 2], job["spec"]
     return job
@@ -87,12 +103,14 @@ def _succeeded(run: Run, timeout: float) -> dict[str, Any]:
 
 
 def test_the_sharded_keras_hub_lora_resumes_at_the_saved_step_after_an_eviction(
-    run: Run,
+    run: Run, request: pytest.FixtureRequest
 ) -> None:
     slow = not run.dep.cluster.local  # a remote cluster may schedule and start slowly
     chief = f"{run.name}-worker-0"
-    run.make_claim()
-    run.kj.request("POST", JOBS.format(ns=run.ns), body=_job(run))
+    stores = request.getfixturevalue("node_stores") if run.dep.cluster.local else None
+    if stores is None:
+        run.make_claim()
+    run.kj.request("POST", JOBS.format(ns=run.ns), body=_job(run, stores))
     try:  # past the first backup (step SAVE_FREQ): the next step line is the one after it
         wait_for(
             lambda: last_step(run.log(chief)) > SAVE_FREQ,
@@ -113,7 +131,7 @@ def test_the_sharded_keras_hub_lora_resumes_at_the_saved_step_after_an_eviction(
         what="the chief's final line",
     )
     assert "mesh batch=2 x model=2 (ModelParallel, batch axis 'batch')" in log, log[-3000:]
-    if run.ckpt is not None:  # both incarnations of the chief read the files the test wrote
+    if stores is not None:  # both incarnations of the chief read the files the test wrote
         read = re.findall(
             rf"^kerasjob: dataset \S+/{DATA}: (\d+) examples in ArrayRecord", log, re.M
         )
@@ -132,3 +150,5 @@ def test_the_sharded_keras_hub_lora_resumes_at_the_saved_step_after_an_eviction(
     assert (cause, redone) == ("preempted", 0) and last == resumed_step == saved[0], line
     assert [int(s) for _, s in FINAL.findall(log)] == [TOTAL], log[-3000:]
     assert status["restarts"] == {"disruptions": 1, "failures": 0}, status
+    if stores is not None:  # the backups were the bucket's: the job's own prefix there
+        assert f"gs://{stores.bucket}/e2e/{run.ns}/{run.name}/" in log, log[-3000:]

@@ -19,6 +19,7 @@ import yaml
 import kerasjob_contract as contract
 from kerasjob_dev import localdeploy
 from kerasjob_dev.cluster import REPO_ROOT
+from kerasjob_dev.objectstores import Stores
 from kerasjob_dev.synckube import ApiError
 
 STEP = re.compile(contract.LOG_STEP_RE, re.M)
@@ -94,3 +95,40 @@ def mnist_job(name: str, claim: str, example: str = "mnist.yaml", **trainer: Any
 def last_step(text: str) -> int:
     steps = STEP.findall(text)
     return int(steps[-1][0]) if steps else 0
+
+
+def node_ip(kube: Any) -> str:
+    """The real node's InternalIP (the KWOK nodes are skipped)."""
+    for node in (kube.get("/api/v1/nodes") or {}).get("items") or []:
+        if (node["metadata"].get("labels") or {}).get("type") == "kwok":
+            continue
+        for address in (node.get("status") or {}).get("addresses") or []:
+            if address.get("type") == "InternalIP":
+                return str(address["address"])
+    raise AssertionError("no real node with an InternalIP")
+
+
+def bucket_job(
+    job: dict[str, Any], stores: Stores, kube: Any, namespace: str, prefix: str = "e2e"
+) -> str:
+    """`job` with `spec.checkpoint.location: s3://...` on `stores` (no volume) and a Secret
+    of its S3 keys in `namespace`, made here; returns the Secret's name."""
+    secret = f"{job['metadata']['name']}-s3"
+    body = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": secret},
+        "stringData": {
+            key: stores.env[key] for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+        },
+    }
+    kube.request("POST", f"/api/v1/namespaces/{namespace}/secrets", body=body)
+    save_freq = job["spec"]["checkpoint"].get("saveFreq")
+    job["spec"]["checkpoint"] = {
+        "location": f"s3://{stores.bucket}/{prefix}",
+        "endpoint": stores.s3_endpoint,
+        "pathStyle": True,
+        "credentials": {"secretName": secret},
+        **({"saveFreq": save_freq} if save_freq else {}),
+    }
+    return secret
