@@ -257,7 +257,7 @@ class _Chief:
     def __init__(self, missing: bool) -> None:
         self.missing = missing
 
-    def worker_missing(self) -> bool:
+    def worker_missing(self, *, probe: bool = False) -> bool:
         return self.missing
 
 

@@ -31,7 +31,10 @@ class Position:
 def save_now(since: int, save_freq: int, why: str | None, session: Any) -> bool:
     """Whether the chief saves now, `since` steps after its last backup: on a stop request
     always; a periodic backup once due and no worker is missing (`session.worker_missing`):
-    its new function would wait on the lost worker (`recovery`)."""
+    its new function would wait on the lost worker (`recovery`). Asked again after the
+    steps in flight are joined, with every worker's server tried: a worker lost in the
+    meantime (its closure failed and was run elsewhere) defers the backup too (once seen
+    on the real node: the backup at the step of the loss, then 24 s of no steps)."""
     return why is not None or (since >= save_freq and not session.worker_missing())
 
 
@@ -85,6 +88,8 @@ def ps_callback(
             why = stop.requested(session.board)
             if save_now(step - saved_at[0], session.config.save_freq, why, session):
                 self.model._cluster_coordinator.join()  # every step up to `step` done
+                if why is None and session.worker_missing(probe=True):
+                    return  # a worker lost while its steps finished elsewhere: later
                 backup.save(step)
                 saved_at[0] = step
                 commit(session.bucket, step, stopping=why is not None)

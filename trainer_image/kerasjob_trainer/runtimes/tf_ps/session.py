@@ -73,9 +73,13 @@ class Session(Lifecycle):
         #: With spec.checkpoint.location: the backups' bucket (claimed and pulled already).
         self.bucket = bucket
 
-    def worker_missing(self) -> bool:
-        """A worker is gone or being reconnected: no periodic backup now (see `recovery`)."""
-        return self.reconnecting.is_set() or self.workers.any_gone()
+    def worker_missing(self, *, probe: bool = False) -> bool:
+        """A worker is gone or being reconnected: no periodic backup now (see `recovery`).
+        `probe`: also try each worker's server now (a connect each, ~1 ms when it serves),
+        for a loss the watch and the coordinator have not seen yet."""
+        if self.reconnecting.is_set() or self.workers.any_gone():
+            return True
+        return probe and bool(recovery.all_serving(self.ctx.identity.cluster["worker"]))
 
     def global_batch_size(self, per_replica: int) -> int:
         """The batch of one step (one worker's): `per_replica` x its replicas."""
