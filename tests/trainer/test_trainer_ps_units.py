@@ -20,7 +20,7 @@ from kerasjob_trainer.core import registry
 from kerasjob_trainer.runtimes.tf_ps import recovery, stop
 from kerasjob_trainer.runtimes.tf_ps.backup import latest_step
 from kerasjob_trainer.runtimes.tf_ps.board import Board, BucketBoard, DirBoard
-from kerasjob_trainer.runtimes.tf_ps.callback import fetched, save_now
+from kerasjob_trainer.runtimes.tf_ps.callback import save_now
 from kerasjob_trainer.runtimes.tf_ps.cluster import parse_ps_tf_config
 from kerasjob_trainer.runtimes.tf_ps.session import fit_calls
 from kerasjob_trainer.runtimes.tf_ps.workers import _disruption
@@ -266,10 +266,3 @@ def test_no_periodic_backup_while_a_worker_is_missing_but_a_stop_always_saves() 
     assert not save_now(49, 50, None, _Chief(missing=False))
     assert not save_now(80, 50, None, _Chief(missing=True))  # deferred, not dropped
     assert save_now(3, 50, "SIGTERM to ps0", _Chief(missing=True))
-
-
-def test_a_step_lines_metrics_are_waited_for_a_bounded_time() -> None:
-    assert fetched(lambda: {"loss": 1.0}) == {"loss": 1.0}
-    gate = threading.Event()
-    assert fetched(lambda: gate.wait(5) and {"loss": 1.0}, timeout=0.05) is None
-    gate.set()

@@ -7,7 +7,6 @@ scheduling never waits on a worker."""
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 from kerasjob_contract import ExitCode
@@ -56,22 +55,6 @@ def commit(bucket: Any, step: int, *, stopping: bool) -> None:
         say(f"backup of step {step} committed to {bucket.config.location}")
 
 
-#: How long a step line waits for its metrics (RemoteValues: tensors on the worker that ran
-#: the step). On a worker lost just after its step, the copy waited for the lost worker
-#: (the chief's steps stalled 24 s on the real node, 2026-12-07); the line is skipped then.
-FETCH_SECONDS = 2.0
-
-
-def fetched(fetch: Any, timeout: float = FETCH_SECONDS) -> Any:
-    """`fetch()` in a thread of its own, its result within `timeout`, else None (the
-    thread finishes when the lost worker's copy fails)."""
-    box: list[Any] = []
-    thread = threading.Thread(target=lambda: box.append(fetch()), daemon=True)
-    thread.start()
-    thread.join(timeout)
-    return box[0] if box else None
-
-
 def ps_callback(
     session: Any, steplog: StepLog, backup: Backup, position: Position, saved_at: list[int]
 ) -> Any:
@@ -99,10 +82,9 @@ def ps_callback(
             if session.workers.settle(session.goodput.ledger) and session.reporter:
                 session.reporter.update(goodput=session.goodput.ledger.totals())
             if first or step // steplog.interval > session.logged // steplog.interval:
-                values = fetched(lambda: tf_utils.sync_to_numpy_or_python_type(logs or {}))
-                if values is not None:  # else: the next line's
-                    session.logged = step
-                    steplog.log(step, self.epoch, {k: float(v) for k, v in values.items()})
+                session.logged = step
+                values = tf_utils.sync_to_numpy_or_python_type(logs or {})
+                steplog.log(step, self.epoch, {k: float(v) for k, v in values.items()})
             why = stop.requested(session.board)
             if save_now(step - saved_at[0], session.config.save_freq, why, session):
                 self.model._cluster_coordinator.join()  # every step up to `step` done
