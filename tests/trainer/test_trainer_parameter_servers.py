@@ -115,14 +115,19 @@ def test_a_lost_ps_restarts_the_group_at_the_backups_exact_step(tmp_path: Path) 
         assert "disruption 1 cause=" in chief.text()
 
 
+def _sigterm_the_ps(tasks: dict[str, Trainer]) -> int:
+    """SIGTERM to ps0: it and the chief exit 42; the step the chief saved at, as ps0 says."""
+    tasks["ps0"].signal(signal.SIGTERM)
+    assert tasks["ps0"].wait(60) == 42, tasks["ps0"].tail()
+    assert tasks["chief0"].wait(60) == 42, tasks["chief0"].tail()
+    line = next(x for x in tasks["ps0"].lines() if "state saved at step" in x)
+    return int(line.split("state saved at step ")[1].split(";")[0])
+
+
 def test_sigterm_to_the_ps_saves_at_a_step_boundary_and_resumes_there(tmp_path: Path) -> None:
     with _ps_group(tmp_path) as g:
         tasks = _run_until(g, 70)
-        tasks["ps0"].signal(signal.SIGTERM)
-        assert tasks["ps0"].wait(60) == 42, tasks["ps0"].tail()
-        assert tasks["chief0"].wait(60) == 42, tasks["chief0"].tail()
-        line = next(x for x in tasks["ps0"].lines() if "state saved at step" in x)
-        step = int(line.split("state saved at step ")[1].split(";")[0])
+        step = _sigterm_the_ps(tasks)
         assert step > 70 and step % 10 == 0  # an execution's boundary, past the last backup
         assert latest_step(str(g.ckpt / "backup")) == step
         assert f"state saved at step {step}" in tasks["chief0"].text()
@@ -163,11 +168,7 @@ def test_on_s3_a_sigterm_to_the_ps_commits_the_save_and_the_group_resumes_there(
     g = _BucketGroup(tmp_path, CONFIG, workers=1, chief=True, ps=1, env=env)
     try:
         tasks = _run_until(g, 70)
-        tasks["ps0"].signal(signal.SIGTERM)
-        assert tasks["ps0"].wait(60) == 42, tasks["ps0"].tail()
-        assert tasks["chief0"].wait(60) == 42, tasks["chief0"].tail()
-        line = next(x for x in tasks["ps0"].lines() if "state saved at step" in x)
-        step = int(line.split("state saved at step ")[1].split(";")[0])
+        step = _sigterm_the_ps(tasks)
         assert f"backup of step {step} committed to s3://" in tasks["chief0"].text()
         for t in g.trainers:
             t.wait(60)
